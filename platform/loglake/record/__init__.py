@@ -1,0 +1,1 @@
+"""Kafka's magic-2 record batch format, byte for byte."""
