@@ -1,0 +1,1 @@
+"""The loglake broker process: Kafka listener, HTTP API, replica management, controller duties."""

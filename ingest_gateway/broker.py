@@ -1,0 +1,160 @@
+"""The broker: storage, partitions, the controller and the listeners in one process.
+
+Without `zookeeper.connect` it runs embedded: the same controller code over a metadata
+file in the log dir, electing itself, so a single node needs no ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import uvicorn
+
+from ingest_gateway.replica_manager import ReplicaManager
+from loglake.cluster.metadata_image import MetadataImage
+from loglake.config import BrokerConfig, LogConfig
+from loglake.coordination.controller import Controller
+from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition
+from loglake.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 5.0
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id)
+        self.replica_manager = ReplicaManager(config.broker_id, self.log_manager, config.log_defaults)
+        self.store = EmbeddedMetadataStore(config.log_dirs[0])
+        self.controller = Controller(self.store, config.broker_id, self)
+        self.image = MetadataImage()
+        self._background: set[asyncio.Task] = set()
+        self._servers: list[uvicorn.Server] = []
+        self._stopped = asyncio.Event()
+
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        kafka = self.config.listeners[0]
+        http = self.config.http_listeners[0]
+        return BrokerEndpoint(self.config.broker_id, kafka.host, kafka.port, http.host, http.port)
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Register, become controller (embedded) and take up the assigned partitions."""
+        self.store.register_broker(self.endpoint)
+        self.controller.startup()
+
+    async def start(self) -> None:
+        """Start up, then serve HTTP on every http.listeners address."""
+        self.startup()
+        from ingest_gateway.http_api import create_app
+
+        app = create_app(self)
+        for listener in self.config.http_listeners:
+            server = uvicorn.Server(
+                uvicorn.Config(app, host=listener.host, port=listener.port, log_level="warning", lifespan="off")
+            )
+            self._servers.append(server)
+            self.track_background(asyncio.create_task(server.serve()))
+        self.track_background(asyncio.create_task(self._checkpoint_loop()))
+        for server in self._servers:
+            while not server.started:
+                await asyncio.sleep(0.01)
+        log.info("broker %d serving HTTP on %s", self.config.broker_id, self.config.http_listeners)
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
+            self.replica_manager.checkpoint_high_watermarks()
+            self.log_manager.checkpoint_recovery_points()
+
+    def track_background(self, task: asyncio.Task) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop(self) -> None:
+        """Stop serving, then flush logs and write every checkpoint (a clean shutdown)."""
+        for server in self._servers:
+            server.should_exit = True
+        await asyncio.sleep(0)
+        for task in list(self._background):
+            if not task.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), 5)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    task.cancel()
+        self.shutdown()
+        self._stopped.set()
+
+    def shutdown(self) -> None:
+        self.replica_manager.shutdown()
+        self.log_manager.shutdown()
+
+    # BrokerChannel: how the (embedded) controller reaches this broker ------------------
+
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None:
+        if broker_id == self.config.broker_id:
+            self.replica_manager.become_leader_or_follower(controller_epoch, partitions)
+
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None:
+        if broker_id == self.config.broker_id:
+            self.replica_manager.stop_replicas(controller_epoch, partitions, delete)
+
+    def send_update_metadata(self, controller_epoch: int) -> None:
+        topics = self.store.topics()
+        self.image = MetadataImage(
+            brokers=self.store.brokers(),
+            topics=topics,
+            partition_states={t: self.store.partition_states(t) for t in topics},
+            controller_id=self.config.broker_id,
+            controller_epoch=controller_epoch,
+            cluster_id=self.log_manager.cluster_id,
+        )
+
+    # Views -------------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_properties(self.image.topic(topic).config, self.config.log_defaults)
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        """A topic as kafka-topics.sh --describe shows it, plus offsets for local leaders."""
+        topic = self.image.topic(name)
+        states = self.image.partition_states.get(name, {})
+        partitions = []
+        for p in range(topic.num_partitions):
+            state = states[p]
+            entry: dict[str, Any] = {
+                "partition": p,
+                "leader": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "replicas": [
+                    {"broker": r, "leader": r == state.leader, "in_sync": r in state.isr} for r in topic.assignment[p]
+                ],
+                "isr": list(state.isr),
+            }
+            local = self.replica_manager.partitions.get((name, p))
+            if local is not None and local.is_leader:
+                entry.update(
+                    log_start_offset=local.log_start_offset,
+                    high_watermark=local.high_watermark,
+                    log_end_offset=local.log_end_offset,
+                )
+            partitions.append(entry)
+        return {
+            "name": name,
+            "topic_id": topic.topic_id,
+            "partitions_count": topic.num_partitions,
+            "replication_factor": topic.replication_factor,
+            "configs": topic.config,
+            "partitions": partitions,
+        }

@@ -1,0 +1,1 @@
+"""Partition state (LEO, high watermark, ISR, leader epoch), assignment and the metadata image."""

@@ -1,0 +1,1 @@
+"""Cluster metadata and the controller, over ZooKeeper or the embedded single-node store."""

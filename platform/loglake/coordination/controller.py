@@ -1,0 +1,188 @@
+"""The controller: topic administration, replica assignment and leader decisions.
+
+It writes its decisions to a `MetadataStore` first and only then tells the brokers,
+through a `BrokerChannel`, with its controller epoch on every request so brokers can
+fence a deposed controller. The embedded single node and a ZooKeeper cluster run this
+same code; only the store and the channel differ.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Protocol
+
+from loglake.cluster.assignment import assign_replicas
+from loglake.config import LogConfig, validate_topic_configs, validate_topic_name
+from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
+from loglake.coordination.store import MetadataStore
+from loglake.errors import ErrorCode, KafkaError
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class BrokerChannel(Protocol):
+    """How controller decisions reach the brokers (a direct call when embedded)."""
+
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None: ...
+
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None: ...
+
+    def send_update_metadata(self, controller_epoch: int) -> None: ...
+
+
+class Controller:
+    def __init__(self, store: MetadataStore, broker_id: int, channel: BrokerChannel) -> None:
+        self._store = store
+        self._broker_id = broker_id
+        self._channel = channel
+        self._lock = threading.RLock()
+        self.epoch: int | None = None
+
+    @property
+    def is_active(self) -> bool:
+        return self.epoch is not None
+
+    def startup(self) -> bool:
+        """Try to become the controller; on success, bring every partition online."""
+        with self._lock:
+            self.epoch = self._store.elect_controller(self._broker_id)
+            if self.epoch is None:
+                return False
+            for topic in self._store.topics().values():
+                self._elect_offline_leaders(topic)
+                self._send_leader_and_isr(topic, range(topic.num_partitions))
+            self._channel.send_update_metadata(self.epoch)
+            return True
+
+    def _require_active(self) -> int:
+        if self.epoch is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self._broker_id} is not the controller")
+        return self.epoch
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        config: dict[str, str] | None = None,
+        assignment: dict[int, tuple[int, ...]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicDescription:
+        with self._lock:
+            epoch = self._require_active()
+            validate_topic_name(name)
+            config = validate_topic_configs(config or {})
+            if name in self._store.topics():
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            if assignment is None:
+                if num_partitions < 1:
+                    raise KafkaError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
+                assignment = assign_replicas(list(self._store.brokers()), num_partitions, replication_factor)
+            topic = TopicDescription(name=name, topic_id=str(uuid.uuid4()), assignment=assignment, config=config)
+            if validate_only:
+                return topic
+            self._store.create_topic(topic, self._initial_states(assignment, epoch))
+            self._send_leader_and_isr(topic, assignment)
+            self._channel.send_update_metadata(epoch)
+            return topic
+
+    def _initial_states(self, assignment: dict[int, tuple[int, ...]], epoch: int) -> dict[int, PartitionState]:
+        live = set(self._store.brokers())
+        states = {}
+        for p, replicas in assignment.items():
+            isr = tuple(r for r in replicas if r in live)
+            states[p] = PartitionState(leader=isr[0] if isr else -1, leader_epoch=0, isr=isr, controller_epoch=epoch)
+        return states
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicDescription:
+        """Grow a topic to `total` partitions; Kafka never removes partitions."""
+        with self._lock:
+            epoch = self._require_active()
+            topic = self._topic(name)
+            if total <= topic.num_partitions:
+                raise KafkaError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {name!r} has {topic.num_partitions} partitions; the new count must be larger, not {total}",
+                )
+            added = assign_replicas(
+                list(self._store.brokers()),
+                total - topic.num_partitions,
+                topic.replication_factor,
+                first_partition=topic.num_partitions,
+            )
+            grown = TopicDescription(topic.name, topic.topic_id, {**topic.assignment, **added}, topic.config)
+            if validate_only:
+                return grown
+            self._store.update_topic(grown, self._initial_states(added, epoch))
+            self._send_leader_and_isr(grown, added)
+            self._channel.send_update_metadata(epoch)
+            return grown
+
+    def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> TopicDescription:
+        """Replace a topic's config overrides (an empty value removes a key)."""
+        with self._lock:
+            epoch = self._require_active()
+            topic = self._topic(name)
+            merged = {k: v for k, v in {**topic.config, **config}.items() if v != ""}
+            merged = validate_topic_configs(merged)
+            altered = TopicDescription(topic.name, topic.topic_id, topic.assignment, merged)
+            if validate_only:
+                return altered
+            self._store.update_topic(altered, {})
+            self._send_leader_and_isr(altered, altered.assignment)
+            self._channel.send_update_metadata(epoch)
+            return altered
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            epoch = self._require_active()
+            topic = self._topic(name)
+            if name in INTERNAL_TOPICS:
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic")
+            self._store.delete_topic(name)
+            by_broker: dict[int, list[tuple[str, int]]] = {}
+            for p, replicas in topic.assignment.items():
+                for r in replicas:
+                    by_broker.setdefault(r, []).append((name, p))
+            for broker_id, partitions in by_broker.items():
+                self._channel.send_stop_replica(broker_id, epoch, partitions, delete=True)
+            self._channel.send_update_metadata(epoch)
+
+    def _topic(self, name: str) -> TopicDescription:
+        topic = self._store.topics().get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        return topic
+
+    def _elect_offline_leaders(self, topic: TopicDescription) -> None:
+        """Give a leader to partitions without one, from the ISR (or any live replica if unclean)."""
+        epoch = self._require_active()
+        live = set(self._store.brokers())
+        unclean = LogConfig.from_properties(topic.config).unclean_leader_election_enable
+        for p, state in self._store.partition_states(topic.name).items():
+            if state.leader in live:
+                continue
+            candidates = [r for r in topic.assignment[p] if r in live and r in state.isr]
+            if not candidates and unclean:
+                candidates = [r for r in topic.assignment[p] if r in live]
+            if not candidates:
+                continue
+            isr = tuple(r for r in state.isr if r in live) or (candidates[0],)
+            new = PartitionState(candidates[0], state.leader_epoch + 1, isr, epoch)
+            self._store.update_partition_state(topic.name, p, new, state.version)
+
+    def _send_leader_and_isr(self, topic: TopicDescription, partitions) -> None:
+        epoch = self._require_active()
+        states = self._store.partition_states(topic.name)
+        by_broker: dict[int, list[LeaderAndIsrPartition]] = {}
+        for p in partitions:
+            entry = LeaderAndIsrPartition(topic.name, topic.topic_id, p, topic.assignment[p], states[p], topic.config)
+            for r in topic.assignment[p]:
+                by_broker.setdefault(r, []).append(entry)
+        for broker_id, entries in by_broker.items():
+            self._channel.send_leader_and_isr(broker_id, epoch, entries)

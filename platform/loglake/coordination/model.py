@@ -1,0 +1,62 @@
+"""The cluster metadata a controller keeps: topics, their assignment and partition states.
+
+These mirror the ZooKeeper znodes Kafka (<= 2.x) used, so either backend stores the same
+documents: /brokers/topics/<t>, /config/topics/<t>, /brokers/topics/<t>/partitions/<p>/state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    """A live broker and where clients reach it (/brokers/ids/<id>)."""
+
+    broker_id: int
+    host: str
+    port: int
+    http_host: str
+    http_port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """/brokers/topics/<t>/partitions/<p>/state; `version` is the znode version used for CAS."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    version: int = 0
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic's id, replica assignment (partition -> replicas, preferred leader first) and config overrides."""
+
+    name: str
+    topic_id: str
+    assignment: dict[int, tuple[int, ...]]
+    config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.assignment)
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.assignment[0]) if self.assignment else 0
+
+
+@dataclass(frozen=True)
+class LeaderAndIsrPartition:
+    """One partition of a LeaderAndIsr decision the controller sends to a replica."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: PartitionState
+    config: dict[str, str] = field(default_factory=dict)
