@@ -1,0 +1,302 @@
+"""The `loglake` command: broker, topics, produce, consume.
+
+Flags follow kafka-topics.sh and kafka-console-{producer,consumer}.sh. Everything but
+`broker start` talks to a broker's HTTP API (`--bootstrap-http`, default the local one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import sys
+from typing import Any, Iterator
+
+import httpx
+import orjson
+
+from loglake.config import parse_overrides
+
+DEFAULT_HTTP = os.environ.get("LOGLAKE_HTTP", "http://127.0.0.1:8082")
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+PRODUCE_CHUNK = 1000
+
+
+class CliError(Exception):
+    pass
+
+
+def _client(args: argparse.Namespace) -> httpx.Client:
+    return httpx.Client(base_url=args.bootstrap_http, timeout=60)
+
+
+def _check(resp: httpx.Response) -> Any:
+    if resp.status_code >= 400:
+        try:
+            message = resp.json().get("message", resp.text)
+        except ValueError:
+            message = resp.text
+        raise CliError(f"{resp.status_code}: {message}")
+    return resp.json() if resp.content else None
+
+
+# broker ------------------------------------------------------------------------------------
+
+
+def cmd_broker_start(args: argparse.Namespace) -> int:
+    argv = [sys.executable, "-m", "ingest_gateway"]
+    if args.config:
+        argv += ["--config", args.config]
+    for item in args.override:
+        argv += ["--override", item]
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
+# topics ------------------------------------------------------------------------------------
+
+
+def cmd_topics_create(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"name": args.topic, "configs": parse_overrides(args.config)}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.replication_factor is not None:
+        body["replication_factor"] = args.replication_factor
+    with _client(args) as c:
+        _check(c.post("/topics", json=body))
+    print(f"Created topic {args.topic}.")
+    return 0
+
+
+def cmd_topics_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for name in _check(c.get("/topics")):
+            print(name)
+    return 0
+
+
+def cmd_topics_describe(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        names = [args.topic] if args.topic else _check(c.get("/topics"))
+        for name in names:
+            t = _check(c.get(f"/topics/{name}"))
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
+            print(
+                f"Topic: {t['name']}\tTopicId: {t['topic_id']}\tPartitionCount: {t['partitions_count']}\t"
+                f"ReplicationFactor: {t['replication_factor']}\tConfigs: {configs}"
+            )
+            for p in t["partitions"]:
+                replicas = ",".join(str(r["broker"]) for r in p["replicas"])
+                isr = ",".join(str(r) for r in p["isr"])
+                offsets = ""
+                if "high_watermark" in p:
+                    offsets = f"\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}"
+                print(
+                    f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+                    f"Replicas: {replicas}\tIsr: {isr}{offsets}"
+                )
+    return 0
+
+
+def cmd_topics_delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _check(c.delete(f"/topics/{args.topic}"))
+    print(f"Deleted topic {args.topic}.")
+    return 0
+
+
+def cmd_topics_alter(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {}
+    if args.partitions is not None:
+        body["partitions"] = args.partitions
+    if args.config or args.delete_config:
+        body["configs"] = {**parse_overrides(args.config), **{k: "" for k in args.delete_config}}
+    if not body:
+        raise CliError("nothing to alter: give --partitions, --config or --delete-config")
+    with _client(args) as c:
+        _check(c.patch(f"/topics/{args.topic}", json=body))
+    print(f"Altered topic {args.topic}.")
+    return 0
+
+
+# produce / consume -------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    path = f"/topics/{args.topic}" + (f"/partitions/{args.partition}" if args.partition is not None else "")
+    sep = args.key_separator.encode() if args.parse_key else None
+    total = 0
+    with _client(args) as c:
+        batch: list[dict[str, Any]] = []
+
+        def send() -> None:
+            nonlocal total
+            resp = c.post(
+                path,
+                params={"acks": args.acks},
+                content=orjson.dumps({"records": batch}),
+                headers={"content-type": BINARY_V2},
+            )
+            result = _check(resp)
+            failed = [o for o in result["offsets"] if o.get("error")]
+            if failed:
+                raise CliError(f"{len(failed)} records failed: {failed[0]['error']}")
+            total += len(batch)
+            batch.clear()
+
+        for raw in sys.stdin.buffer:
+            line = raw.rstrip(b"\r\n")
+            record: dict[str, Any] = {}
+            if sep is not None:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise CliError(f"no key separator {args.key_separator!r} in line {line[:80]!r}")
+                record["key"] = _b64(key)
+            else:
+                value = line
+            record["value"] = _b64(value)
+            batch.append(record)
+            if len(batch) >= PRODUCE_CHUNK:
+                send()
+        if batch:
+            send()
+    print(f"Produced {total} records to {args.topic}.", file=sys.stderr)
+    return 0
+
+
+def _consume_partition(
+    c: httpx.Client, args: argparse.Namespace, partition: int, start: int
+) -> Iterator[dict[str, Any]]:
+    offset = start
+    while True:
+        resp = c.get(
+            f"/topics/{args.topic}/partitions/{partition}/records",
+            params={"offset": offset, "max_bytes": args.max_bytes, "timeout_ms": 1000 if args.follow else 0},
+            headers={"accept": BINARY_V2},
+        )
+        records = _check(resp)
+        if not records:
+            if args.follow:
+                continue
+            return
+        yield from records
+        offset = records[-1]["offset"] + 1
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    if args.follow and args.partition is None:
+        raise CliError("--follow needs --partition (use a consumer group over the Kafka protocol for all partitions)")
+    sep = args.key_separator.encode()
+    out = sys.stdout.buffer
+    count = 0
+    with _client(args) as c:
+        topic = _check(c.get(f"/topics/{args.topic}"))
+        partitions = [args.partition] if args.partition is not None else range(topic["partitions_count"])
+        for p in partitions:
+            offsets = _check(c.get(f"/topics/{args.topic}/partitions/{p}/offsets"))
+            if args.offset is not None:
+                start = args.offset
+            elif args.from_beginning:
+                start = offsets["beginning_offset"]
+            else:
+                start = offsets["end_offset"]
+            for rec in _consume_partition(c, args, p, start):
+                if args.print_key:
+                    key = b"null" if rec["key"] is None else base64.b64decode(rec["key"])
+                    out.write(key + sep)
+                out.write((b"null" if rec["value"] is None else base64.b64decode(rec["value"])) + b"\n")
+                count += 1
+                if args.max_messages is not None and count >= args.max_messages:
+                    out.flush()
+                    return 0
+            out.flush()
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
+# parser ------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loglake", description="loglake: Kafka semantics, a Spark-native log.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def http_command(subparsers, name: str, help: str) -> argparse.ArgumentParser:
+        p = subparsers.add_parser(name, help=help)
+        p.add_argument("--bootstrap-http", default=DEFAULT_HTTP, help=f"broker HTTP address (default {DEFAULT_HTTP})")
+        return p
+
+    broker = sub.add_parser("broker", help="run a broker").add_subparsers(dest="action", required=True)
+    start = broker.add_parser("start", help="run a broker in the foreground")
+    start.add_argument("--config", help="server.properties")
+    start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    start.set_defaults(func=cmd_broker_start)
+
+    topics = sub.add_parser("topics", help="create, list, describe, alter, delete topics").add_subparsers(
+        dest="action", required=True
+    )
+    p = http_command(topics, "create", "create a topic")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int)
+    p.add_argument("--replication-factor", type=int)
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_topics_create)
+    p = http_command(topics, "list", "list topics")
+    p.set_defaults(func=cmd_topics_list)
+    p = http_command(topics, "describe", "describe topics")
+    p.add_argument("--topic")
+    p.set_defaults(func=cmd_topics_describe)
+    p = http_command(topics, "delete", "delete a topic")
+    p.add_argument("--topic", required=True)
+    p.set_defaults(func=cmd_topics_delete)
+    p = http_command(topics, "alter", "add partitions or change configs")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", type=int)
+    p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    p.set_defaults(func=cmd_topics_alter)
+
+    p = http_command(sub, "produce", "produce lines from stdin")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    p.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+    p.add_argument("--parse-key", action="store_true", help="split each line into key and value")
+    p.add_argument("--key-separator", default="\t")
+    p.set_defaults(func=cmd_produce)
+
+    p = http_command(sub, "consume", "print records to stdout")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int)
+    start_at = p.add_mutually_exclusive_group()
+    start_at.add_argument("--from-beginning", action="store_true")
+    start_at.add_argument("--offset", type=int)
+    p.add_argument("--follow", action="store_true", help="keep waiting for new records")
+    p.add_argument("--max-messages", type=int)
+    p.add_argument("--max-bytes", type=int, default=1048576)
+    p.add_argument("--print-key", action="store_true")
+    p.add_argument("--key-separator", default="\t")
+    p.set_defaults(func=cmd_consume)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"loglake: {exc}", file=sys.stderr)
+        return 1
+    except httpx.TransportError as exc:
+        print(f"loglake: cannot reach the broker at {args.bootstrap_http}: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, KeyboardInterrupt) as exc:
+        print(f"loglake: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
