@@ -1,0 +1,109 @@
+"""The controller over the embedded store, with a channel that records what it is told."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loglake.cluster.assignment import assign_replicas
+from loglake.coordination.controller import Controller
+from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
+from loglake.errors import ErrorCode, KafkaError
+
+
+class RecordingChannel:
+    def __init__(self) -> None:
+        self.leader_and_isr: list[tuple[int, int, list[LeaderAndIsrPartition]]] = []
+        self.stop_replica: list[tuple[int, int, list[tuple[str, int]], bool]] = []
+        self.update_metadata: list[int] = []
+
+    def send_leader_and_isr(self, broker_id, controller_epoch, partitions) -> None:
+        self.leader_and_isr.append((broker_id, controller_epoch, partitions))
+
+    def send_stop_replica(self, broker_id, controller_epoch, partitions, delete) -> None:
+        self.stop_replica.append((broker_id, controller_epoch, partitions, delete))
+
+    def send_update_metadata(self, controller_epoch) -> None:
+        self.update_metadata.append(controller_epoch)
+
+
+def make_controller(path: Path, brokers=(0,)) -> tuple[Controller, EmbeddedMetadataStore, RecordingChannel]:
+    store = EmbeddedMetadataStore(path)
+    for b in brokers:
+        store.register_broker(BrokerEndpoint(b, "127.0.0.1", 9092 + b, "127.0.0.1", 8082 + b))
+    channel = RecordingChannel()
+    controller = Controller(store, brokers[0], channel)
+    assert controller.startup()
+    return controller, store, channel
+
+
+def test_assignment_rule() -> None:
+    assert assign_replicas([3, 1, 2], 4, 2) == {0: (1, 2), 1: (2, 3), 2: (3, 1), 3: (1, 2)}
+    assert assign_replicas([1, 2, 3], 2, 3, first_partition=4) == {4: (2, 3, 1), 5: (3, 1, 2)}
+    with pytest.raises(KafkaError) as e:
+        assign_replicas([1], 1, 2)
+    assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
+
+
+def test_create_topic_assigns_and_tells_brokers(tmp_path: Path) -> None:
+    controller, store, channel = make_controller(tmp_path, brokers=(1, 2, 3))
+    topic = controller.create_topic("events", 3, 2, {"retention.ms": "1000"})
+    assert topic.assignment == {0: (1, 2), 1: (2, 3), 2: (3, 1)}
+    states = store.partition_states("events")
+    assert states[0] == PartitionState(leader=1, leader_epoch=0, isr=(1, 2), controller_epoch=controller.epoch, version=0)
+    told = {b: [(e.topic, e.partition) for e in entries] for b, _, entries in channel.leader_and_isr}
+    assert told == {1: [("events", 0), ("events", 2)], 2: [("events", 0), ("events", 1)], 3: [("events", 1), ("events", 2)]}
+    assert channel.update_metadata[-1] == controller.epoch
+
+
+def test_topic_admin_errors(tmp_path: Path) -> None:
+    controller, _, _ = make_controller(tmp_path)
+    controller.create_topic("t", 1, 1)
+    cases = [
+        (lambda: controller.create_topic("t", 1, 1), ErrorCode.TOPIC_ALREADY_EXISTS),
+        (lambda: controller.create_topic("bad/name", 1, 1), ErrorCode.INVALID_TOPIC_EXCEPTION),
+        (lambda: controller.create_topic("u", 0, 1), ErrorCode.INVALID_PARTITIONS),
+        (lambda: controller.create_topic("u", 1, 2), ErrorCode.INVALID_REPLICATION_FACTOR),
+        (lambda: controller.create_topic("u", 1, 1, {"segment.bytes": "x"}), ErrorCode.INVALID_CONFIG),
+        (lambda: controller.create_partitions("t", 1), ErrorCode.INVALID_PARTITIONS),
+        (lambda: controller.create_partitions("missing", 3), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+        (lambda: controller.delete_topic("missing"), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    for action, code in cases:
+        with pytest.raises(KafkaError) as e:
+            action()
+        assert e.value.code == code
+
+
+def test_add_partitions_alter_config_delete_and_persistence(tmp_path: Path) -> None:
+    controller, store, channel = make_controller(tmp_path)
+    controller.create_topic("t", 2, 1)
+    grown = controller.create_partitions("t", 5)
+    assert sorted(grown.assignment) == [0, 1, 2, 3, 4]
+    controller.alter_topic_config("t", {"cleanup.policy": "compact"})
+    controller.alter_topic_config("t", {"retention.ms": "5"})
+    assert store.topics()["t"].config == {"cleanup.policy": "compact", "retention.ms": "5"}
+    controller.alter_topic_config("t", {"retention.ms": ""})
+    assert store.topics()["t"].config == {"cleanup.policy": "compact"}
+
+    reopened = EmbeddedMetadataStore(tmp_path)
+    assert reopened.topics()["t"].num_partitions == 5
+    assert reopened.partition_states("t")[4].leader == 0
+
+    controller.delete_topic("t")
+    assert channel.stop_replica[-1][2] == [("t", p) for p in range(5)]
+    assert "t" not in EmbeddedMetadataStore(tmp_path).topics()
+
+
+def test_controller_epoch_grows_and_state_updates_are_compare_and_set(tmp_path: Path) -> None:
+    first, store, _ = make_controller(tmp_path)
+    first.create_topic("t", 1, 1)
+    second, _, _ = make_controller(tmp_path)
+    assert second.epoch > first.epoch
+    state = store.partition_states("t")[0]
+    moved = store.update_partition_state("t", 0, PartitionState(0, 1, (0,), second.epoch), state.version)
+    assert moved is not None and moved.version == state.version + 1
+    # A writer holding the old version loses.
+    assert store.update_partition_state("t", 0, PartitionState(0, 2, (0,), first.epoch), state.version) is None
