@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ingest_gateway.broker import Broker
+from ingest_gateway.http_api import create_app
+from loglake.config import BrokerConfig
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path / "logs"), "num.partitions": "1"})
+    b = Broker(config)
+    b.startup()
+    yield b
+    b.shutdown()
+
+
+@pytest.fixture
+def client(broker: Broker) -> Iterator[TestClient]:
+    with TestClient(create_app(broker)) as c:
+        yield c
