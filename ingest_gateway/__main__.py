@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
+
+import uvloop
 
 from ingest_gateway.broker import Broker
 from loglake.config import BrokerConfig, parse_overrides
@@ -41,12 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"loglake: bad configuration: {exc}", file=sys.stderr)
         return 2
-    try:
-        import uvloop
+    profile_path = os.environ.get("LOGLAKE_PROFILE")
+    if profile_path:
+        # bench/http_produce.py --profile: where the broker spends its time.
+        from pyinstrument import Profiler
 
+        with Profiler(async_mode="enabled") as profiler:
+            uvloop.run(run(config))
+        Path(profile_path).write_text(profiler.output_text(unicode=False, color=False))
+    else:
         uvloop.run(run(config))
-    except ImportError:
-        asyncio.run(run(config))
     return 0
 
 
