@@ -1,0 +1,654 @@
+"""One partition's log, `<log.dir>/<topic>-<partition>/` (the role of Kafka's UnifiedLog).
+
+Appends validate every batch before writing any, assign offsets by rewriting each
+batch's 61-byte header (a copy of the header; the payload is written straight from the
+caller's buffer and never changed), and roll segments by size, time or full index. A
+lock per log serialises appends, truncation and rolls; reads take no lock. Writers
+publish the log end as one immutable `LogOffsetMetadata` after the bytes are written,
+and replace (never mutate) the segment list, so a reader sees only whole appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import struct
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from operator import attrgetter
+from pathlib import Path
+
+from loglake.config import LogConfig
+from loglake.errors import ErrorCode, KafkaError
+from loglake.record.header import (
+    ATTRIBUTES_POS,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_MASK,
+    RecordBatchHeader,
+    peek_batch_size,
+    set_base_offset,
+    set_crc,
+    set_partition_leader_epoch,
+    validate_batch,
+)
+from loglake.storage.file_records import Bytes, LogSlice
+from loglake.storage.fileutil import fsync_dir
+from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from loglake.storage.segment import LogSegment, now_ms
+from loglake.storage.time_index import NO_TIMESTAMP
+
+logger = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+# attributes int16, then (after lastOffsetDelta) baseTimestamp and maxTimestamp int64s.
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMPS = struct.Struct(">qq")
+_BASE_TIMESTAMP_POS = 27
+
+# Rolled segments are fsynced off the append path, as Kafka's "flush-log" task does.
+_flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loglake-flush")
+
+
+def parse_topic_partition(name: str) -> tuple[str, int] | None:
+    """`my-topic-3` -> ("my-topic", 3): the partition follows the last '-'."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did. `offset_of_max_timestamp` is the last offset of the batch that
+    holds the max timestamp (Kafka's "shallow" offset, what the time index records)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time_ms: int
+    num_batches: int
+    num_records: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetMetadata:
+    """An offset with where it falls: the segment's base offset and the byte position."""
+
+    offset: int
+    segment_base_offset: int
+    position: int
+
+
+class Log:
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        log_start_offset: int,
+        recovery_point: int,
+        leader_epoch_cache: LeaderEpochFileCache,
+    ) -> None:
+        parsed = parse_topic_partition(dir.name)
+        if parsed is None:
+            raise ValueError(f"{dir} is not named <topic>-<partition>")
+        self.topic, self.partition = parsed
+        self._dir = dir
+        self._config = config
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._epochs = leader_epoch_cache
+        self._lock = threading.Lock()
+        self._end = LogOffsetMetadata(segments[-1].next_offset(), segments[-1].base_offset, segments[-1].size)
+        self._truncations = 0  # lets a flush that raced a truncation leave the recovery point alone
+        self._dir_dirty = False  # segment files were created since the directory was fsynced
+        self._last_flush_ms = now_ms()
+        self._pending_flushes: list[Future[None]] = []
+
+    @classmethod
+    def open(
+        cls,
+        dir: str | Path,
+        config: LogConfig,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+    ) -> Log:
+        """Load (or create) the log in `dir`.
+
+        Indexes that are missing or fail their sanity check are rebuilt. Unless the
+        shutdown was clean, every segment from the one holding `recovery_point` on is
+        recovered: batches re-validated, indexes rebuilt, a torn or corrupt tail cut off
+        (and the segments after it deleted).
+        """
+        dir = Path(dir)
+        if parse_topic_partition(dir.name) is None:
+            raise ValueError(f"{dir} is not named <topic>-<partition>")
+        if not dir.exists():
+            dir.mkdir(parents=True)
+            fsync_dir(dir.parent)
+        epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+        segments = [LogSegment.open(dir, base, config, epochs) for base in _segment_base_offsets(dir)]
+        if segments and not had_clean_shutdown:
+            segments = _recover_unflushed(segments, recovery_point, epochs)
+        if not segments:
+            segments = [LogSegment.open(dir, log_start_offset, config)]
+        log = cls(dir, config, segments, max(log_start_offset, segments[0].base_offset), 0, epochs)
+        if log._log_start_offset > log.log_end_offset:
+            log.truncate_fully_and_start_at(log._log_start_offset)
+        log._recovery_point = min(recovery_point, log.log_end_offset)
+        epochs.truncate_from_end(log.log_end_offset)
+        epochs.truncate_from_start(log._log_start_offset)
+        return log
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+    # State -------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Takes effect from the next append; index settings apply to new segments."""
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The LEO: the offset the next appended record gets."""
+        return self._end.offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._end
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below it is on disk (fsynced); restart recovery starts here."""
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochFileCache:
+        return self._epochs
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._epochs.latest_epoch
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader epoch starts at `start_offset` (normally the LEO on election)."""
+        with self._lock:
+            self._epochs.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (epoch, end offset), or (-1, -1) if unknown."""
+        return self._epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # Appending ---------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: Bytes, leader_epoch: int, now_ms: int | None = None
+    ) -> LogAppendInfo:
+        """Validate, assign offsets to and append one request's batches (all or nothing).
+
+        Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
+        count does not match the offset delta), MESSAGE_TOO_LARGE (a batch over
+        max.message.bytes), RECORD_LIST_TOO_LARGE (more than segment.bytes in one append).
+        With message.timestamp.type=LogAppendTime every batch is stamped with `now_ms`.
+        """
+        view = _byte_view(records)
+        config = self._config
+        batches = _validate(view, config, for_leader=True)
+        now = _now(now_ms)
+        log_append_time = config.message_timestamp_type == "LogAppendTime"
+        with self._lock:
+            first_offset = offset = self._end.offset
+            self._epochs.maybe_assign(leader_epoch, first_offset)
+            max_timestamp, offset_of_max = NO_TIMESTAMP, first_offset
+            for position, header in batches:
+                last_offset = offset + header.last_offset_delta
+                if log_append_time:
+                    data = _stamp_whole_batch(view, position, header.size, offset, leader_epoch, now)
+                    batch_max = now
+                else:
+                    data = _stamp_header(view, position, header.size, offset, leader_epoch)
+                    batch_max = header.max_timestamp
+                self._append_batch(data, header.size, offset, last_offset, batch_max, now)
+                if batch_max > max_timestamp:
+                    max_timestamp, offset_of_max = batch_max, last_offset
+                offset = last_offset + 1
+            flush = self._finish_append(offset)
+        if flush:
+            self.flush()
+        return LogAppendInfo(
+            first_offset,
+            offset - 1,
+            max_timestamp,
+            offset_of_max,
+            now if log_append_time else -1,
+            len(batches),
+            sum(h.record_count for _, h in batches),
+            len(view),
+        )
+
+    def append_as_follower(self, records: Bytes) -> LogAppendInfo:
+        """Append batches replicated from the leader, keeping their offsets and epochs.
+
+        Each batch must start at or after the end of the one before it (the first at or
+        after the LEO; gaps are allowed, as compaction leaves them), else INVALID_RECORD.
+        """
+        view = _byte_view(records)
+        batches = _validate(view, self._config, for_leader=False)
+        now = now_ms()
+        with self._lock:
+            expected = self._end.offset
+            max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+            for _, header in batches:
+                if header.base_offset < expected:
+                    raise KafkaError(
+                        ErrorCode.INVALID_RECORD,
+                        f"batch at offset {header.base_offset} would follow offset {expected - 1} "
+                        f"in {self.topic}-{self.partition}",
+                    )
+                expected = header.next_offset
+            first_offset = batches[0][1].base_offset
+            for position, header in batches:
+                self._epochs.maybe_assign(header.partition_leader_epoch, header.base_offset)
+                data = view[position : position + header.size]
+                self._append_batch(data, header.size, header.base_offset, header.last_offset, header.max_timestamp, now)
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            flush = self._finish_append(expected)
+        if flush:
+            self.flush()
+        return LogAppendInfo(
+            first_offset,
+            expected - 1,
+            max_timestamp,
+            offset_of_max,
+            -1,
+            len(batches),
+            sum(h.record_count for _, h in batches),
+            len(view),
+        )
+
+    def _append_batch(
+        self, data: Bytes | tuple[Bytes, ...], size: int, base_offset: int, last_offset: int, max_timestamp: int, now: int
+    ) -> None:
+        segment = self._segments[-1]
+        if segment.should_roll(self._config, size, max_timestamp, last_offset, now):
+            segment = self._roll(base_offset, now)
+        segment.append(data, last_offset, max_timestamp, last_offset)
+
+    def _finish_append(self, next_offset: int) -> bool:
+        """Publish the new log end; returns whether flush.messages asks for a flush."""
+        active = self._segments[-1]
+        self._end = LogOffsetMetadata(next_offset, active.base_offset, active.size)
+        return next_offset - self._recovery_point >= self._config.flush_messages
+
+    # Reading -----------------------------------------------------------------------------
+
+    def read(
+        self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
+    ) -> LogSlice:
+        """Whole batches from the one holding `start_offset`, within `max_bytes`.
+
+        With `min_one_message` the first batch is returned whole even if bigger than
+        `max_bytes` (KIP-74); without it such a read is empty. No batch holding an offset
+        >= `max_offset` (exclusive bound, e.g. the high watermark) is returned. Reading at
+        the LEO (or at/after `max_offset`) gives an empty slice; `start_offset` outside
+        [log start, LEO] raises KafkaError(OFFSET_OUT_OF_RANGE).
+        """
+        # Order matters against writers: the end is published after the segment list
+        # grows, and the log start moves before segments are dropped.
+        end = self._end
+        segments = self._segments
+        log_start = self._log_start_offset
+        if start_offset < log_start or start_offset > end.offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {start_offset} is outside [{log_start}, {end.offset}] for {self.topic}-{self.partition}",
+            )
+        if start_offset == end.offset or (max_offset is not None and start_offset >= max_offset):
+            return LogSlice.empty(start_offset)
+        index = max(0, bisect_right(segments, start_offset, key=attrgetter("base_offset")) - 1)
+        for i in range(index, len(segments)):
+            segment = segments[i]
+            if segment.base_offset > end.segment_base_offset or (
+                max_offset is not None and segment.base_offset >= max_offset
+            ):
+                break
+            limit = end.position if segment.base_offset == end.segment_base_offset else segment.size
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if max_offset is not None and max_offset < end.offset and (next_base is None or max_offset < next_base):
+                # The batch holding max_offset and everything after it stay hidden.
+                bound = segment.translate_offset(max_offset, limit)
+                if bound is not None:
+                    limit = bound[0]
+            found = segment.read(start_offset, max_bytes, limit, min_one_message)
+            if found is not None:
+                return found
+        return LogSlice.empty(start_offset)
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= `timestamp`: the
+        first batch whose max timestamp reaches it, then the first such record in it.
+        None if no record is that recent. (ListOffsets' -1/-2 are the caller's.)"""
+        end = self._end
+        segments = self._segments
+        log_start = self._log_start_offset
+        for segment in segments:
+            if segment.base_offset > end.segment_base_offset:
+                break
+            if segment.max_timestamp < timestamp:
+                continue
+            limit = end.position if segment.base_offset == end.segment_base_offset else segment.size
+            found = segment.find_offset_by_timestamp(timestamp, log_start, limit)
+            if found is not None:
+                return found
+        return None
+
+    # Segments ----------------------------------------------------------------------------
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the LEO (no-op when the active one is empty)."""
+        with self._lock:
+            segment = self._roll(self._end.offset, _now(now_ms))
+            self._end = LogOffsetMetadata(self._end.offset, segment.base_offset, segment.size)
+            return segment
+
+    def _roll(self, base_offset: int, now: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.size == 0 and active.base_offset == base_offset:
+            return active
+        active.on_become_inactive()
+        segment = LogSegment.open(self._dir, base_offset, self._config, created_ms=now)
+        self._segments = [*self._segments, segment]
+        self._dir_dirty = True
+        self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+        self._pending_flushes.append(_flusher.submit(self._flush_in_background, base_offset))
+        return segment
+
+    def delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        """Delete segments from the oldest while `predicate(segment, next_segment)` holds;
+        the log start moves to the first kept segment. If every segment qualifies the log
+        rolls first, so an empty active segment remains. Returns how many were deleted."""
+        with self._lock:
+            return self._delete_leading_segments(predicate)
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start forward (DeleteRecords, retention); whole segments below it
+        are deleted. Returns False if `offset` is not past the current start."""
+        with self._lock:
+            if offset <= self._log_start_offset:
+                return False
+            if offset > self._end.offset:
+                raise KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"cannot start {self.topic}-{self.partition} at {offset}, past its end {self._end.offset}",
+                )
+            self._log_start_offset = offset
+            self._epochs.truncate_from_start(offset)
+            self._delete_leading_segments(lambda s, nxt: nxt is not None and nxt.base_offset <= offset)
+            return True
+
+    def _delete_leading_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
+        segments = self._segments
+        count = 0
+        while count < len(segments) and predicate(segments[count], segments[count + 1] if count + 1 < len(segments) else None):
+            count += 1
+        if count == len(segments):
+            if segments[-1].size == 0:
+                count -= 1
+            else:
+                self._roll(self._end.offset, now_ms())
+                self._end = LogOffsetMetadata(self._end.offset, self._segments[-1].base_offset, 0)
+        if count == 0:
+            return 0
+        doomed, kept = self._segments[:count], self._segments[count:]
+        new_start = max(self._log_start_offset, kept[0].base_offset)
+        if new_start != self._log_start_offset:
+            self._log_start_offset = new_start
+            self._epochs.truncate_from_start(new_start)
+        self._segments = kept
+        for segment in doomed:
+            segment.delete()
+        return count
+
+    # Truncation --------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop every offset >= `offset` (a follower's divergent tail); returns whether
+        anything was dropped. A batch holding `offset` goes whole; the LEO becomes `offset`."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to offset {offset}")
+        with self._lock:
+            if offset >= self._end.offset:
+                self._epochs.truncate_from_end(self._end.offset)
+                return False
+            if offset < self._segments[0].base_offset:
+                self._truncate_fully(offset)
+                return True
+            kept = [s for s in self._segments if s.base_offset <= offset]
+            doomed = self._segments[len(kept) :]
+            self._segments = kept
+            for segment in doomed:
+                segment.delete()
+            active = kept[-1]
+            active.truncate_to(offset)
+            self._end = LogOffsetMetadata(offset, active.base_offset, active.size)
+            self._epochs.truncate_from_end(offset)
+            self._log_start_offset = min(self._log_start_offset, offset)
+            self._recovery_point = min(self._recovery_point, offset)
+            self._truncations += 1
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete everything; the log restarts empty at `offset` (start = end = offset)."""
+        with self._lock:
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment.open(self._dir, offset, self._config)
+        self._log_start_offset = offset
+        self._segments = [segment]
+        self._end = LogOffsetMetadata(offset, offset, 0)
+        self._epochs.clear()
+        self._recovery_point = offset
+        self._dir_dirty = True
+        self._truncations += 1
+
+    # Durability and lifecycle ------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync the not-yet-flushed segments holding offsets below `up_to` (default: the
+        LEO) and move the recovery point there."""
+        with self._lock:
+            target = self._end.offset if up_to is None else min(up_to, self._end.offset)
+            segments = self._segments
+            recovery_point = self._recovery_point
+            dirty = [
+                s
+                for i, s in enumerate(segments)
+                if s.base_offset < target and (i + 1 == len(segments) or segments[i + 1].base_offset > recovery_point)
+            ]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            truncations = self._truncations
+        # fsync without the lock: appends continue meanwhile.
+        if target > recovery_point:
+            for segment in dirty:
+                segment.flush()
+        if dir_dirty:
+            fsync_dir(self._dir)
+        with self._lock:
+            if truncations == self._truncations and target > self._recovery_point:
+                self._recovery_point = target
+            self._last_flush_ms = now_ms()
+
+    def _flush_in_background(self, up_to: int) -> None:
+        try:
+            self.flush(up_to)
+        except Exception:
+            logger.exception("flushing %s up to offset %d failed", self._dir, up_to)
+
+    def _await_background_flushes(self) -> None:
+        for future in self._pending_flushes:
+            future.result()
+
+    def close(self) -> None:
+        """Close every file (no flush: call flush() first for a clean shutdown)."""
+        self._await_background_flushes()
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+
+    def rename_dir(self, new_dir: Path) -> None:
+        """Move the partition directory (e.g. to `<dir>.<uuid>-delete`); files stay open."""
+        with self._lock:
+            self._dir.rename(new_dir)
+            fsync_dir(new_dir.parent)
+            self._dir = new_dir
+            for segment in self._segments:
+                segment.change_dir(new_dir)
+            self._epochs.path = new_dir / LEADER_EPOCH_CHECKPOINT
+
+    def delete(self) -> None:
+        """Remove the log's files and directory. Slices already handed out stay readable."""
+        self._await_background_flushes()
+        with self._lock:
+            for segment in self._segments:
+                segment.delete()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# Helpers ---------------------------------------------------------------------------------
+
+
+def _now(now: int | None) -> int:
+    return now_ms() if now is None else now
+
+
+def _byte_view(records: Bytes) -> memoryview:
+    view = memoryview(records)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def _validate(view: memoryview, config: LogConfig, for_leader: bool) -> list[tuple[int, RecordBatchHeader]]:
+    """(position, header) of every batch, after checking them all: nothing is appended
+    unless everything is valid. Followers skip the producer-facing limits, as in Kafka."""
+    if not len(view):
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches to append")
+    batches = []
+    position = 0
+    while position < len(view):
+        if peek_batch_size(view, position) is None:
+            raise KafkaError(
+                ErrorCode.CORRUPT_MESSAGE, f"{len(view) - position} trailing bytes are not a record batch"
+            )
+        header = validate_batch(view, position)
+        if for_leader:
+            if header.size > config.max_message_bytes:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+                )
+            if header.record_count != header.last_offset_delta + 1:
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    f"record batch has {header.record_count} records but last offset delta {header.last_offset_delta}",
+                )
+        batches.append((position, header))
+        position += header.size
+    if for_leader and len(view) > config.segment_bytes:
+        raise KafkaError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{len(view)} bytes in one append exceed segment.bytes={config.segment_bytes}",
+        )
+    return batches
+
+
+def _stamp_header(view: memoryview, position: int, size: int, offset: int, epoch: int) -> tuple[Bytes, Bytes]:
+    """A copy of the batch header with its offset and leader epoch set (neither is under
+    the CRC), and the untouched rest of the batch: written together, never joined."""
+    header = bytearray(view[position : position + HEADER_SIZE])
+    set_base_offset(header, 0, offset)
+    set_partition_leader_epoch(header, 0, epoch)
+    return header, view[position + HEADER_SIZE : position + size]
+
+
+def _stamp_whole_batch(view: memoryview, position: int, size: int, offset: int, epoch: int, now: int) -> bytearray:
+    """A copy of the batch marked LogAppendTime with base and max timestamp `now`; the
+    attributes and timestamps are under the CRC, so it is recomputed."""
+    batch = bytearray(view[position : position + size])
+    set_base_offset(batch, 0, offset)
+    set_partition_leader_epoch(batch, 0, epoch)
+    attributes = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_POS)[0]
+    _ATTRIBUTES.pack_into(batch, ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_MASK)
+    _TIMESTAMPS.pack_into(batch, _BASE_TIMESTAMP_POS, now, now)
+    set_crc(batch, 0, size)
+    return batch
+
+
+def _segment_base_offsets(dir: Path) -> list[int]:
+    """Base offsets of the .log files; index files without a .log are removed."""
+    logs, orphans = set(), []
+    for path in dir.iterdir():
+        match = _SEGMENT_FILE.match(path.name)
+        if match and match.group(2) == "log":
+            logs.add(int(match.group(1)))
+        elif match:
+            orphans.append((int(match.group(1)), path))
+    for base, path in orphans:
+        if base not in logs:
+            logger.warning("removing %s: it has no .log", path)
+            path.unlink()
+    return sorted(logs)
+
+
+def _recover_unflushed(
+    segments: list[LogSegment], recovery_point: int, epochs: LeaderEpochFileCache
+) -> list[LogSegment]:
+    """Recover the segments from the one holding `recovery_point` on; after a segment
+    whose tail had to be cut, later segments cannot be trusted and are deleted."""
+    first = max(0, bisect_right(segments, recovery_point, key=attrgetter("base_offset")) - 1)
+    for i in range(first, len(segments)):
+        if segments[i].recover(epochs) and i + 1 < len(segments):
+            logger.warning("deleting %d segments after corruption in %s", len(segments) - i - 1, segments[i].log.path)
+            for segment in segments[i + 1 :]:
+                segment.delete()
+            return segments[: i + 1]
+    return segments

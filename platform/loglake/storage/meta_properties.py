@@ -1,0 +1,55 @@
+"""`meta.properties`: which broker and cluster a log directory belongs to.
+
+Kafka refuses to start on a directory written by another broker id or cluster, so a
+misconfigured `log.dirs` cannot silently mix two brokers' data.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from loglake.config import load_properties
+from loglake.storage.fileutil import atomic_write_text
+
+META_PROPERTIES = "meta.properties"
+
+
+class InconsistentMetaPropertiesError(RuntimeError):
+    """A log directory belongs to another broker id or cluster."""
+
+
+def new_cluster_id() -> str:
+    """A random 16-byte id in Kafka's form: URL-safe base64 without padding (22 chars)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True)
+class MetaProperties:
+    broker_id: int
+    cluster_id: str
+    version: int = 0
+
+    @classmethod
+    def read(cls, path: Path) -> MetaProperties | None:
+        """The properties in `path`, or None when the file does not exist."""
+        if not path.exists():
+            return None
+        props = load_properties(path)
+        try:
+            return cls(int(props["broker.id"]), props["cluster.id"], int(props.get("version", "0")))
+        except (KeyError, ValueError) as exc:
+            raise InconsistentMetaPropertiesError(f"{path}: missing or invalid {exc}") from None
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(
+            path,
+            "#\n"
+            f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
+            f"version={self.version}\n"
+            f"broker.id={self.broker_id}\n"
+            f"cluster.id={self.cluster_id}\n",
+        )

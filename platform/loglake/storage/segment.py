@@ -1,0 +1,329 @@
+"""One segment of a partition: `<base offset>.log` and its `.index` and `.timeindex`.
+
+Only the active (last) segment of a log is appended to. Every `index_interval_bytes`
+appended bytes the segment adds an offset index entry (last offset of the batch -> its
+position) and offers the time index its running max timestamp, exactly as Kafka's
+LogSegment does, so lookups are a binary search plus a scan of a few batch headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from loglake.config import LogConfig
+from loglake.errors import KafkaError
+from loglake.record.header import HEADER_SIZE, RecordBatchHeader, peek_batch_size, validate_batch
+from loglake.storage.file_records import Bytes, FileRecords, LogSlice
+from loglake.storage.index import CorruptIndexError
+from loglake.storage.leader_epoch_cache import LeaderEpochFileCache
+from loglake.storage.offset_index import INT32_MAX, OffsetIndex
+from loglake.storage.time_index import NO_TIMESTAMP, TimeIndex
+
+logger = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+# Recovery reads the .log this much at a time (more when a single batch is bigger).
+RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def filename_prefix(offset: int) -> str:
+    """Kafka's segment file name stem: the base offset as 20 zero-padded digits."""
+    return f"{offset:020d}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogSegment:
+    def __init__(
+        self, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, created_ms: int
+    ) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.created_ms = created_ms
+        stem = filename_prefix(base_offset)
+        self.log = FileRecords(dir / (stem + LOG_SUFFIX))
+        self.offset_index = OffsetIndex(dir / (stem + INDEX_SUFFIX), base_offset, max_index_size)
+        self.time_index = TimeIndex(dir / (stem + TIME_INDEX_SUFFIX), base_offset, max_index_size)
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
+        self._rolling_based_timestamp: int | None = None
+        self._bytes_since_last_index_entry = 0
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        base_offset: int,
+        config: LogConfig,
+        leader_epoch_cache: LeaderEpochFileCache | None = None,
+        created_ms: int | None = None,
+    ) -> LogSegment:
+        """Open or create the segment's files. An index that is missing or fails its sanity
+        check is rebuilt from the .log (which also drops a torn tail)."""
+        segment = cls(
+            dir,
+            base_offset,
+            config.index_interval_bytes,
+            config.segment_index_bytes,
+            now_ms() if created_ms is None else created_ms,
+        )
+        try:
+            segment.sanity_check()
+        except CorruptIndexError as exc:
+            logger.warning("%s; rebuilding the indexes of %s", exc, segment.log.path)
+            segment.recover(leader_epoch_cache)
+        else:
+            segment._load_state()
+        return segment
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (NO_TIMESTAMP if none)."""
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._offset_of_max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """What time-based retention compares: the max timestamp, else the file's mtime."""
+        if self._max_timestamp >= 0:
+            return self._max_timestamp
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    def sanity_check(self) -> None:
+        if self.log.size and not (self.offset_index.existed and self.time_index.existed):
+            raise CorruptIndexError(f"index files of {self.log.path} are missing")
+        self.offset_index.sanity_check(self.log.size)
+        self.time_index.sanity_check()
+
+    # Writing -----------------------------------------------------------------------------
+
+    def should_roll(
+        self, config: LogConfig, append_size: int, max_timestamp: int, largest_offset: int, now: int
+    ) -> bool:
+        """Whether an append of `append_size` bytes must go to a new segment instead."""
+        size = self.log.size
+        return (
+            (size > 0 and size + append_size > config.segment_bytes)
+            or (size > 0 and self._time_waited_for_roll(now, max_timestamp) > config.segment_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or largest_offset - self.base_offset > INT32_MAX
+        )
+
+    def append(
+        self,
+        records: Bytes | Sequence[Bytes],
+        largest_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+    ) -> int:
+        """Append batches (one buffer or pieces written back to back); returns their position."""
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+            raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
+        buffers = (records,) if isinstance(records, (bytes, bytearray, memoryview)) else records
+        position = self.log.append(buffers)
+        self._account(position, self.log.size - position, largest_offset, max_timestamp, offset_of_max_timestamp)
+        return position
+
+    def _account(
+        self, position: int, size: int, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int
+    ) -> None:
+        """Index bookkeeping for bytes just appended (or found by recovery) at `position`."""
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp, self._offset_of_max_timestamp = max_timestamp, offset_of_max_timestamp
+        if self._rolling_based_timestamp is None and max_timestamp >= 0:
+            self._rolling_based_timestamp = max_timestamp
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            if not self.offset_index.is_full:
+                self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    def on_become_inactive(self) -> None:
+        """The segment was rolled: its time index ends with its true max timestamp."""
+        self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True)
+
+    # Reading -----------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, max_position: int | None = None) -> tuple[int, RecordBatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= `offset`, if it
+        lies wholly below `max_position` (default: the end of the file)."""
+        limit = self.log.size if max_position is None else max_position
+        start = self.offset_index.lookup(offset).position
+        for position, header in self.log.batch_headers(start, limit):
+            if header.last_offset >= offset:
+                return (position, header) if position + header.size <= limit else None
+        return None
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = True
+    ) -> LogSlice | None:
+        """Whole batches from the one holding `start_offset`, at most `max_size` bytes
+        (but the first batch whole when `min_one_message`), none reaching past
+        `max_position`. None when no batch below `max_position` holds `start_offset` or a
+        later offset; an empty slice when the first batch is too big and not `min_one_message`.
+        """
+        limit = self.log.size if max_position is None else max_position
+        found = self.translate_offset(start_offset, limit)
+        if found is None:
+            return None
+        position, first = found
+        if first.size > max_size:
+            if not min_one_message:
+                return LogSlice.empty(start_offset)
+            end, last = position + first.size, first
+        else:
+            end, last = self._last_whole_batch(position, min(limit, position + max_size))
+        return LogSlice(self.log, position, end - position, first.base_offset, last.next_offset)
+
+    def _last_whole_batch(self, start: int, limit: int) -> tuple[int, RecordBatchHeader]:
+        """End and header of the last batch ending at or below `limit`, given that the batch
+        at `start` does. The index bounds the scan to about two index intervals."""
+        position = max(start, self.offset_index.position_of_batch_ending_before(limit))
+        end, last = start, None
+        for position, header in self.log.batch_headers(position, limit):
+            if position + header.size > limit:
+                break
+            end, last = position + header.size, header
+        assert last is not None, "the batch at the scan start always fits"
+        return end, last
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int = 0, max_position: int | None = None
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `timestamp` whose offset is
+        >= `starting_offset`, or None if this segment has none."""
+        entry = self.time_index.lookup(timestamp)
+        start = self.offset_index.lookup(max(entry.offset, starting_offset)).position
+        limit = self.log.size if max_position is None else max_position
+        return self.log.search_for_timestamp(timestamp, start, limit, starting_offset)
+
+    def next_offset(self) -> int:
+        """The offset after the last batch (the base offset when empty)."""
+        next_offset = self.base_offset
+        for _, header in self.log.batch_headers(self.offset_index.last_position, self.log.size):
+            next_offset = header.next_offset
+        return next_offset
+
+    # Recovery and truncation ------------------------------------------------------------
+
+    def recover(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> int:
+        """Rebuild both indexes from the .log, validating every batch (length, magic, CRC,
+        increasing offsets); cut the file at the first invalid or torn batch. Returns the
+        number of bytes cut. New leader epochs found in batches go to `leader_epoch_cache`."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
+        self._rolling_based_timestamp = None
+        self._bytes_since_last_index_entry = 0
+        size = self.log.size
+        position, next_offset = 0, self.base_offset
+        chunk, chunk_start = b"", 0
+        while position < size:
+            claimed = peek_batch_size(chunk, position - chunk_start) or 0
+            needed = min(max(claimed, HEADER_SIZE), size - position)
+            if position + needed > chunk_start + len(chunk):
+                chunk_start = position
+                chunk = self.log.read(position, max(needed, RECOVERY_CHUNK))
+                continue
+            try:
+                header = validate_batch(chunk, position - chunk_start)
+            except KafkaError as exc:
+                logger.warning("%s: invalid batch at position %d: %s", self.log.path, position, exc.message)
+                break
+            if header.base_offset < next_offset or header.last_offset - self.base_offset > INT32_MAX:
+                logger.warning(
+                    "%s: batch at position %d has offsets %d..%d, out of order after %d",
+                    self.log.path,
+                    position,
+                    header.base_offset,
+                    header.last_offset,
+                    next_offset,
+                )
+                break
+            if leader_epoch_cache is not None:
+                leader_epoch_cache.maybe_assign(header.partition_leader_epoch, header.base_offset)
+            self._account(position, header.size, header.last_offset, header.max_timestamp, header.last_offset)
+            position += header.size
+            next_offset = header.next_offset
+        if position == size:
+            return 0
+        logger.warning("%s: truncating %d bytes after position %d", self.log.path, size - position, position)
+        return self.log.truncate_to(position)
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch holding `offset` and everything after it; returns bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.log.truncate_to(found[0])
+        self._load_state()
+        return removed
+
+    def _load_state(self) -> None:
+        """Max timestamp, first timestamp and index spacing of existing data.
+
+        The time index's last entry is the max as of the last offset index entry, so only
+        the batches from that entry's position on need to be read.
+        """
+        last = self.time_index.last_entry
+        self._max_timestamp, self._offset_of_max_timestamp = last.timestamp, last.offset
+        start = self.offset_index.last_position
+        for _, header in self.log.batch_headers(start, self.log.size):
+            if header.max_timestamp > self._max_timestamp:
+                self._max_timestamp, self._offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        self._bytes_since_last_index_entry = self.log.size - start
+        first = next(self.log.batch_headers(0, self.log.size), None)
+        self._rolling_based_timestamp = first[1].max_timestamp if first and first[1].max_timestamp >= 0 else None
+
+    def _time_waited_for_roll(self, now: int, max_timestamp: int) -> int:
+        if self._rolling_based_timestamp is not None:
+            return max_timestamp - self._rolling_based_timestamp
+        return now - self.created_ms
+
+    # Files -------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def change_dir(self, dir: Path) -> None:
+        """The partition directory was renamed; open descriptors stay valid."""
+        for f in (self.log, self.offset_index, self.time_index):
+            f.path = dir / f.path.name
+
+    def close(self) -> None:
+        self.on_become_inactive()
+        self.log.close()
+        self.offset_index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        """Remove the files. The .log descriptor stays open while a LogSlice needs it."""
+        self.log.delete()
+        self.offset_index.delete()
+        self.time_index.delete()
