@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from loglake.record.header import RecordBatchHeader, peek_batch_size, validate_batch
+from loglake.record.header import (
+    RecordBatchHeader,
+    peek_batch_size,
+    set_base_offset,
+    set_partition_leader_epoch,
+    validate_batch,
+)
 
 COMPRESSION_GZIP = 1
 
@@ -36,6 +42,15 @@ def make_batch(
         value = f"{tag}:{i}:".encode().ljust(value_size, b"v")
         builder.append(i, timestamp=timestamp + i * timestamp_step, key=None, value=value, headers=[])
     return bytes(builder.build())
+
+
+def stamped(batch: bytes, offset: int, leader_epoch: int | None = None) -> bytes:
+    """The batch as the log stores it: base offset (and leader epoch) rewritten."""
+    out = bytearray(batch)
+    set_base_offset(out, 0, offset)
+    if leader_epoch is not None:
+        set_partition_leader_epoch(out, 0, leader_epoch)
+    return bytes(out)
 
 
 def split_batches(data: bytes) -> list[bytes]:

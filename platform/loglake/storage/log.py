@@ -135,9 +135,7 @@ class Log:
             dir.mkdir(parents=True)
             fsync_dir(dir.parent)
         epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
-        segments = [LogSegment.open(dir, base, config, epochs) for base in _segment_base_offsets(dir)]
-        if segments and not had_clean_shutdown:
-            segments = _recover_unflushed(segments, recovery_point, epochs)
+        segments = _load_segments(dir, config, epochs, None if had_clean_shutdown else recovery_point)
         if not segments:
             segments = [LogSegment.open(dir, log_start_offset, config)]
         log = cls(dir, config, segments, max(log_start_offset, segments[0].base_offset), 0, epochs)
@@ -639,16 +637,23 @@ def _segment_base_offsets(dir: Path) -> list[int]:
     return sorted(logs)
 
 
-def _recover_unflushed(
-    segments: list[LogSegment], recovery_point: int, epochs: LeaderEpochFileCache
+def _load_segments(
+    dir: Path, config: LogConfig, epochs: LeaderEpochFileCache, recovery_point: int | None
 ) -> list[LogSegment]:
-    """Recover the segments from the one holding `recovery_point` on; after a segment
-    whose tail had to be cut, later segments cannot be trusted and are deleted."""
-    first = max(0, bisect_right(segments, recovery_point, key=attrgetter("base_offset")) - 1)
-    for i in range(first, len(segments)):
-        if segments[i].recover(epochs) and i + 1 < len(segments):
-            logger.warning("deleting %d segments after corruption in %s", len(segments) - i - 1, segments[i].log.path)
-            for segment in segments[i + 1 :]:
-                segment.delete()
-            return segments[: i + 1]
+    """Open every segment in `dir`. With a `recovery_point` (the shutdown was not clean)
+    the segments from the one holding it on are recovered, and after one whose tail had
+    to be cut the later ones cannot be trusted and are deleted."""
+    bases = _segment_base_offsets(dir)
+    first_unflushed = len(bases) if recovery_point is None else max(0, bisect_right(bases, recovery_point) - 1)
+    segments = []
+    for i, base in enumerate(bases):
+        segment = LogSegment(dir, base, config)
+        segments.append(segment)
+        if i < first_unflushed:
+            segment.load(epochs)
+        elif segment.recover(epochs) and i + 1 < len(bases):
+            logger.warning("deleting the %d segments after corruption in %s", len(bases) - i - 1, segment.log.path)
+            for later in bases[i + 1 :]:
+                LogSegment(dir, later, config).delete()
+            break
     return segments

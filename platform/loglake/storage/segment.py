@@ -43,16 +43,18 @@ def now_ms() -> int:
 
 
 class LogSegment:
-    def __init__(
-        self, dir: Path, base_offset: int, index_interval_bytes: int, max_index_size: int, created_ms: int
-    ) -> None:
+    """A segment's files. The constructor only opens them; `load` (or `open`, which
+    constructs and loads) reads the state a segment keeps in memory, `recover` rebuilds
+    it from the .log."""
+
+    def __init__(self, dir: Path, base_offset: int, config: LogConfig, created_ms: int | None = None) -> None:
         self.base_offset = base_offset
-        self.index_interval_bytes = index_interval_bytes
-        self.created_ms = created_ms
+        self.index_interval_bytes = config.index_interval_bytes
+        self.created_ms = now_ms() if created_ms is None else created_ms
         stem = filename_prefix(base_offset)
         self.log = FileRecords(dir / (stem + LOG_SUFFIX))
-        self.offset_index = OffsetIndex(dir / (stem + INDEX_SUFFIX), base_offset, max_index_size)
-        self.time_index = TimeIndex(dir / (stem + TIME_INDEX_SUFFIX), base_offset, max_index_size)
+        self.offset_index = OffsetIndex(dir / (stem + INDEX_SUFFIX), base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(dir / (stem + TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes)
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
@@ -68,23 +70,20 @@ class LogSegment:
         leader_epoch_cache: LeaderEpochFileCache | None = None,
         created_ms: int | None = None,
     ) -> LogSegment:
-        """Open or create the segment's files. An index that is missing or fails its sanity
-        check is rebuilt from the .log (which also drops a torn tail)."""
-        segment = cls(
-            dir,
-            base_offset,
-            config.index_interval_bytes,
-            config.segment_index_bytes,
-            now_ms() if created_ms is None else created_ms,
-        )
-        try:
-            segment.sanity_check()
-        except CorruptIndexError as exc:
-            logger.warning("%s; rebuilding the indexes of %s", exc, segment.log.path)
-            segment.recover(leader_epoch_cache)
-        else:
-            segment._load_state()
+        """Open or create the segment's files and load them."""
+        segment = cls(dir, base_offset, config, created_ms)
+        segment.load(leader_epoch_cache)
         return segment
+
+    def load(self, leader_epoch_cache: LeaderEpochFileCache | None = None) -> None:
+        """Trust the files, but verify: an index that is missing or fails its sanity
+        check, or a tail that does not parse, means the segment is recovered instead."""
+        try:
+            self.sanity_check()
+            self._load_state()
+        except (CorruptIndexError, KafkaError) as exc:
+            logger.warning("%s; recovering %s", exc, self.log.path)
+            self.recover(leader_epoch_cache)
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
