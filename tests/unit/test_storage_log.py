@@ -306,15 +306,16 @@ def test_flush_moves_the_recovery_point(tmp_path: Path) -> None:
     assert log.recovery_point == 0
     append_batches(log, 1)  # 6 unflushed messages >= 5
     assert log.recovery_point == 6
-    other = open_log(tmp_path, "t-9", **TINY)
-    append_batches(other, 10)
-    assert other.recovery_point == 0
-    other.flush(up_to=4)
-    assert other.recovery_point == 4
-    other.close()  # waits for the flushes scheduled by rolls
-    assert other.recovery_point >= other.segments[-1].base_offset > 0
+    append_batches(log, 1)  # 3 more: below the threshold
+    assert log.recovery_point == 6
+    log.flush(up_to=8)
+    assert log.recovery_point == 8
     log.flush()
     assert log.recovery_point == log.log_end_offset
+    rolled = open_log(tmp_path, "t-9", **TINY)
+    append_batches(rolled, 10)
+    rolled.close()  # waits for the flushes that rolls scheduled in the background
+    assert rolled.recovery_point >= rolled.segments[-1].base_offset > 0
 
 
 def test_reads_run_concurrently_with_appends(tmp_path: Path) -> None:

@@ -220,5 +220,5 @@ def test_log_against_model_long() -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
     run_state_machine_as_test(
-        LogModel, settings=settings(max_examples=400, stateful_step_count=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        LogModel, settings=settings(max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     )

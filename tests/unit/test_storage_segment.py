@@ -80,9 +80,11 @@ def test_translate_offset_finds_the_batch_holding_each_offset(tmp_path: Path) ->
     written = fill(segment, 30)
     for w in written:
         for offset in range(w.offset, w.last_offset + 1):
-            position, header = segment.translate_offset(offset)
-            assert (position, header.base_offset) == (w.position, w.offset)
-    assert segment.translate_offset(BASE - 5)[0] == 0
+            found = segment.translate_offset(offset)
+            assert (found.position, found.size, found.base_offset, found.last_offset) == (
+                w.position, len(w.data), w.offset, w.last_offset
+            )
+    assert segment.translate_offset(BASE - 5).position == 0
     assert segment.translate_offset(written[-1].last_offset + 1) is None
     # A batch that does not end below max_position is not visible.
     assert segment.translate_offset(written[-1].offset, max_position=segment.size - 1) is None

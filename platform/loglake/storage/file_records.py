@@ -9,17 +9,40 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.record.header import HEADER_SIZE, RecordBatchHeader
+from loglake.record.header import HEADER_SIZE, LOG_OVERHEAD, RecordBatchHeader
 
 # Bytes read at a time when walking batch headers: a few index intervals' worth.
 SCAN_CHUNK = 16 * 1024
 
 Bytes = bytes | bytearray | memoryview
+
+# baseOffset, batchLength, (epoch, magic, crc, attributes), lastOffsetDelta, (baseTimestamp), maxTimestamp
+_LOCATION = struct.Struct(">qi11xi8xq")
+
+
+class BatchLocation(NamedTuple):
+    """Where a batch lies in a segment file, with the header fields lookups need."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
 
 
 class FileRecords:
@@ -61,11 +84,12 @@ class FileRecords:
     def read(self, position: int, size: int) -> bytes:
         return os.pread(self._fd, size, position)
 
-    def batch_headers(self, start: int, end: int) -> Iterator[tuple[int, RecordBatchHeader]]:
-        """(position, header) of each batch that starts in [start, end) with its header below `end`.
+    def batches(self, start: int, end: int) -> Iterator[BatchLocation]:
+        """Where each batch that starts in [start, end) with its header below `end` lies.
 
-        The bytes are trusted (they were validated when appended or recovered); only a
-        length that would not move forward is refused.
+        The bytes are trusted (they were validated when appended or recovered), so only
+        the few header fields needed are unpacked; a length that would not move forward
+        is refused.
         """
         position = start
         chunk, chunk_start = b"", start
@@ -75,29 +99,29 @@ class FileRecords:
                 chunk = self.read(position, min(SCAN_CHUNK, end - position))
                 if len(chunk) < HEADER_SIZE:
                     return
-            header = RecordBatchHeader.parse(chunk, position - chunk_start)
-            if header.size < HEADER_SIZE:
-                raise KafkaError(
-                    ErrorCode.KAFKA_STORAGE_ERROR, f"{self.path}: batch at {position} claims {header.size} bytes"
-                )
-            yield position, header
-            position += header.size
+            base_offset, length, last_offset_delta, max_timestamp = _LOCATION.unpack_from(chunk, position - chunk_start)
+            size = length + LOG_OVERHEAD
+            if size < HEADER_SIZE:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self.path}: batch at {position} claims {size} bytes")
+            yield BatchLocation(position, size, base_offset, base_offset + last_offset_delta, max_timestamp)
+            position += size
 
     def search_for_timestamp(
         self, timestamp: int, start: int, end: int, starting_offset: int
     ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp` and
         `starting_offset`, scanning batches in [start, end); None if there is none."""
-        for position, header in self.batch_headers(start, end):
-            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+        for batch in self.batches(start, end):
+            if batch.max_timestamp < timestamp or batch.last_offset < starting_offset:
                 continue
+            data = self.read(batch.position, batch.size)
+            header = RecordBatchHeader.parse(data)
             if header.is_log_append_time or header.compression:
                 # Every record of a LogAppendTime batch carries its max timestamp. A compressed
                 # batch would have to be inflated to look inside: answer with its first offset,
                 # which a consumer seeking by time may safely start from.
                 return max(header.base_offset, starting_offset), header.max_timestamp
-            records = self.read(position + HEADER_SIZE, header.size - HEADER_SIZE)
-            for offset, record_timestamp in _record_offsets_and_timestamps(records, header):
+            for offset, record_timestamp in _record_offsets_and_timestamps(data, header):
                 if record_timestamp >= timestamp and offset >= starting_offset:
                     return offset, record_timestamp
         return None
@@ -125,7 +149,7 @@ class FileRecords:
         self.path.unlink(missing_ok=True)
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _read_varint(buf: Bytes, pos: int) -> tuple[int, int]:
     """A zig-zag varint at `pos`: (value, position after it)."""
     raw = shift = 0
     while True:
@@ -137,12 +161,13 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _record_offsets_and_timestamps(records: bytes, header: RecordBatchHeader) -> Iterator[tuple[int, int]]:
-    """(offset, timestamp) of each record in an uncompressed batch body.
+def _record_offsets_and_timestamps(batch: bytes, header: RecordBatchHeader) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record in an uncompressed batch.
 
     A record is: length varint, attributes int8, timestamp delta varlong, offset delta
     varint, then key/value/headers, which are skipped by length.
     """
+    records = memoryview(batch)[HEADER_SIZE:]
     pos = 0
     for _ in range(header.record_count):
         length, body = _read_varint(records, pos)

@@ -354,7 +354,7 @@ class Log:
                 # The batch holding max_offset and everything after it stay hidden.
                 bound = segment.translate_offset(max_offset, limit)
                 if bound is not None:
-                    limit = bound[0]
+                    limit = bound.position
             found = segment.read(start_offset, max_bytes, limit, min_one_message)
             if found is not None:
                 return found

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from loglake.config import LogConfig
 from loglake.errors import KafkaError
-from loglake.record.header import HEADER_SIZE, RecordBatchHeader, peek_batch_size, validate_batch
-from loglake.storage.file_records import Bytes, FileRecords, LogSlice
+from loglake.record.header import HEADER_SIZE, peek_batch_size, validate_batch
+from loglake.storage.file_records import BatchLocation, Bytes, FileRecords, LogSlice
 from loglake.storage.index import CorruptIndexError
 from loglake.storage.leader_epoch_cache import LeaderEpochFileCache
 from loglake.storage.offset_index import INT32_MAX, OffsetIndex
@@ -165,14 +165,14 @@ class LogSegment:
 
     # Reading -----------------------------------------------------------------------------
 
-    def translate_offset(self, offset: int, max_position: int | None = None) -> tuple[int, RecordBatchHeader] | None:
-        """Position and header of the first batch whose last offset is >= `offset`, if it
-        lies wholly below `max_position` (default: the end of the file)."""
+    def translate_offset(self, offset: int, max_position: int | None = None) -> BatchLocation | None:
+        """The first batch whose last offset is >= `offset`, if it lies wholly below
+        `max_position` (default: the end of the file)."""
         limit = self.log.size if max_position is None else max_position
         start = self.offset_index.lookup(offset).position
-        for position, header in self.log.batch_headers(start, limit):
-            if header.last_offset >= offset:
-                return (position, header) if position + header.size <= limit else None
+        for batch in self.log.batches(start, limit):
+            if batch.last_offset >= offset:
+                return batch if batch.end <= limit else None
         return None
 
     def read(
@@ -184,29 +184,27 @@ class LogSegment:
         later offset; an empty slice when the first batch is too big and not `min_one_message`.
         """
         limit = self.log.size if max_position is None else max_position
-        found = self.translate_offset(start_offset, limit)
-        if found is None:
+        first = self.translate_offset(start_offset, limit)
+        if first is None:
             return None
-        position, first = found
         if first.size > max_size:
             if not min_one_message:
                 return LogSlice.empty(start_offset)
-            end, last = position + first.size, first
+            last = first
         else:
-            end, last = self._last_whole_batch(position, min(limit, position + max_size))
-        return LogSlice(self.log, position, end - position, first.base_offset, last.next_offset)
+            last = self._last_whole_batch(first, min(limit, first.position + max_size))
+        return LogSlice(self.log, first.position, last.end - first.position, first.base_offset, last.next_offset)
 
-    def _last_whole_batch(self, start: int, limit: int) -> tuple[int, RecordBatchHeader]:
-        """End and header of the last batch ending at or below `limit`, given that the batch
-        at `start` does. The index bounds the scan to about two index intervals."""
-        position = max(start, self.offset_index.position_of_batch_ending_before(limit))
-        end, last = start, None
-        for position, header in self.log.batch_headers(position, limit):
-            if position + header.size > limit:
+    def _last_whole_batch(self, first: BatchLocation, limit: int) -> BatchLocation:
+        """The last batch from `first` on that ends at or below `limit` (`first` does). The
+        index bounds the scan to about two index intervals."""
+        start = max(first.position, self.offset_index.position_of_batch_ending_before(limit))
+        last = first
+        for batch in self.log.batches(start, limit):
+            if batch.end > limit:
                 break
-            end, last = position + header.size, header
-        assert last is not None, "the batch at the scan start always fits"
-        return end, last
+            last = batch
+        return last
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int = 0, max_position: int | None = None
@@ -221,8 +219,8 @@ class LogSegment:
     def next_offset(self) -> int:
         """The offset after the last batch (the base offset when empty)."""
         next_offset = self.base_offset
-        for _, header in self.log.batch_headers(self.offset_index.last_position, self.log.size):
-            next_offset = header.next_offset
+        for batch in self.log.batches(self.offset_index.last_position, self.log.size):
+            next_offset = batch.next_offset
         return next_offset
 
     # Recovery and truncation ------------------------------------------------------------
@@ -278,7 +276,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
-        removed = self.log.truncate_to(found[0])
+        removed = self.log.truncate_to(found.position)
         self._load_state()
         return removed
 
@@ -291,12 +289,12 @@ class LogSegment:
         last = self.time_index.last_entry
         self._max_timestamp, self._offset_of_max_timestamp = last.timestamp, last.offset
         start = self.offset_index.last_position
-        for _, header in self.log.batch_headers(start, self.log.size):
-            if header.max_timestamp > self._max_timestamp:
-                self._max_timestamp, self._offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        for batch in self.log.batches(start, self.log.size):
+            if batch.max_timestamp > self._max_timestamp:
+                self._max_timestamp, self._offset_of_max_timestamp = batch.max_timestamp, batch.last_offset
         self._bytes_since_last_index_entry = self.log.size - start
-        first = next(self.log.batch_headers(0, self.log.size), None)
-        self._rolling_based_timestamp = first[1].max_timestamp if first and first[1].max_timestamp >= 0 else None
+        first = next(self.log.batches(0, self.log.size), None)
+        self._rolling_based_timestamp = first.max_timestamp if first and first.max_timestamp >= 0 else None
 
     def _time_waited_for_roll(self, now: int, max_timestamp: int) -> int:
         if self._rolling_based_timestamp is not None:
