@@ -14,6 +14,7 @@ from test_storage_support import COMPRESSION_GZIP, headers_of, make_batch, recor
 from loglake.config import LogConfig
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.header import RecordBatchHeader, set_crc, validate_batch
+from loglake.storage.file_records import FileRecords
 from loglake.storage.leader_epoch_cache import EpochEntry
 from loglake.storage.log import Log, parse_topic_partition
 
@@ -24,7 +25,9 @@ def open_log(tmp_path: Path, name: str = "topic-a-3", **config: object) -> Log:
     return Log.open(tmp_path / name, LogConfig(**config))
 
 
-def append_batches(log: Log, count: int, records: int = 3, epoch: int = 0, timestamp: int = 10_000) -> list[tuple[int, bytes]]:
+def append_batches(
+    log: Log, count: int, records: int = 3, epoch: int = 0, timestamp: int = 10_000
+) -> list[tuple[int, bytes]]:
     """Append `count` one-batch requests; returns (base offset, stored bytes) of each."""
     stored = []
     for i in range(count):
@@ -77,7 +80,8 @@ def test_read_from_every_offset_across_many_segments(tmp_path: Path) -> None:
     log = open_log(tmp_path, **TINY)
     stored = append_batches(log, 80)
     assert len(log.segments) > 10
-    assert [f.name for f in sorted(log.dir.glob("*.log"))][:2] == ["00000000000000000000.log", f"{log.segments[1].base_offset:020d}.log"]
+    names = [f.name for f in sorted(log.dir.glob("*.log"))]
+    assert names == [f"{s.base_offset:020d}.log" for s in log.segments] and names[0] == "00000000000000000000.log"
     by_offset = {}
     for base, data in stored:
         for offset in range(base, RecordBatchHeader.parse(data).next_offset):
@@ -135,7 +139,8 @@ def test_log_append_time_stamps_every_batch(tmp_path: Path) -> None:
     log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
     batches = [make_batch(3, timestamp=5), make_batch(2, timestamp=6, compression=COMPRESSION_GZIP)]
     info = log.append_as_leader(b"".join(batches), leader_epoch=1, now_ms=1_700_000_000_123)
-    assert (info.log_append_time_ms, info.max_timestamp, info.offset_of_max_timestamp) == (1_700_000_000_123, 1_700_000_000_123, 2)
+    now = 1_700_000_000_123
+    assert (info.log_append_time_ms, info.max_timestamp, info.offset_of_max_timestamp) == (now, now, 2)
     data = log.read(0, 10**6).read_bytes()
     for header in headers_of(data):  # headers_of validates the recomputed CRCs
         assert header.is_log_append_time
@@ -295,7 +300,8 @@ def test_append_as_follower_keeps_offsets_and_epochs(tmp_path: Path) -> None:
     assert log.read(0, 10**6).read_bytes() == replicated
     assert log.leader_epoch_cache.entries == (EpochEntry(1, 0), EpochEntry(2, 3))
     assert log.read(6, 10**6).first_offset == 10  # the gap reads as the next batch
-    expect_error(ErrorCode.INVALID_RECORD, log.append_as_follower, stamped(make_batch(1), 12) + stamped(make_batch(1), 12))
+    twice = stamped(make_batch(1), 12) + stamped(make_batch(1), 12)
+    expect_error(ErrorCode.INVALID_RECORD, log.append_as_follower, twice)
     expect_error(ErrorCode.INVALID_RECORD, log.append_as_follower, stamped(make_batch(1), 11))
     assert log.log_end_offset == 12
 
@@ -365,3 +371,26 @@ def test_reopen_keeps_everything(tmp_path: Path) -> None:
     for base, data in stored:
         assert validate_batch(reopened.read(base, len(data)).read_bytes()) == RecordBatchHeader.parse(data)
     assert reopened.append_as_leader(make_batch(1), 2).first_offset == 120
+
+
+def test_a_disk_error_midway_undoes_the_whole_append(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = open_log(tmp_path, segment_bytes=400)
+    stored = append_batches(log, 2)
+    segments_before = [(s.base_offset, s.size) for s in log.segments]
+    real_append, calls = FileRecords.append, []
+
+    def failing_append(self: FileRecords, buffers: object) -> int:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real_append(self, buffers)
+
+    monkeypatch.setattr(FileRecords, "append", failing_append)
+    error = expect_error(ErrorCode.KAFKA_STORAGE_ERROR, log.append_as_leader, make_batch(2) * 4, 5)
+    assert "No space left" in error.message
+    monkeypatch.undo()
+    assert log.log_end_offset == 6
+    assert [(s.base_offset, s.size) for s in log.segments if s.size] == [p for p in segments_before if p[1]]
+    assert log.read(0, 10**6).read_bytes() == b"".join(d for _, d in stored)
+    assert log.leader_epoch_cache.latest_epoch == 0  # the epoch of the failed append is gone too
+    assert log.append_as_leader(make_batch(1), 5).first_offset == 6

@@ -72,15 +72,15 @@ class LogModel(RuleBasedStateMachine):
         info = self.log.append_as_leader(b"".join(raw), leader_epoch=self.epoch)
         assert info.first_offset == self.leo
         for batch, (n, ts, step, _) in zip(raw, specs):
-            self.batches.append(
-                Batch(self.leo, self.leo + n - 1, self.epoch, tuple(ts + i * step for i in range(n)), stamped(batch, self.leo, self.epoch))
-            )
+            timestamps = tuple(ts + i * step for i in range(n))
+            stored = stamped(batch, self.leo, self.epoch)
+            self.batches.append(Batch(self.leo, self.leo + n - 1, self.epoch, timestamps, stored))
             self.leo += n
         assert info.last_offset == self.leo - 1
 
     @rule(specs=st.lists(BATCH_SPEC, min_size=1, max_size=3), data=st.data())
     def append_with_a_corrupt_batch(self, specs: list[tuple[int, int, int, int]], data: st.DataObject) -> None:
-        raw = [bytearray(make_batch(n, timestamp=ts, timestamp_step=step, value_size=size)) for n, ts, step, size in specs]
+        raw = [bytearray(make_batch(n, timestamp=ts, timestamp_step=s, value_size=v)) for n, ts, s, v in specs]
         victim = raw[data.draw(st.integers(0, len(raw) - 1))]
         victim[data.draw(st.integers(21, len(victim) - 1))] ^= 0x10  # under the CRC
         with pytest.raises(KafkaError) as caught:
@@ -117,7 +117,11 @@ class LogModel(RuleBasedStateMachine):
         recovery_point = self.log.recovery_point
         self.log.close()
         self.log = Log.open(
-            self.path, self.config, recovery_point=recovery_point, log_start_offset=self.log_start, had_clean_shutdown=clean
+            self.path,
+            self.config,
+            recovery_point=recovery_point,
+            log_start_offset=self.log_start,
+            had_clean_shutdown=clean,
         )
 
     @rule(garbage=st.binary(min_size=1, max_size=80))
@@ -220,5 +224,8 @@ def test_log_against_model_long() -> None:
     from hypothesis.stateful import run_state_machine_as_test
 
     run_state_machine_as_test(
-        LogModel, settings=settings(max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        LogModel,
+        settings=settings(
+            max_examples=200, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+        ),
     )

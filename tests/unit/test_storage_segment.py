@@ -210,7 +210,8 @@ def fill_from(segment: LogSegment, offset: int, count: int) -> list[Written]:
     for i in range(count):
         data = stamped(make_batch(2, timestamp=90_000 + i, tag=100 + i), offset)
         header = RecordBatchHeader.parse(data)
-        written.append(Written(offset, header.last_offset, segment.append(data, header.last_offset, header.max_timestamp, header.last_offset), data))
+        position = segment.append(data, header.last_offset, header.max_timestamp, header.last_offset)
+        written.append(Written(offset, header.last_offset, position, data))
         offset = header.next_offset
     return written
 

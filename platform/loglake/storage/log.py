@@ -16,7 +16,8 @@ import shutil
 import struct
 import threading
 from bisect import bisect_right
-from collections.abc import Callable
+from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter
@@ -231,7 +232,7 @@ class Log:
         batches = _validate(view, config, for_leader=True)
         now = _now(now_ms)
         log_append_time = config.message_timestamp_type == "LogAppendTime"
-        with self._lock:
+        with self._lock, self._undone_on_io_error():
             first_offset = offset = self._end.offset
             self._epochs.maybe_assign(leader_epoch, first_offset)
             max_timestamp, offset_of_max = NO_TIMESTAMP, first_offset
@@ -270,7 +271,7 @@ class Log:
         view = _byte_view(records)
         batches = _validate(view, self._config, for_leader=False)
         now = now_ms()
-        with self._lock:
+        with self._lock, self._undone_on_io_error():
             expected = self._end.offset
             max_timestamp, offset_of_max = NO_TIMESTAMP, -1
             for _, header in batches:
@@ -303,12 +304,33 @@ class Log:
         )
 
     def _append_batch(
-        self, data: Bytes | tuple[Bytes, ...], size: int, base_offset: int, last_offset: int, max_timestamp: int, now: int
+        self,
+        data: Bytes | tuple[Bytes, ...],
+        size: int,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        now: int,
     ) -> None:
         segment = self._segments[-1]
         if segment.should_roll(self._config, size, max_timestamp, last_offset, now):
             segment = self._roll(base_offset, now)
         segment.append(data, last_offset, max_timestamp, last_offset)
+
+    @contextmanager
+    def _undone_on_io_error(self) -> Iterator[None]:
+        """Keep an append all or nothing when the disk fails midway: cut what it wrote."""
+        start = self._end.offset
+        try:
+            yield
+        except OSError as exc:
+            try:
+                self._truncate_locked(start)
+            except OSError:
+                logger.exception("could not undo a failed append to %s", self._dir)
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.topic}-{self.partition} failed: {exc}"
+            ) from exc
 
     def _finish_append(self, next_offset: int) -> bool:
         """Publish the new log end; returns whether flush.messages asks for a flush."""
@@ -424,8 +446,9 @@ class Log:
 
     def _delete_leading_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
         segments = self._segments
+        following = [*segments[1:], None]
         count = 0
-        while count < len(segments) and predicate(segments[count], segments[count + 1] if count + 1 < len(segments) else None):
+        while count < len(segments) and predicate(segments[count], following[count]):
             count += 1
         if count == len(segments):
             if segments[-1].size == 0:
@@ -456,22 +479,26 @@ class Log:
             if offset >= self._end.offset:
                 self._epochs.truncate_from_end(self._end.offset)
                 return False
-            if offset < self._segments[0].base_offset:
-                self._truncate_fully(offset)
-                return True
-            kept = [s for s in self._segments if s.base_offset <= offset]
-            doomed = self._segments[len(kept) :]
-            self._segments = kept
-            for segment in doomed:
-                segment.delete()
-            active = kept[-1]
-            active.truncate_to(offset)
-            self._end = LogOffsetMetadata(offset, active.base_offset, active.size)
-            self._epochs.truncate_from_end(offset)
-            self._log_start_offset = min(self._log_start_offset, offset)
-            self._recovery_point = min(self._recovery_point, offset)
-            self._truncations += 1
+            self._truncate_locked(offset)
             return True
+
+    def _truncate_locked(self, offset: int) -> None:
+        """Cut the files at `offset`, even past the published end (undoing an append)."""
+        if offset < self._segments[0].base_offset:
+            self._truncate_fully(offset)
+            return
+        kept = [s for s in self._segments if s.base_offset <= offset]
+        doomed = self._segments[len(kept) :]
+        self._segments = kept
+        for segment in doomed:
+            segment.delete()
+        active = kept[-1]
+        active.truncate_to(offset)
+        self._end = LogOffsetMetadata(offset, active.base_offset, active.size)
+        self._epochs.truncate_from_end(offset)
+        self._log_start_offset = min(self._log_start_offset, offset)
+        self._recovery_point = min(self._recovery_point, offset)
+        self._truncations += 1
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at `offset` (start = end = offset)."""
