@@ -16,9 +16,9 @@ import shutil
 import struct
 import threading
 from bisect import bisect_right
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
@@ -62,6 +62,13 @@ def parse_topic_partition(name: str) -> tuple[str, int] | None:
     return topic, int(partition)
 
 
+def _topic_partition_of(dir: Path) -> tuple[str, int]:
+    parsed = parse_topic_partition(dir.name)
+    if parsed is None:
+        raise ValueError(f"{dir} is not named <topic>-<partition>")
+    return parsed
+
+
 @dataclass(frozen=True, slots=True)
 class LogAppendInfo:
     """What an append did. `offset_of_max_timestamp` is the last offset of the batch that
@@ -96,10 +103,7 @@ class Log:
         recovery_point: int,
         leader_epoch_cache: LeaderEpochFileCache,
     ) -> None:
-        parsed = parse_topic_partition(dir.name)
-        if parsed is None:
-            raise ValueError(f"{dir} is not named <topic>-<partition>")
-        self.topic, self.partition = parsed
+        self.topic, self.partition = _topic_partition_of(dir)
         self._dir = dir
         self._config = config
         self._segments = segments
@@ -130,8 +134,7 @@ class Log:
         (and the segments after it deleted).
         """
         dir = Path(dir)
-        if parse_topic_partition(dir.name) is None:
-            raise ValueError(f"{dir} is not named <topic>-<partition>")
+        _topic_partition_of(dir)  # before creating anything
         if not dir.exists():
             dir.mkdir(parents=True)
             fsync_dir(dir.parent)
