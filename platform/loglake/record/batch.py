@@ -1,0 +1,224 @@
+"""Building and reading whole magic-2 record batches, records included.
+
+The broker's append path never comes here (it works on headers, see `header.py`). This is
+for the places that must see records: HTTP JSON produce and fetch, the group coordinator's
+offsets topic, compaction, the Spark reader and tests.
+
+A record inside a batch:
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    keyLength varint | key | valueLength varint | value | headerCount varint
+    [headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue]
+with -1 lengths for a null key, value or header value.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import crc32c
+
+from loglake.errors import ErrorCode, KafkaError
+from loglake.record.compression import CompressionType, compress, decompress
+from loglake.record.header import (
+    ATTRIBUTES_POS,
+    CONTROL_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    RecordBatchHeader,
+    peek_batch_size,
+    validate_batch,
+)
+from loglake.record.varint import decode_varint, encode_varint
+
+Header = tuple[str, bytes | None]
+# What a producer supplies per record: key, value, headers, timestamp (None: now).
+RecordRow = tuple[bytes | None, bytes | None, Sequence[Header], int | None]
+
+_HEADER_AFTER_CRC = struct.Struct(">hiqqqhii")
+_PREFIX = struct.Struct(">qiib")
+_UINT32 = struct.Struct(">I")
+_NULL = encode_varint(-1)
+_ZERO = encode_varint(0)
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+
+
+def _encode_record(
+    parts: list[bytes], offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None, headers: Sequence[Header]
+) -> None:
+    body = [b"\x00", encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    if key is None:
+        body.append(_NULL)
+    else:
+        body.append(encode_varint(len(key)))
+        body.append(key)
+    if value is None:
+        body.append(_NULL)
+    else:
+        body.append(encode_varint(len(value)))
+        body.append(value)
+    if headers:
+        body.append(encode_varint(len(headers)))
+        for name, hvalue in headers:
+            raw_name = name.encode()
+            body.append(encode_varint(len(raw_name)))
+            body.append(raw_name)
+            if hvalue is None:
+                body.append(_NULL)
+            else:
+                body.append(encode_varint(len(hvalue)))
+                body.append(hvalue)
+    else:
+        body.append(_ZERO)
+    record = b"".join(body)
+    parts.append(encode_varint(len(record)))
+    parts.append(record)
+
+
+def encode_batch(
+    rows: Sequence[RecordRow],
+    now_ms: int,
+    *,
+    base_offset: int = 0,
+    compression: CompressionType = CompressionType.NONE,
+    log_append_time: bool = False,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    control: bool = False,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """One batch holding `rows` at consecutive offsets from `base_offset`."""
+    if not rows:
+        raise ValueError("a record batch holds at least one record")
+    if log_append_time:
+        timestamps = [now_ms] * len(rows)
+    else:
+        timestamps = [now_ms if row[3] is None else row[3] for row in rows]
+    base_timestamp = timestamps[0]
+    parts: list[bytes] = []
+    for i, (key, value, headers, _) in enumerate(rows):
+        _encode_record(parts, i, timestamps[i] - base_timestamp, key, value, headers)
+    records = b"".join(parts)
+    if compression != CompressionType.NONE:
+        records = compress(compression, records)
+    attributes = int(compression)
+    if log_append_time:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if transactional:
+        attributes |= TRANSACTIONAL_MASK
+    if control:
+        attributes |= CONTROL_MASK
+    after_crc = (
+        _HEADER_AFTER_CRC.pack(
+            attributes,
+            len(rows) - 1,
+            base_timestamp,
+            max(timestamps),
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(rows),
+        )
+        + records
+    )
+    crc = crc32c.crc32c(after_crc)
+    # batchLength counts everything after itself: the rest of the header plus the records.
+    prefix = _PREFIX.pack(base_offset, ATTRIBUTES_POS - LOG_OVERHEAD + len(after_crc), partition_leader_epoch, MAGIC)
+    return prefix + _UINT32.pack(crc) + after_crc
+
+
+def _decode_records(header: RecordBatchHeader, data: bytes | memoryview) -> list[Record]:
+    records: list[Record] = []
+    pos = 0
+    end = len(data)
+    base_offset = header.base_offset
+    base_timestamp = header.base_timestamp
+    append_time = header.max_timestamp if header.is_log_append_time else None
+    for _ in range(header.record_count):
+        length, pos = decode_varint(data, pos)
+        record_end = pos + length
+        if length < 0 or record_end > end:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record's length runs past its batch")
+        pos += 1  # attributes: unused in magic 2
+        timestamp_delta, pos = decode_varint(data, pos)
+        offset_delta, pos = decode_varint(data, pos)
+        key_length, pos = decode_varint(data, pos)
+        key = None
+        if key_length >= 0:
+            key = bytes(data[pos : pos + key_length])
+            pos += key_length
+        value_length, pos = decode_varint(data, pos)
+        value = None
+        if value_length >= 0:
+            value = bytes(data[pos : pos + value_length])
+            pos += value_length
+        header_count, pos = decode_varint(data, pos)
+        headers: list[Header] = []
+        for _ in range(header_count):
+            name_length, pos = decode_varint(data, pos)
+            if name_length < 0:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record header has a null key")
+            name = bytes(data[pos : pos + name_length]).decode("utf-8", errors="replace")
+            pos += name_length
+            hvalue_length, pos = decode_varint(data, pos)
+            hvalue = None
+            if hvalue_length >= 0:
+                hvalue = bytes(data[pos : pos + hvalue_length])
+                pos += hvalue_length
+            headers.append((name, hvalue))
+        if pos != record_end:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record's fields do not add up to its length")
+        timestamp = append_time if append_time is not None else base_timestamp + timestamp_delta
+        records.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    if pos != end:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{end - pos} bytes left over after the batch's records")
+    return records
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True) -> tuple[RecordBatchHeader, list[Record]]:
+    """The batch at `pos` with its records; raises CORRUPT_MESSAGE on any inconsistency."""
+    if verify_crc:
+        header = validate_batch(buf, pos)
+    else:
+        header = RecordBatchHeader.parse(buf, pos)
+        if header.size > len(buf) - pos:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch runs past the data given")
+    body = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    return header, _decode_records(header, decompress(header.compression, body))
+
+
+def decode_batches(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = True
+) -> Iterator[tuple[RecordBatchHeader, list[Record]]]:
+    """Every complete batch in `buf`, in order.
+
+    A partial batch at the end is skipped, as a Kafka consumer does: fetch responses cut at
+    `max_bytes` may end mid-batch.
+    """
+    pos = 0
+    while True:
+        size = peek_batch_size(buf, pos)
+        if size is None or size > len(buf) - pos:
+            return
+        if size < HEADER_SIZE:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch size {size} is smaller than a header")
+        yield decode_batch(buf, pos, verify_crc=verify_crc)
+        pos += size
