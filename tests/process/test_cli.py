@@ -10,9 +10,7 @@ from ingest_gateway.process import BrokerProcess
 
 def loglake(broker: BrokerProcess, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "loglake.cli", *args[:2], "--bootstrap-http", broker.http_url, *args[2:]]
-        if args[0] == "topics"
-        else [sys.executable, "-m", "loglake.cli", args[0], "--bootstrap-http", broker.http_url, *args[1:]],
+        [sys.executable, "-m", "loglake.cli", *args, "--bootstrap-http", broker.http_url],
         input=stdin,
         capture_output=True,
         timeout=60,
