@@ -1,0 +1,57 @@
+"""Kafka's wire protocol: frames, headers and message bodies for every version in the specs.
+
+Bodies are plain dicts keyed by Kafka's field names in snake_case (see schema.py). The
+message definitions in messages.py are generated from Kafka's JSON specs by
+scripts/gen_protocol.py.
+"""
+
+from loglake.protocol.api import (
+    SPEC_VERSIONS,
+    ApiKey,
+    api_name,
+    is_flexible,
+    request_header_version,
+    response_header_version,
+)
+from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, UnsupportedVersionError
+from loglake.protocol.framing import (
+    MAX_FRAME_SIZE,
+    Chunk,
+    RequestHeader,
+    chunks_size,
+    decode_request,
+    decode_request_header,
+    decode_response,
+    encode_request,
+    encode_response,
+    read_frame_size,
+)
+from loglake.protocol.schema import MessageCodec, codec, request_codec, response_codec
+from loglake.protocol.types import RecordsRef
+
+__all__ = [
+    "SPEC_VERSIONS",
+    "ApiKey",
+    "api_name",
+    "is_flexible",
+    "request_header_version",
+    "response_header_version",
+    "ProtocolDecodeError",
+    "ProtocolEncodeError",
+    "UnsupportedVersionError",
+    "MAX_FRAME_SIZE",
+    "Chunk",
+    "RequestHeader",
+    "chunks_size",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "read_frame_size",
+    "MessageCodec",
+    "codec",
+    "request_codec",
+    "response_codec",
+    "RecordsRef",
+]
