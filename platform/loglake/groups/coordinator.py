@@ -1,0 +1,1053 @@
+"""Kafka's (classic) group coordinator over asyncio: membership, rebalances, committed offsets.
+
+One `GroupCoordinator` per broker serves the groups whose `__consumer_offsets` partition
+(`partition_for(group_id)`) it has loaded. The broker calls `load_partition` /
+`unload_partition` as it gains or loses leadership of those partitions; requests for
+any other group answer NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while loading).
+
+A JoinGroup or SyncGroup call waits (awaits) until the rebalance step it belongs to
+completes, exactly when Kafka would answer it; timers are `loop.call_later` handles,
+so a coordinator must be used from one running event loop. Cancelling a waiting call
+(a client that went away) does not change the group, as a dropped connection does not
+in Kafka; the member then expires by its session or rebalance timeout.
+
+Persistence goes through `OffsetsLog`: offsets and group metadata are appended as
+records in Kafka's own formats (`loglake.groups.records`), and loading a partition
+replays them (last value per key wins, a null value deletes).
+
+Deliberately left out: static membership (group.instance.id: JoinGroup with an instance
+id answers UNSUPPORTED_VERSION, so a broker should advertise JoinGroup up to v4),
+group.max.size, transactional offset commits, the per-request retention time of
+OffsetCommit v2-v4, and KIP-848's consumer protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Protocol, Sequence
+
+from loglake.errors import ErrorCode, KafkaError
+from loglake.groups.api import (
+    GroupDescription,
+    GroupOverview,
+    GroupState,
+    JoinGroupMember,
+    JoinResult,
+    LeaveGroupResult,
+    ListGroupsResult,
+    MemberDescription,
+    MemberIdentity,
+    MemberLeaveResult,
+    OffsetAndMetadata,
+    OffsetCommitData,
+    OffsetFetchResult,
+    PartitionOffset,
+    SyncResult,
+    TopicPartition,
+)
+from loglake.groups.group import GroupMetadata, MemberMetadata
+from loglake.groups.records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_value,
+    encode_key,
+    encode_offset_commit_value,
+)
+
+log = logging.getLogger(__name__)
+
+_LOAD_YIELD_EVERY = 1000  # records replayed between yields to the event loop while loading
+
+
+class OffsetsLog(Protocol):
+    """The `__consumer_offsets` topic as the coordinator needs it (wired to the real log by the broker)."""
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append (key, value) records, all or none; durable (acks=all) when it returns.
+
+        Fails with `KafkaError` carrying the produce error (e.g. NOT_LEADER_OR_FOLLOWER),
+        or OSError for a storage failure.
+        """
+        ...
+
+    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        """Every record of the partition, in offset order."""
+        ...
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """The broker settings the coordinator uses, with Kafka's defaults."""
+
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
+    offsets_topic_num_partitions: int = 50
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs (a constant there).
+    new_member_join_timeout_ms: int = 300_000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
+        """From server.properties names; offsets.retention.minutes as Kafka reads it."""
+        base = cls()
+
+        def get(name: str, default: int) -> int:
+            return int(props[name]) if name in props else default
+
+        retention_ms = base.offsets_retention_ms
+        if "offsets.retention.minutes" in props:
+            retention_ms = int(props["offsets.retention.minutes"]) * 60_000
+        return cls(
+            group_min_session_timeout_ms=get("group.min.session.timeout.ms", base.group_min_session_timeout_ms),
+            group_max_session_timeout_ms=get("group.max.session.timeout.ms", base.group_max_session_timeout_ms),
+            group_initial_rebalance_delay_ms=get(
+                "group.initial.rebalance.delay.ms", base.group_initial_rebalance_delay_ms
+            ),
+            offsets_topic_num_partitions=get("offsets.topic.num.partitions", base.offsets_topic_num_partitions),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes", base.offset_metadata_max_bytes),
+            offsets_retention_ms=retention_ms,
+            offsets_retention_check_interval_ms=get(
+                "offsets.retention.check.interval.ms", base.offsets_retention_check_interval_ms
+            ),
+        )
+
+
+def java_string_hash(s: str) -> int:
+    """Java's `String.hashCode()`: 31-polynomial over UTF-16 code units, as a signed int32."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _kafka_abs(n: int) -> int:
+    # Kafka's Utils.abs: Math.abs, except Integer.MIN_VALUE maps to 0 (not to itself).
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def _map_append_error(exc: Exception, for_offsets: bool) -> ErrorCode:
+    """The error a client sees when appending to __consumer_offsets fails, as Kafka maps it."""
+    if not isinstance(exc, KafkaError):
+        return ErrorCode.NOT_COORDINATOR if isinstance(exc, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+    code = exc.code
+    if code in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if for_offsets else ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+def _utf16_length(s: str) -> int:
+    # Kafka bounds metadata by Java's String.length(), i.e. UTF-16 code units, not bytes.
+    return len(s.encode("utf-16-le")) // 2
+
+
+class GroupCoordinator:
+    """Serves the groups of the `__consumer_offsets` partitions it has loaded.
+
+    Active from construction; `start()` only adds the periodic offset expiry, `stop()`
+    unloads everything and answers later requests COORDINATOR_NOT_AVAILABLE.
+    `clock` returns seconds (like time.time); timestamps are in ms from it.
+    """
+
+    def __init__(
+        self, config: GroupConfig, offsets_log: OffsetsLog, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._config = config
+        self._log = offsets_log
+        self._clock = clock
+        self._groups: dict[str, GroupMetadata] = {}
+        self._owned: set[int] = set()
+        # Partition -> token of the load in progress; a load whose token was replaced or
+        # removed (unloaded meanwhile) stops.
+        self._loading: dict[int, object] = {}
+        self._active = True
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._expiry_task: asyncio.Task[None] | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def partition_for(self, group_id: str) -> int:
+        """The `__consumer_offsets` partition of a group: abs(hashCode) % partitions, as Kafka."""
+        return _kafka_abs(java_string_hash(group_id)) % self._config.offsets_topic_num_partitions
+
+    async def start(self) -> None:
+        """Start expiring offsets every offsets.retention.check.interval.ms."""
+        if self._expiry_task is None:
+            self._expiry_task = asyncio.get_running_loop().create_task(self._expire_periodically())
+
+    async def stop(self) -> None:
+        """Stop the expiry task, unload every partition and refuse further requests."""
+        self._active = False
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            await asyncio.gather(self._expiry_task, return_exceptions=True)
+            self._expiry_task = None
+        for partition in sorted(self._owned | self._loading.keys()):
+            self.unload_partition(partition)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def load_partition(self, partition: int) -> None:
+        """Become coordinator for the groups of `partition`: replay it, then serve them.
+
+        Meanwhile their requests answer COORDINATOR_LOAD_IN_PROGRESS. An unload during
+        the replay abandons it. Errors reading or decoding propagate, leaving the
+        partition unowned.
+        """
+        if partition in self._owned or partition in self._loading:
+            return
+        token = self._loading[partition] = object()
+        try:
+            offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
+            groups: dict[str, GroupMetadataValue] = {}
+            for count, (key_bytes, value_bytes) in enumerate(self._log.read(partition), 1):
+                key = decode_key(key_bytes)
+                if isinstance(key, OffsetCommitKey):
+                    tp_key = (key.group, TopicPartition(key.topic, key.partition))
+                    if value_bytes is None:
+                        offsets.pop(tp_key, None)
+                    else:
+                        offsets[tp_key] = decode_offset_commit_value(value_bytes)
+                elif isinstance(key, GroupMetadataKey):
+                    if value_bytes is None:
+                        groups.pop(key.group, None)
+                    else:
+                        groups[key.group] = decode_group_metadata_value(value_bytes)
+                if count % _LOAD_YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # let other groups' requests run during a long load
+                    if self._loading.get(partition) is not token:
+                        return
+            self._install_loaded(groups, offsets)
+            self._owned.add(partition)
+        finally:
+            if self._loading.get(partition) is token:
+                del self._loading[partition]
+
+    def unload_partition(self, partition: int) -> None:
+        """Stop coordinating the groups of `partition`; their waiting requests get NOT_COORDINATOR."""
+        self._loading.pop(partition, None)
+        self._owned.discard(partition)
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            self._on_group_unloaded(self._groups.pop(group_id))
+
+    # ---------------------------------------------------------------- membership
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        *,
+        group_instance_id: str | None = None,
+        require_known_member_id: bool = True,
+    ) -> JoinResult:
+        """JoinGroup. `member_id` "" for a new member; `protocols` as (name, metadata) in
+        preference order. `require_known_member_id` is JoinGroup v4+: a new member first
+        gets MEMBER_ID_REQUIRED with its id and must join again with it. v0 requests pass
+        their session timeout as `rebalance_timeout_ms`.
+        """
+        error = self._validate(group_id)
+        if error is not None:
+            return JoinResult(error, member_id=member_id)
+        if group_instance_id is not None:
+            return JoinResult(ErrorCode.UNSUPPORTED_VERSION, member_id=member_id)  # no static membership
+        if not (
+            self._config.group_min_session_timeout_ms
+            <= session_timeout_ms
+            <= self._config.group_max_session_timeout_ms
+        ):
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        protocols = [(name, bytes(metadata)) for name, metadata in protocols]
+        group = self._groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            self._groups[group_id] = group
+        if group.state is GroupState.DEAD:
+            # Just deleted or unloaded: the client should look the coordinator up again.
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
+        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        new_member = _NewMember(client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type)
+        if not member_id:
+            outcome = self._join_unknown_member(group, new_member, protocols, require_known_member_id)
+        else:
+            outcome = self._join_current_member(group, member_id, new_member, protocols)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+        return outcome if isinstance(outcome, JoinResult) else await outcome
+
+    async def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: Mapping[str, bytes],
+        *,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> SyncResult:
+        """SyncGroup. The leader passes every member's assignment (missing ones get b"");
+        the others pass {}. Waits until the leader's assignment is stored.
+        `protocol_type` / `protocol_name` are SyncGroup v5's optional checks.
+        """
+        error = self._validate(group_id)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # The rebalance's state was lost with the old coordinator: make the member rejoin.
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        if error is not None:
+            return SyncResult(error)
+        group = self._groups.get(group_id)
+        if group is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.state is GroupState.DEAD:
+            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        member = group.members.get(member_id)
+        if member is None:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if generation_id != group.generation_id:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+            protocol_name is not None and protocol_name != group.protocol_name
+        ):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.state is GroupState.EMPTY:
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            # Already synced (e.g. a retried SyncGroup): answer the current assignment.
+            self._remove_pending_sync_member(group, member_id)
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            return SyncResult(ErrorCode.NONE, group.protocol_type, group.protocol_name, member.assignment)
+        # CompletingRebalance: wait for the leader's assignment.
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        superseded, member.awaiting_sync = member.awaiting_sync, future
+        _resolve(superseded, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        self._remove_pending_sync_member(group, member_id)
+        if group.leader_id == member_id:
+            assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+            self._spawn(self._store_assignment(group, generation_id, assignment))
+        return await future
+
+    async def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        """Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        error = self._validate(group_id)
+        if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return ErrorCode.NONE  # the group is still loading: answer blindly, as Kafka does
+        if error is not None:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.state is GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    async def leave_group(self, group_id: str, members: Sequence[MemberIdentity]) -> LeaveGroupResult:
+        """LeaveGroup: v0-v2 name one member, v3+ a batch (each answered separately)."""
+        error = self._validate(group_id)
+        if error is not None:
+            return LeaveGroupResult(error)
+        group = self._groups.get(group_id)
+        if group is None:
+            return LeaveGroupResult(
+                ErrorCode.NONE,
+                tuple(MemberLeaveResult(m.member_id, m.group_instance_id, ErrorCode.UNKNOWN_MEMBER_ID) for m in members),
+            )
+        if group.state is GroupState.DEAD:
+            return LeaveGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        results = []
+        for identity in members:
+            member_error = ErrorCode.NONE
+            if identity.member_id in group.pending_members:
+                self._remove_pending_member(group, identity.member_id)
+            elif identity.member_id in group.members:
+                self._remove_member_and_update_group(group, group.members[identity.member_id])
+            else:
+                # Also an empty member id with an instance id: there are no static members.
+                member_error = ErrorCode.UNKNOWN_MEMBER_ID
+            results.append(MemberLeaveResult(identity.member_id, identity.group_instance_id, member_error))
+        return LeaveGroupResult(ErrorCode.NONE, tuple(results))
+
+    # ---------------------------------------------------------------- offsets
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommitData],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit. Members of a group pass their id and generation; a "simple" commit
+        (generation -1, member "") is allowed while the group has no members, and creates
+        the group if needed. Durable in __consumer_offsets when it returns NONE.
+        """
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return {tp: error for tp in offsets}
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation this coordinator never had (e.g. an old one).
+                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
+            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            self._groups[group_id] = group
+        error = self._validate_offset_commit(group, member_id, generation_id)
+        if error is not None:
+            return {tp: error for tp in offsets}
+        member = group.members.get(member_id)
+        if member is not None and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+            # A commit counts as a heartbeat; during PreparingRebalance the commit is still
+            # accepted, the next heartbeat tells the member to rejoin.
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        return await self._store_offsets(group, offsets)
+
+    async def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
+    ) -> OffsetFetchResult:
+        """OffsetFetch: the given partitions, or every committed one when `partitions` is None.
+
+        Answered whatever the group's state (groups may use Kafka only to store offsets);
+        a partition with no commit gets offset -1. `require_stable` (v7+) answers
+        UNSTABLE_OFFSET_COMMIT for a partition whose commit is still being written.
+        """
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return OffsetFetchResult(error)
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return OffsetFetchResult(ErrorCode.NONE, {tp: PartitionOffset(-1, -1, "") for tp in partitions or ()})
+        wanted = sorted(group.offsets) if partitions is None else list(partitions)
+        result = {}
+        for tp in wanted:
+            committed = group.offsets.get(tp)
+            if require_stable and group.pending_offset_commits[tp]:
+                result[tp] = PartitionOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            elif committed is None:
+                result[tp] = PartitionOffset(-1, -1, "")
+            else:
+                result[tp] = PartitionOffset(committed.offset, committed.leader_epoch, committed.metadata)
+        return OffsetFetchResult(ErrorCode.NONE, result)
+
+    async def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`),
+        write their tombstones, and drop Empty groups left with no offsets. Returns how many
+        offsets expired.
+        """
+        now = self._now_ms() if now_ms is None else now_ms
+        retention = self._config.offsets_retention_ms
+        return await self._cleanup_groups(
+            list(self._groups.values()), lambda g: g.remove_expired_offsets(now, retention)
+        )
+
+    # ---------------------------------------------------------------- administration
+
+    async def list_groups(self, states: Collection[str] | None = None) -> ListGroupsResult:
+        """ListGroups: this coordinator's groups, optionally only those in `states` (v4+).
+
+        The error is COORDINATOR_LOAD_IN_PROGRESS while any partition loads (with the
+        groups known so far), as Kafka answers.
+        """
+        if not self._active:
+            return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        groups = tuple(
+            GroupOverview(g.group_id, g.protocol_type or "", g.state)
+            for g in self._groups.values()
+            if not states or g.state.value in states
+        )
+        return ListGroupsResult(error, groups)
+
+    async def describe_groups(self, group_ids: Sequence[str]) -> list[GroupDescription]:
+        """DescribeGroups, one description per id in order."""
+        return [self._describe(group_id) for group_id in group_ids]
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups: only Empty groups (NON_EMPTY_GROUP otherwise); their offsets and
+        metadata get tombstones."""
+        errors: dict[str, ErrorCode] = {}
+        deletable = []
+        for group_id in dict.fromkeys(group_ids):
+            error = self._validate(group_id, allow_empty_id=True)
+            group = self._groups.get(group_id)
+            if error is not None:
+                errors[group_id] = error
+            elif group is None or group.state is GroupState.DEAD:
+                errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.state is GroupState.EMPTY:
+                group.transition_to(GroupState.DEAD, self._now_ms())
+                deletable.append(group)
+            else:
+                errors[group_id] = ErrorCode.NON_EMPTY_GROUP
+        if deletable:
+            await self._cleanup_groups(deletable, GroupMetadata.remove_all_offsets)
+            errors.update((g.group_id, ErrorCode.NONE) for g in deletable)
+        return errors
+
+    # ---------------------------------------------------------------- internals: validation
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _validate(self, group_id: str, allow_empty_id: bool = False) -> ErrorCode | None:
+        # Offset APIs, DescribeGroups and DeleteGroups accept "" as a group id, as Kafka does.
+        if group_id is None or (not group_id and not allow_empty_id):
+            return ErrorCode.INVALID_GROUP_ID
+        if not self._active:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        partition = self.partition_for(group_id)
+        if partition in self._loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if partition not in self._owned:
+            return ErrorCode.NOT_COORDINATOR
+        return None
+
+    def _validate_offset_commit(self, group: GroupMetadata, member_id: str, generation_id: int) -> ErrorCode | None:
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id >= 0 or member_id:
+            if member_id not in group.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+            if group.state is GroupState.COMPLETING_REBALANCE:
+                # The member has its JoinGroup answer but not its assignment yet.
+                return ErrorCode.REBALANCE_IN_PROGRESS
+            return None
+        if group.state is not GroupState.EMPTY:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # once a group has members, only they commit
+        return None
+
+    def _describe(self, group_id: str) -> GroupDescription:
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return GroupDescription(group_id, error, "")
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value)
+        stable = group.state is GroupState.STABLE and group.protocol_name is not None
+        members = tuple(
+            MemberDescription(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupDescription(
+            group_id,
+            ErrorCode.NONE,
+            group.state.value,
+            group.protocol_type or "",
+            (group.protocol_name or "") if stable else "",
+            members,
+        )
+
+    # ---------------------------------------------------------------- internals: join phase
+
+    def _join_unknown_member(
+        self, group: GroupMetadata, new: _NewMember, protocols: list[tuple[str, bytes]], require_known_member_id: bool
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        member_id = f"{new.client_id}-{uuid.uuid4()}"
+        if require_known_member_id:
+            # The id is reserved until the member rejoins with it or its session timeout passes;
+            # meanwhile it holds the rebalance back like a member that has not rejoined.
+            group.pending_members.add(member_id)
+            group.pending_member_timers[member_id] = asyncio.get_running_loop().call_later(
+                new.session_timeout_ms / 1000, self._on_pending_member_expired, group, member_id
+            )
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+        return self._add_member_and_rebalance(group, member_id, new, protocols)
+
+    def _join_current_member(
+        self, group: GroupMetadata, member_id: str, new: _NewMember, protocols: list[tuple[str, bytes]]
+    ) -> JoinResult | asyncio.Future[JoinResult]:
+        if member_id in group.pending_members:
+            timer = group.pending_member_timers.pop(member_id, None)
+            if timer is not None:
+                timer.cancel()
+            return self._add_member_and_rebalance(group, member_id, new, protocols)
+        member = group.members.get(member_id)
+        if member is None or group.state is GroupState.EMPTY:
+            return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
+        unchanged = member.matches(protocols)
+        if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
+            # It probably lost the JoinGroup answer: send this generation's again.
+            return self._join_result(group, member)
+        if group.state is GroupState.STABLE and unchanged and group.leader_id != member_id:
+            # A follower with nothing new rejoins without disturbing the group. (The leader
+            # always triggers a rebalance: that is how it asks for a new assignment.)
+            return self._join_result(group, member)
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        superseded = group.update_member(member, protocols, new.rebalance_timeout_ms, new.session_timeout_ms, future)
+        # Kafka drops a superseded JoinGroup unanswered; answer it so nothing waits forever.
+        _resolve(superseded, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member_id))
+        self._maybe_prepare_rebalance(group)
+        return future
+
+    def _add_member_and_rebalance(
+        self, group: GroupMetadata, member_id: str, new: _NewMember, protocols: list[tuple[str, bytes]]
+    ) -> asyncio.Future[JoinResult]:
+        member = MemberMetadata(
+            member_id,
+            None,
+            new.client_id,
+            new.client_host,
+            new.rebalance_timeout_ms,
+            new.session_timeout_ms,
+            new.protocol_type,
+            protocols,
+            is_new=True,
+        )
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+            group.new_member_added = True  # extends the initial delayed join
+        group.add(member, future)
+        self._schedule_heartbeat_expiration(group, member, self._config.new_member_join_timeout_ms)
+        self._maybe_prepare_rebalance(group)
+        return future
+
+    def _maybe_prepare_rebalance(self, group: GroupMetadata) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
+            self._prepare_rebalance(group)
+
+    def _prepare_rebalance(self, group: GroupMetadata) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Members waiting in SyncGroup must rejoin instead.
+            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        _cancel(group.sync_timer)
+        group.sync_timer = None
+        loop = asyncio.get_running_loop()
+        if group.state is GroupState.EMPTY:
+            # First join of an empty group: wait group.initial.rebalance.delay.ms for others,
+            # longer while more keep arriving, up to the rebalance timeout in all.
+            delay = self._config.group_initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms - delay, 0)
+            group.join_is_initial = True
+            group.join_timer = loop.call_later(delay / 1000, self._on_initial_join_expired, group, remaining)
+        else:
+            group.join_is_initial = False
+            group.join_timer = loop.call_later(group.rebalance_timeout_ms / 1000, self._complete_join, group)
+        group.transition_to(GroupState.PREPARING_REBALANCE, self._now_ms())
+        self._try_complete_join(group)
+
+    def _try_complete_join(self, group: GroupMetadata) -> None:
+        # The initial delayed join always waits its delay out.
+        if group.join_timer is not None and not group.join_is_initial and group.has_all_members_joined():
+            group.join_timer.cancel()
+            self._complete_join(group)
+
+    def _on_initial_join_expired(self, group: GroupMetadata, remaining_ms: int) -> None:
+        if group.new_member_added and remaining_ms > 0:
+            group.new_member_added = False
+            delay = min(self._config.group_initial_rebalance_delay_ms, remaining_ms)
+            group.join_timer = asyncio.get_running_loop().call_later(
+                delay / 1000, self._on_initial_join_expired, group, remaining_ms - delay
+            )
+        else:
+            self._complete_join(group)
+
+    def _complete_join(self, group: GroupMetadata) -> None:
+        """End of the join phase (Kafka's onCompleteJoin): drop members that did not rejoin,
+        start the next generation and answer every waiting JoinGroup."""
+        group.join_timer = None
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        for member in [m for m in group.members.values() if m.awaiting_join is None]:
+            group.remove(member.member_id)
+            _cancel(member.heartbeat_timer)
+        # Everyone left now awaits the join, so if the leader did not rejoin, remove() has
+        # already handed leadership to one who did.
+        now = self._now_ms()
+        group.init_next_generation(now)
+        if group.state is GroupState.EMPTY:
+            self._spawn(self._store_group_logged(group, {}))
+            return
+        for member in group.members.values():
+            future, member.awaiting_join = member.awaiting_join, None
+            _resolve(future, self._join_result(group, member))
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            member.is_new = False
+            group.pending_sync_members.add(member.member_id)
+        # Members that never send SyncGroup are removed after the rebalance timeout.
+        group.sync_timer = asyncio.get_running_loop().call_later(
+            group.rebalance_timeout_ms / 1000, self._on_sync_expired, group, group.generation_id
+        )
+
+    def _join_result(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
+        members: tuple[JoinGroupMember, ...] = ()
+        if group.leader_id == member.member_id and group.protocol_name is not None:
+            protocol = group.protocol_name
+            members = tuple(
+                JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(protocol))
+                for m in group.members.values()
+            )
+        return JoinResult(
+            ErrorCode.NONE,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            member.member_id,
+            members,
+        )
+
+    # ---------------------------------------------------------------- internals: sync phase
+
+    def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
+        group.pending_sync_members.discard(member_id)
+        if not group.pending_sync_members:
+            _cancel(group.sync_timer)
+            group.sync_timer = None
+
+    def _on_sync_expired(self, group: GroupMetadata, generation_id: int) -> None:
+        group.sync_timer = None
+        if generation_id != group.generation_id or group.state not in (
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.STABLE,
+        ):
+            return
+        if group.pending_sync_members:
+            for member_id in list(group.pending_sync_members):
+                member = group.members.get(member_id)
+                group.remove(member_id)
+                if member is not None:
+                    _cancel(member.heartbeat_timer)
+            self._prepare_rebalance(group)
+
+    async def _store_assignment(self, group: GroupMetadata, generation_id: int, assignment: dict[str, bytes]) -> None:
+        error = await self._store_group(group, assignment)
+        # Members may have come or gone while the log wrote: only finish the generation it was for.
+        if group.state is not GroupState.COMPLETING_REBALANCE or group.generation_id != generation_id:
+            return
+        if error is not ErrorCode.NONE:
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group)
+            return
+        for member in group.members.values():
+            member.assignment = assignment[member.member_id]
+        self._propagate_assignment(group, ErrorCode.NONE)
+        group.transition_to(GroupState.STABLE, self._now_ms())
+
+    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: GroupMetadata, error: ErrorCode) -> None:
+        ok = error is ErrorCode.NONE
+        for member in group.members.values():
+            future, member.awaiting_sync = member.awaiting_sync, None
+            if future is None:
+                continue
+            _resolve(
+                future,
+                SyncResult(
+                    error,
+                    group.protocol_type if ok else None,
+                    group.protocol_name if ok else None,
+                    member.assignment,
+                ),
+            )
+            # Its session may have lapsed while it waited: start it afresh.
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+
+    # ---------------------------------------------------------------- internals: expiry and removal
+
+    def _schedule_heartbeat_expiration(self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int) -> None:
+        _cancel(member.heartbeat_timer)
+        member.heartbeat_timer = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._on_heartbeat_expired, group, member
+        )
+
+    def _on_heartbeat_expired(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        member.heartbeat_timer = None
+        if group.state is GroupState.DEAD or group.members.get(member.member_id) is not member:
+            return
+        # A member waiting in JoinGroup or SyncGroup is alive by definition (the rebalance
+        # and sync timeouts deal with it), unless it is new and never completed a join.
+        if member.is_new or (member.awaiting_join is None and member.awaiting_sync is None):
+            log.info("group %s: member %s session expired", group.group_id, member.member_id)
+            self._remove_member_and_update_group(group, member)
+
+    def _on_pending_member_expired(self, group: GroupMetadata, member_id: str) -> None:
+        group.pending_member_timers.pop(member_id, None)
+        if member_id in group.pending_members:
+            self._remove_pending_member(group, member_id)
+
+    def _remove_pending_member(self, group: GroupMetadata, member_id: str) -> None:
+        group.pending_members.discard(member_id)
+        _cancel(group.pending_member_timers.pop(member_id, None))
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata) -> None:
+        # A new member can time out while its JoinGroup waits: tell it to join again.
+        join_future, member.awaiting_join = member.awaiting_join, None
+        _resolve(join_future, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        # Kafka leaves a departing member's SyncGroup unanswered; answer it rather than hang.
+        sync_future, member.awaiting_sync = member.awaiting_sync, None
+        _resolve(sync_future, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+        group.remove(member.member_id)
+        _cancel(member.heartbeat_timer)
+        member.heartbeat_timer = None
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._try_complete_join(group)
+
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
+        previous = group.state
+        group.transition_to(GroupState.DEAD, self._now_ms())
+        for member in group.members.values():
+            join_future, member.awaiting_join = member.awaiting_join, None
+            sync_future, member.awaiting_sync = member.awaiting_sync, None
+            if previous is GroupState.PREPARING_REBALANCE:
+                _resolve(join_future, JoinResult(ErrorCode.NOT_COORDINATOR, member_id=member.member_id))
+            _resolve(sync_future, SyncResult(ErrorCode.NOT_COORDINATOR))
+        self._cancel_timers(group)
+
+    def _cancel_timers(self, group: GroupMetadata) -> None:
+        _cancel(group.join_timer)
+        _cancel(group.sync_timer)
+        group.join_timer = group.sync_timer = None
+        for timer in group.pending_member_timers.values():
+            timer.cancel()
+        group.pending_member_timers.clear()
+        for member in group.members.values():
+            _cancel(member.heartbeat_timer)
+            member.heartbeat_timer = None
+
+    # ---------------------------------------------------------------- internals: persistence
+
+    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]], for_offsets: bool) -> ErrorCode:
+        try:
+            await self._log.append(partition, records)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes the client's error code
+            log.warning("append to __consumer_offsets-%d failed: %r", partition, exc)
+            return _map_append_error(exc, for_offsets)
+        return ErrorCode.NONE
+
+    async def _store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> ErrorCode:
+        protocol = group.protocol_name
+        value = GroupMetadataValue(
+            protocol_type=group.protocol_type or "",
+            generation=group.generation_id,
+            protocol=protocol,
+            leader=group.leader_id,
+            current_state_timestamp=-1 if group.current_state_timestamp is None else group.current_state_timestamp,
+            members=tuple(
+                MemberMetadataValue(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata(protocol) if protocol is not None else b"",
+                    assignment.get(m.member_id, b""),
+                )
+                for m in group.members.values()
+            ),
+        )
+        record = (encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
+        return await self._append(self.partition_for(group.group_id), [record], for_offsets=False)
+
+    async def _store_group_logged(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> None:
+        # Nobody waits on this write (a group that just became Empty); a failure is only logged.
+        error = await self._store_group(group, assignment)
+        if error is not ErrorCode.NONE:
+            log.warning("group %s: storing metadata failed with %s", group.group_id, error.name)
+
+    async def _store_offsets(
+        self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetCommitData]
+    ) -> dict[TopicPartition, ErrorCode]:
+        now = self._now_ms()
+        max_length = self._config.offset_metadata_max_bytes
+        valid = {}
+        for tp, data in offsets.items():
+            metadata = data.metadata or ""
+            if _utf16_length(metadata) <= max_length:
+                valid[tp] = OffsetAndMetadata(data.offset, data.leader_epoch, metadata, now)
+        if not valid:
+            return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+        records: list[tuple[bytes, bytes | None]] = [
+            (
+                encode_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)),
+                encode_offset_commit_value(OffsetCommitValue(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp)),
+            )
+            for tp, o in valid.items()
+        ]
+        group.pending_offset_commits.update(valid.keys())
+        try:
+            error = await self._append(self.partition_for(group.group_id), records, for_offsets=True)
+        finally:
+            group.pending_offset_commits.subtract(valid.keys())
+            for tp in valid:
+                if group.pending_offset_commits[tp] <= 0:
+                    del group.pending_offset_commits[tp]
+        if error is ErrorCode.NONE and group.state is not GroupState.DEAD:
+            group.offsets.update(valid)
+        return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+
+    async def _cleanup_groups(
+        self, groups: list[GroupMetadata], remove_offsets: Callable[[GroupMetadata], list[TopicPartition]]
+    ) -> int:
+        """Remove offsets (deletion or expiry), retire Empty groups left without offsets, and
+        append the tombstones. Like Kafka, a failed tombstone write is only logged: the
+        next expiry pass or coordinator takes care of what is left."""
+        tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        removed = 0
+        now = self._now_ms()
+        for group in groups:
+            removed_offsets = remove_offsets(group)
+            removed += len(removed_offsets)
+            partition = self.partition_for(group.group_id)
+            tombstones[partition].extend(
+                (encode_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)), None) for tp in removed_offsets
+            )
+            if group.state is GroupState.EMPTY and not group.has_offsets():
+                group.transition_to(GroupState.DEAD, now)
+            if group.state is GroupState.DEAD and self._groups.get(group.group_id) is group:
+                del self._groups[group.group_id]
+                self._cancel_timers(group)
+                if group.generation_id > 0:  # generation 0: no metadata record was ever written
+                    tombstones[partition].append((encode_key(GroupMetadataKey(group.group_id)), None))
+        for partition, records in tombstones.items():
+            if records and partition in self._owned:
+                error = await self._append(partition, records, for_offsets=True)
+                if error is not ErrorCode.NONE:
+                    log.warning("tombstones for __consumer_offsets-%d failed: %s", partition, error.name)
+        return removed
+
+    async def _expire_periodically(self) -> None:
+        interval = self._config.offsets_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = await self.expire_offsets()
+            except Exception:  # noqa: BLE001 - keep the schedule going, as Kafka's scheduler does
+                log.exception("offset expiration failed")
+            else:
+                if expired:
+                    log.info("expired %d offsets", expired)
+
+    def _install_loaded(
+        self, groups: dict[str, GroupMetadataValue], offsets: dict[tuple[str, TopicPartition], OffsetCommitValue]
+    ) -> None:
+        per_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = defaultdict(dict)
+        for (group_id, tp), v in offsets.items():
+            per_group[group_id][tp] = OffsetAndMetadata(
+                v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
+            )
+        now = self._now_ms()
+        for group_id, value in groups.items():
+            group = GroupMetadata(
+                group_id,
+                GroupState.STABLE if value.members else GroupState.EMPTY,
+                None if value.current_state_timestamp == -1 else value.current_state_timestamp,
+                generation_id=value.generation,
+                protocol_name=value.protocol,
+                leader_id=value.leader,
+            )
+            for m in value.members:
+                member = MemberMetadata(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout,
+                    m.session_timeout,
+                    value.protocol_type,
+                    [(value.protocol or "", m.subscription)],
+                    assignment=m.assignment,
+                )
+                group.add(member, None)
+            group.protocol_type = value.protocol_type or None  # "" is how Kafka writes "none"
+            group.subscribed_topics = group.compute_subscribed_topics()
+            group.offsets = per_group.pop(group_id, {})
+            self._groups[group_id] = group
+            # Loaded members must heartbeat to this coordinator within their session.
+            for member in group.members.values():
+                self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        # Groups that only store offsets (never, or no longer, any metadata record).
+        for group_id, group_offsets in per_group.items():
+            group = GroupMetadata(group_id, GroupState.EMPTY, now)
+            group.offsets = group_offsets
+            self._groups[group_id] = group
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+@dataclass(frozen=True)
+class _NewMember:
+    """The JoinGroup fields that describe the joining client."""
+
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+
+
+def _resolve(future: asyncio.Future[JoinResult] | asyncio.Future[SyncResult] | None, result: object) -> None:
+    # A caller that stopped waiting (cancelled) leaves a done future behind: skip it.
+    if future is not None and not future.done():
+        future.set_result(result)
+
+
+def _cancel(timer: asyncio.TimerHandle | None) -> None:
+    if timer is not None:
+        timer.cancel()

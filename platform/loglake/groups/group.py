@@ -1,0 +1,238 @@
+"""One group's state: members, generation, chosen protocol and committed offsets.
+
+Mirrors Kafka's `GroupMetadata` / `MemberMetadata`: pure bookkeeping and the state
+machine's legal transitions. Timers and responses to waiting requests are the
+coordinator's business; a member only holds the futures its pending JoinGroup and
+SyncGroup requests wait on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from loglake.groups.api import GroupState, JoinResult, OffsetAndMetadata, SyncResult, TopicPartition
+from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE, decode_subscription
+
+# Kafka's GroupState.validPreviousStates.
+_VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.DEAD: frozenset(GroupState),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
+    GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
+    GroupState.PREPARING_REBALANCE: frozenset(
+        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
+    ),
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
+}
+
+
+@dataclass(eq=False)
+class MemberMetadata:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    supported_protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    # Joined during the current rebalance: expires after new.member.join.timeout even
+    # while its JoinGroup waits (KIP-394), unlike members that were already in the group.
+    is_new: bool = False
+    awaiting_join: asyncio.Future[JoinResult] | None = None
+    awaiting_sync: asyncio.Future[SyncResult] | None = None
+    heartbeat_timer: asyncio.TimerHandle | None = None
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.supported_protocols]
+
+    def metadata(self, protocol: str) -> bytes:
+        for name, metadata in self.supported_protocols:
+            if name == protocol:
+                return metadata
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol}")
+
+    def matches(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
+        """Same protocols with the same metadata, in the same order."""
+        return list(protocols) == self.supported_protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among those every member supports."""
+        return next(name for name in self.protocol_names() if name in candidates)
+
+
+@dataclass(eq=False)
+class GroupMetadata:
+    group_id: str
+    state: GroupState
+    current_state_timestamp: int | None
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, MemberMetadata] = field(default_factory=dict)  # insertion (join) order
+    # Ids handed out with MEMBER_ID_REQUIRED, not yet used to rejoin.
+    pending_members: set[str] = field(default_factory=set)
+    # Members of this generation that have not sent SyncGroup yet.
+    pending_sync_members: set[str] = field(default_factory=set)
+    supported_protocols: Counter[str] = field(default_factory=Counter)
+    # Set when a member joins during the initial delayed join, which then waits longer.
+    new_member_added: bool = False
+    # Topics the consumer members subscribe to, when their metadata could be read.
+    subscribed_topics: frozenset[str] | None = None
+    offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    # Commits appended but not yet acknowledged by the log, per partition.
+    pending_offset_commits: Counter[TopicPartition] = field(default_factory=Counter)
+    # Timers, owned by the coordinator.
+    join_timer: asyncio.TimerHandle | None = None
+    join_is_initial: bool = False
+    sync_timer: asyncio.TimerHandle | None = None
+    pending_member_timers: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+
+    def transition_to(self, state: GroupState, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS_STATES[state]:
+            raise RuntimeError(f"group {self.group_id}: illegal transition {self.state.value} -> {state.value}")
+        self.state = state
+        self.current_state_timestamp = now_ms
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def supports_protocols(self, protocol_type: str, protocol_names: Sequence[str]) -> bool:
+        if self.state is GroupState.EMPTY:
+            return bool(protocol_type) and bool(protocol_names)
+        return self.protocol_type == protocol_type and any(
+            self.supported_protocols[name] == len(self.members) for name in protocol_names
+        )
+
+    def add(self, member: MemberMetadata, awaiting_join: asyncio.Future[JoinResult] | None) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self.supported_protocols.update(member.protocol_names())
+        member.awaiting_join = awaiting_join
+        self.pending_members.discard(member.member_id)
+
+    def update_member(
+        self,
+        member: MemberMetadata,
+        protocols: list[tuple[str, bytes]],
+        rebalance_timeout_ms: int,
+        session_timeout_ms: int,
+        awaiting_join: asyncio.Future[JoinResult],
+    ) -> asyncio.Future[JoinResult] | None:
+        """Rejoin with (maybe) new protocols; returns a superseded pending JoinGroup, if any."""
+        self.supported_protocols.subtract(member.protocol_names())
+        member.supported_protocols = protocols
+        self.supported_protocols.update(member.protocol_names())
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.session_timeout_ms = session_timeout_ms
+        superseded, member.awaiting_join = member.awaiting_join, awaiting_join
+        return superseded
+
+    def remove(self, member_id: str) -> None:
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            self.supported_protocols.subtract(member.protocol_names())
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.discard(member_id)
+        self.pending_sync_members.discard(member_id)
+
+    def has_all_members_joined(self) -> bool:
+        return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
+
+    def select_protocol(self) -> str:
+        """Kafka's vote: each member votes for its preferred protocol among the common ones.
+
+        Kafka breaks a tie arbitrarily; here the protocol voted for first (in join order) wins.
+        """
+        candidates = {name for name, count in self.supported_protocols.items() if count == len(self.members)}
+        votes = Counter(m.vote(candidates) for m in self.members.values())
+        return max(votes, key=votes.__getitem__)
+
+    def init_next_generation(self, now_ms: int) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.transition_to(GroupState.EMPTY, now_ms)
+        self.subscribed_topics = self.compute_subscribed_topics()
+        self.pending_sync_members.clear()
+
+    def compute_subscribed_topics(self) -> frozenset[str] | None:
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        if not self.members:
+            return frozenset()
+        if self.protocol_name is None:
+            return None
+        try:
+            return frozenset(
+                t for m in self.members.values() for t in decode_subscription(m.metadata(self.protocol_name)).topics
+            )
+        except ValueError:
+            return None  # a member's metadata is not a consumer subscription: don't guess
+
+    def has_offsets(self) -> bool:
+        return bool(self.offsets) or bool(+self.pending_offset_commits)
+
+    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+        """Drop and return the offsets past retention, by Kafka's rules (KIP-211).
+
+        Empty group: retention counts from when the group became Empty. Stable consumer
+        group: offsets of topics no member subscribes to expire by their commit time.
+        Group used only for commits (no protocol type): by commit time. An offset with a
+        commit still in flight never expires; one from a v1 record with an explicit
+        expire timestamp expires then.
+        """
+        if self.protocol_type is not None and self.state is GroupState.EMPTY:
+            skip: frozenset[str] = frozenset()
+            state_ts = self.current_state_timestamp
+
+            def base(o: OffsetAndMetadata) -> int:
+                return o.commit_timestamp if state_ts is None else state_ts
+
+        elif (
+            self.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and self.subscribed_topics is not None
+            and self.state is GroupState.STABLE
+        ):
+            skip = self.subscribed_topics
+
+            def base(o: OffsetAndMetadata) -> int:
+                return o.commit_timestamp
+
+        elif self.protocol_type is None:
+            skip = frozenset()
+
+            def base(o: OffsetAndMetadata) -> int:
+                return o.commit_timestamp
+
+        else:
+            return []
+        expired = [
+            tp
+            for tp, o in self.offsets.items()
+            if tp.topic not in skip
+            and not self.pending_offset_commits[tp]
+            and (
+                now_ms - base(o) >= retention_ms if o.expire_timestamp is None else now_ms >= o.expire_timestamp
+            )
+        ]
+        for tp in expired:
+            del self.offsets[tp]
+        return expired
+
+    def remove_all_offsets(self) -> list[TopicPartition]:
+        removed = list(self.offsets)
+        self.offsets.clear()
+        return removed

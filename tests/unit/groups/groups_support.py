@@ -1,0 +1,111 @@
+"""Fakes and helpers shared by the group coordinator tests (imported as a module)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from typing import Iterable
+
+from loglake.errors import ErrorCode
+from loglake.groups import (
+    GroupConfig,
+    GroupCoordinator,
+    JoinResult,
+    Subscription,
+    SyncResult,
+    encode_subscription,
+)
+
+GROUP = "group-a"
+
+# Small timeouts so that real timers fire quickly; one offsets partition unless a test wants more.
+CONFIG = GroupConfig(
+    group_min_session_timeout_ms=10,
+    group_max_session_timeout_ms=60_000,
+    group_initial_rebalance_delay_ms=0,
+    offsets_topic_num_partitions=1,
+)
+SESSION_MS = 200
+REBALANCE_MS = 300
+
+
+class FakeOffsetsLog:
+    """The OffsetsLog seam in memory: appended records per partition, in order."""
+
+    def __init__(self) -> None:
+        self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        self.fail_with: Exception | None = None  # the next appends raise this
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.partitions[partition].extend(records)
+
+    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        return list(self.partitions[partition])
+
+
+class FakeClock:
+    """Seconds, like time.time, moved by hand."""
+
+    def __init__(self, now_s: float = 1_700_000_000.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def advance_ms(self, ms: int) -> None:
+        self.now_s += ms / 1000
+
+
+async def new_coordinator(
+    log: FakeOffsetsLog | None = None, clock: FakeClock | None = None, **config: int
+) -> GroupCoordinator:
+    """A coordinator over `log` with every offsets partition loaded."""
+    cfg = replace(CONFIG, **config)
+    coordinator = GroupCoordinator(cfg, log if log is not None else FakeOffsetsLog(), clock or FakeClock())
+    for partition in range(cfg.offsets_topic_num_partitions):
+        await coordinator.load_partition(partition)
+    return coordinator
+
+
+def subscription(*topics: str) -> bytes:
+    return encode_subscription(Subscription(tuple(topics)))
+
+
+async def join(
+    coordinator: GroupCoordinator,
+    member_id: str = "",
+    *,
+    group: str = GROUP,
+    client_id: str = "client",
+    protocols: list[tuple[str, bytes]] | None = None,
+    protocol_type: str = "consumer",
+    session_ms: int = SESSION_MS,
+    rebalance_ms: int = REBALANCE_MS,
+    require_known_member_id: bool = False,
+) -> JoinResult:
+    return await coordinator.join_group(
+        group,
+        member_id,
+        client_id,
+        "/127.0.0.1",
+        session_ms,
+        rebalance_ms,
+        protocol_type,
+        protocols if protocols is not None else [("range", subscription("t"))],
+        require_known_member_id=require_known_member_id,
+    )
+
+
+async def sync(
+    coordinator: GroupCoordinator,
+    join_result: JoinResult,
+    assignments: dict[str, bytes] | None = None,
+    group: str = GROUP,
+) -> SyncResult:
+    return await coordinator.sync_group(group, join_result.generation_id, join_result.member_id, assignments or {})
+
+
+def assert_ok(result: JoinResult | SyncResult) -> None:
+    assert result.error is ErrorCode.NONE, result
