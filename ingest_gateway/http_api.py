@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,21 +17,17 @@ import orjson
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import ORJSONResponse
 
-from ingest_gateway.http_errors import RETRIABLE, error_response, kafka_error_response
+from ingest_gateway.http_errors import RETRIABLE, BadRequest, error_response, kafka_error_response
+from ingest_gateway.rest_produce import BINARY_V2, JSON_V2, embedded_format, parse_records, partition_records
 from loglake.errors import ErrorCode, KafkaError
-from loglake.partitioner import StickyPartitioner, partition_for_key
-from loglake.record.batch import decode_batches, encode_batch
-from loglake.record.header import HEADER_SIZE
+from loglake.partitioner import StickyPartitioner
+from loglake.record.batch import decode_batches
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
 
 log = logging.getLogger(__name__)
 
-JSON_V2 = "application/vnd.kafka.json.v2+json"
-BINARY_V2 = "application/vnd.kafka.binary.v2+json"
-# Bytes a record adds to a batch beyond its key, value and header bytes (varints, attributes).
-RECORD_OVERHEAD = 24
 
 _PRODUCE_BODY = {
     "content": {
@@ -69,107 +64,9 @@ _PRODUCE_BODY = {
 }
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str, sub: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.sub = sub
-
-
-def _embedded_format(content_type: str | None) -> str:
-    ct = (content_type or "").split(";")[0].strip().lower()
-    if ct in (JSON_V2, "application/json"):
-        return "json"
-    if ct == BINARY_V2:
-        return "binary"
-    raise BadRequest(415, f"unsupported Content-Type {ct or '(none)'!r}; use {JSON_V2} or {BINARY_V2}")
-
-
 def _accept_format(accept: str | None) -> str:
     accept = (accept or "").lower()
     return "json" if JSON_V2 in accept else "binary"
-
-
-def _b64decode(value: Any, what: str, index: int) -> bytes:
-    if not isinstance(value, str):
-        raise BadRequest(422, f"records[{index}].{what} must be a base64 string in binary format", 2)
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRequest(422, f"records[{index}].{what} is not valid base64", 2) from None
-
-
-def _headers(raw: Any, index: int) -> list[tuple[str, bytes | None]]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise BadRequest(422, f"records[{index}].headers must be a list of {{key, value}} objects", 2)
-    out = []
-    for h in raw:
-        name = h.get("key", h.get("name")) if isinstance(h, dict) else None
-        if not isinstance(name, str):
-            raise BadRequest(422, f"records[{index}].headers entries need a string 'key'", 2)
-        value = h.get("value")
-        out.append((name, None if value is None else _b64decode(value, f"headers[{name!r}]", index)))
-    return out
-
-
-def _parse_records(body: bytes, fmt: str) -> list[tuple[bytes | None, bytes | None, list, int | None, int | None]]:
-    """(key, value, headers, partition, timestamp) per record, validated."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
-    records = doc.get("records") if isinstance(doc, dict) else None
-    if not isinstance(records, list) or not records:
-        raise BadRequest(422, "request body must be an object with a non-empty 'records' list", 2)
-    parsed = []
-    for i, r in enumerate(records):
-        if not isinstance(r, dict):
-            raise BadRequest(422, f"records[{i}] must be an object", 2)
-        key = r.get("key")
-        value = r.get("value")
-        if fmt == "json":
-            key = None if key is None else orjson.dumps(key)
-            value = None if value is None else orjson.dumps(value)
-        else:
-            key = None if key is None else _b64decode(key, "key", i)
-            value = None if value is None else _b64decode(value, "value", i)
-        partition = r.get("partition")
-        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)):
-            raise BadRequest(422, f"records[{i}].partition must be an integer", 2)
-        timestamp = r.get("timestamp")
-        if timestamp is not None and (not isinstance(timestamp, int) or timestamp < 0):
-            raise BadRequest(422, f"records[{i}].timestamp must be a non-negative integer (ms)", 2)
-        parsed.append((key, value, _headers(r.get("headers"), i), partition, timestamp))
-    return parsed
-
-
-def _record_size(key: bytes | None, value: bytes | None, headers: list) -> int:
-    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
-    for name, hv in headers:
-        size += len(name) + (len(hv) if hv else 0) + 4
-    return size
-
-
-def _split_batches(rows: list, max_batch_bytes: int) -> list[list]:
-    """Cut one partition's records into batches that each fit `max.message.bytes`."""
-    batches: list[list] = [[]]
-    size = HEADER_SIZE
-    for row in rows:
-        rs = _record_size(row[0], row[1], row[2])
-        if HEADER_SIZE + rs > max_batch_bytes:
-            raise KafkaError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"a record of about {rs} bytes cannot fit in a batch of max.message.bytes={max_batch_bytes}",
-            )
-        if batches[-1] and size + rs > max_batch_bytes:
-            batches.append([])
-            size = HEADER_SIZE
-        batches[-1].append(row)
-        size += rs
-    return batches
 
 
 def _record_json(topic: str, partition: int, rec, fmt: str) -> dict[str, Any]:
@@ -290,58 +187,61 @@ def create_app(broker: Broker) -> FastAPI:
         acks = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks_param)
         if acks is None:
             raise BadRequest(422, f"acks must be 0, 1 or all, not {acks_param!r}", 2)
-        fmt = _embedded_format(request.headers.get("content-type"))
+        fmt = embedded_format(request.headers.get("content-type"))
         max_request = broker.config.socket_request_max_bytes
         if int(request.headers.get("content-length") or 0) > max_request:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"request is larger than {max_request} bytes")
         body = await request.body()
         if len(body) > max_request:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"request is larger than {max_request} bytes")
-        rows = _parse_records(body, fmt)
-        num_partitions = broker.image.partition_count(topic)
-        max_batch = broker.topic_config(topic).max_message_bytes
-        null_key_partition = sticky.next_partition(num_partitions)
-        by_partition: dict[int, list] = {}
-        placements = []
-        for key, value, headers, partition, ts in rows:
-            if forced_partition is not None:
-                partition = forced_partition
-            elif partition is None:
-                partition = null_key_partition if key is None else partition_for_key(key, num_partitions)
-            if not 0 <= partition < num_partitions:
-                raise KafkaError(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                    f"topic {topic!r} has no partition {partition} (it has {num_partitions})",
-                )
-            group = by_partition.setdefault(partition, [])
-            placements.append((partition, len(group)))
-            group.append((key, value, headers, ts))
-        now_ms = int(time.time() * 1000)
-        entries = {}
-        for partition, group in by_partition.items():
-            chunks = _split_batches(group, max_batch)
-            entries[(topic, partition)] = b"".join(encode_batch(chunk, now_ms) for chunk in chunks)
+        rows, explicit_partitions = parse_records(body, fmt)
+        placed = partition_records(
+            rows,
+            explicit_partitions,
+            topic,
+            broker.image.partition_count(topic),
+            forced_partition,
+            sticky,
+            int(time.time() * 1000),
+            broker.topic_config(topic).max_message_bytes,
+        )
+        entries = {(topic, p): b"".join(batches) for p, batches in placed.batches.items()}
+        placements = placed.placements
         if acks == 0:
             task = asyncio.create_task(broker.replica_manager.append_records(entries, 1, timeout_ms))
             broker.track_background(task)
             offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p, _ in placements]
             return ORJSONResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, 202)
         results = await broker.replica_manager.append_records(entries, acks, timeout_ms)
+        failed = {p: r.error for (_, p), r in results.items() if r.error is not None}
+        if not failed:
+            bases = {p: r.base_offset for (_, p), r in results.items()}
+            offsets = [
+                {"partition": p, "offset": bases[p] + i, "error_code": None, "error": None} for p, i in placements
+            ]
+            return ORJSONResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
         offsets = []
         errors = []
         for partition, index in placements:
-            result = results[(topic, partition)]
-            if result.error is None:
-                offsets.append({"partition": partition, "offset": result.base_offset + index, "error_code": None, "error": None})
+            error = failed.get(partition)
+            if error is None:
+                offsets.append(
+                    {
+                        "partition": partition,
+                        "offset": results[(topic, partition)].base_offset + index,
+                        "error_code": None,
+                        "error": None,
+                    }
+                )
             else:
-                errors.append(result.error)
+                errors.append(error)
                 offsets.append(
                     {
                         "partition": partition,
                         "offset": None,
                         # REST Proxy's classification: 2 retriable, 1 not.
-                        "error_code": 2 if result.error.code in RETRIABLE else 1,
-                        "error": f"{result.error.code.name}: {result.error.message}",
+                        "error_code": 2 if error.code in RETRIABLE else 1,
+                        "error": f"{error.code.name}: {error.message}",
                     }
                 )
         if errors and len(errors) == len(offsets):

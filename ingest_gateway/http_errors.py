@@ -47,6 +47,16 @@ RETRIABLE = frozenset(
 )
 
 
+class BadRequest(Exception):
+    """A request the API cannot take: answered with `status` and `message`."""
+
+    def __init__(self, status: int, message: str, sub: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.sub = sub
+
+
 def http_status(code: ErrorCode) -> int:
     return _STATUS.get(code, 500)
 

@@ -33,3 +33,15 @@ def test_sticky_partitioner_moves_on() -> None:
     s = StickyPartitioner()
     seen = {s.next_partition(3) for _ in range(6)}
     assert seen == {0, 1, 2}
+
+
+def test_vectorised_murmur2_matches_the_scalar_one() -> None:
+    import os
+
+    from loglake.partitioner import murmur2_many, partitions_for_keys
+
+    keys = [b"", b"a", b"ab", b"abc", b"abcd"] + [os.urandom(n % 40) for n in range(500)] + [b"k" * 300]
+    assert murmur2_many(keys).tolist() == [murmur2(k) & 0xFFFFFFFF for k in keys]
+    assert murmur2_many(keys[:-1]).tolist() == [murmur2(k) & 0xFFFFFFFF for k in keys[:-1]]
+    assert partitions_for_keys(keys, 6) == [partition_for_key(k, 6) for k in keys]
+    assert partitions_for_keys([], 6) == []

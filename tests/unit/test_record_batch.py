@@ -232,3 +232,16 @@ def test_property_garbage_never_escapes_as_another_error(data: bytes) -> None:
         list(decode_batches(data))
     except KafkaError:
         pass
+
+
+def test_encode_batches_splits_to_fit_and_keeps_order() -> None:
+    from loglake.record.batch import encode_batches
+
+    rows = [(b"k%d" % i, b"x" * 1000, [], None) for i in range(100)]
+    batches = encode_batches(rows, 0, 10_000)
+    assert len(batches) > 10 and all(len(b) <= 10_000 for b in batches)
+    values = [r.key for b in batches for _, rs in decode_batches(b) for r in rs]
+    assert values == [r[0] for r in rows]
+    with pytest.raises(KafkaError) as err:
+        encode_batches([(b"k", b"x" * 20_000, [], None)], 0, 10_000)
+    assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE

@@ -16,14 +16,15 @@ def _encode_unsigned(n: int) -> bytes:
 
 # Lengths, deltas and small values dominate: encoding them is a list lookup.
 _SMALL = 1 << 14
-_SMALL_SIGNED = [_encode_unsigned((n << 1) ^ (n >> 63)) for n in range(_SMALL)]
+SMALL_VARINTS: list[bytes] = [_encode_unsigned(n << 1) for n in range(_SMALL)]
+"""`encode_varint(n)` for 0 <= n < 16384, for loops that inline the lookup."""
 _MINUS_ONE = _encode_unsigned(1)
 
 
 def encode_varint(n: int) -> bytes:
     """Zig-zag varint of a signed 64-bit value."""
     if 0 <= n < _SMALL:
-        return _SMALL_SIGNED[n]
+        return SMALL_VARINTS[n]
     if n == -1:
         return _MINUS_ONE
     return _encode_unsigned(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF)
