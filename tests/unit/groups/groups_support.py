@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from dataclasses import replace
 from typing import Iterable
@@ -13,6 +14,7 @@ from loglake.groups import (
     JoinResult,
     Subscription,
     SyncResult,
+    assign_group,
     encode_subscription,
 )
 
@@ -109,3 +111,36 @@ async def sync(
 
 def assert_ok(result: JoinResult | SyncResult) -> None:
     assert result.error is ErrorCode.NONE, result
+
+
+async def stable_group(
+    coordinator: GroupCoordinator,
+    count: int,
+    *,
+    group: str = GROUP,
+    partitions_per_topic: dict[str, int] | None = None,
+) -> list[JoinResult]:
+    """`count` members join together, the leader assigns with range, all sync; joins in order."""
+    joins = await asyncio.gather(
+        *(join(coordinator, group=group, client_id=f"client-{i}") for i in range(count))
+    )
+    leader = next(j for j in joins if j.member_id == j.leader)
+    assert leader.protocol_name is not None
+    assignments = assign_group(leader.protocol_name, leader.members, partitions_per_topic or {"t": 6})
+    syncs = await asyncio.gather(
+        *(sync(coordinator, j, assignments if j is leader else {}, group=group) for j in joins)
+    )
+    for s in syncs:
+        assert_ok(s)
+    return list(joins)
+
+
+async def keep_alive(
+    coordinator: GroupCoordinator, member: JoinResult, interval_s: float = 0.04, group: str = GROUP
+) -> ErrorCode:
+    """Heartbeat until an error other than NONE comes back; returns that error."""
+    while True:
+        error = await coordinator.heartbeat(group, member.member_id, member.generation_id)
+        if error is not ErrorCode.NONE:
+            return error
+        await asyncio.sleep(interval_s)
