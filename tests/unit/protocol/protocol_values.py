@@ -3,6 +3,7 @@ hypothesis strategies, plus a comparison that tolerates the codec's added defaul
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any
 
@@ -169,11 +170,14 @@ def body_strategy(fields: tuple[dict, ...], version: int, flexible: bool) -> st.
     return st.fixed_dictionaries(required, optional=optional)
 
 
-def message_strategy(name: str) -> st.SearchStrategy[tuple[int, dict]]:
+@functools.cache
+def _version_strategy(name: str, version: int) -> st.SearchStrategy[tuple[int, dict]]:
     spec = MESSAGES[name]
-    return st.sampled_from(versions(name)).flatmap(
-        lambda v: st.tuples(st.just(v), body_strategy(spec["fields"], v, is_flexible(name, v)))
-    )
+    return st.tuples(st.just(version), body_strategy(spec["fields"], version, is_flexible(name, version)))
+
+
+def message_strategy(name: str) -> st.SearchStrategy[tuple[int, dict]]:
+    return st.sampled_from(versions(name)).flatmap(lambda v: _version_strategy(name, v))
 
 
 # --- comparison ------------------------------------------------------------------------------------
