@@ -40,10 +40,14 @@ def _request_spec(api_key: int) -> dict:
     return MESSAGES[f"{_NAMES[api_key]}Request"]
 
 
+def _valid_versions(api_key: int) -> VersionRange:
+    valid = parse_versions(_request_spec(api_key)["validVersions"])
+    assert valid is not None, api_key
+    return valid
+
+
 # validVersions of each API (requests and responses always share them).
-SPEC_VERSIONS: dict[ApiKey, VersionRange] = {
-    ApiKey(key): parse_versions(_request_spec(key)["validVersions"]) for key in sorted(_NAMES)  # type: ignore[misc]
-}
+SPEC_VERSIONS: dict[ApiKey, VersionRange] = {ApiKey(key): _valid_versions(key) for key in sorted(_NAMES)}
 # Flexibility is open-ended ("12+"), so a version newer than the spec still gets the right
 # header layout: a client probing with a too-new ApiVersions can still be answered.
 _FLEXIBLE: dict[int, VersionRange | None] = {

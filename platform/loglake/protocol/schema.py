@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from loglake.protocol import types as t
 from loglake.protocol.api import api_name, parse_versions
@@ -99,6 +100,7 @@ def _compile_struct(fields: tuple[dict, ...], version: int, flexible: bool, wher
         present = _contains(f["versions"], version)
         tagged = present and flexible and _contains(f.get("taggedVersions"), version)
         make: Callable[[], Any] | None = None
+        default: Any
         is_array = ftype.startswith("[]")
         if is_array:
             # An array's default is empty, or null where the spec says so.
@@ -193,7 +195,7 @@ def _fixed_decode_step(run: list[tuple[str, str, Any]]) -> DecodeStep:
     unpack_from, size = st.unpack_from, st.size
 
     def step(buf: Buffer, pos: int, d: dict) -> int:
-        d.update(zip(keys, unpack_from(buf, pos)))
+        d.update(zip(keys, unpack_from(buf, pos), strict=True))
         return pos + size
 
     return step
@@ -227,6 +229,8 @@ def _encode_step(key: str, write: Writer, default: Any) -> EncodeStep:
 
 def _tagged_decode_step(readers: dict[int, tuple[str, Reader]], where: str) -> DecodeStep:
     def step(buf: Buffer, pos: int, d: dict) -> int:
+        if buf[pos] == 0:  # nearly always: no tagged fields
+            return pos + 1
         fields, pos = t.read_tagged_fields(buf, pos)
         for tag, raw in fields:
             known = readers.get(tag)

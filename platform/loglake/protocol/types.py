@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from loglake.protocol.errors import ProtocolDecodeError
 
@@ -363,7 +364,7 @@ def array_reader(element: Reader, compact: bool, nullable: bool) -> Reader:
                 return None, pos
             raise _null("array")
         _check_count(buf, pos, n)
-        items = []
+        items: list = []
         append = items.append
         for _ in range(n):
             item, pos = element(buf, pos)
@@ -373,14 +374,26 @@ def array_reader(element: Reader, compact: bool, nullable: bool) -> Reader:
     return read
 
 
+def _array_structs(code: str) -> list[struct.Struct]:
+    # Replica lists and partition ids are short: one prepared Struct per small length.
+    return [struct.Struct(f">{n}{code}") for n in range(_SMALL_ARRAY)]
+
+
+_SMALL_ARRAY = 32
+
+
 def fixed_array_reader(code: str, compact: bool, nullable: bool) -> Reader:
     """An array of one fixed-width type (struct format `code`, e.g. "i"), read in one unpack."""
-    size = struct.calcsize(">" + code)
+    structs = _array_structs(code)
+    size = structs[1].size
 
     def read(buf: Buffer, pos: int) -> tuple[list | None, int]:
         if compact:
-            n, pos = read_unsigned_varint(buf, pos)
-            n -= 1
+            n = buf[pos] - 1
+            pos += 1
+            if n >= 0x7F:  # a longer varint
+                n, pos = read_unsigned_varint(buf, pos - 1)
+                n -= 1
         else:
             n = INT32.unpack_from(buf, pos)[0]
             pos += 4
@@ -388,13 +401,18 @@ def fixed_array_reader(code: str, compact: bool, nullable: bool) -> Reader:
             if nullable:
                 return None, pos
             raise _null("array")
-        _check_count(buf, pos, n)
-        return list(struct.unpack_from(f">{n}{code}", buf, pos)), pos + n * size
+        end = pos + n * size
+        if end > len(buf):
+            raise ProtocolDecodeError(f"array of {n} elements runs past the end of the buffer")
+        st = structs[n] if n < _SMALL_ARRAY else struct.Struct(f">{n}{code}")
+        return list(st.unpack_from(buf, pos)), end
 
     return read
 
 
 def fixed_array_writer(code: str, compact: bool, nullable: bool) -> Writer:
+    structs = _array_structs(code)
+
     def write(out: list, value: list | None) -> None:
         if value is None:
             if not nullable:
@@ -403,7 +421,7 @@ def fixed_array_writer(code: str, compact: bool, nullable: bool) -> Writer:
             return
         n = len(value)
         out.append(_encode_unsigned(n + 1) if compact else INT32.pack(n))
-        out.append(struct.pack(f">{n}{code}", *value))
+        out.append((structs[n] if n < _SMALL_ARRAY else struct.Struct(f">{n}{code}")).pack(*value))
 
     return write
 

@@ -69,7 +69,6 @@ class _Counter:
 
 def _scalar(ftype: str, default: Any, n: int) -> Any:
     if ftype in INT_RANGES:
-        lo, hi = INT_RANGES[ftype]
         value = {"int8": 7 + n % 50, "int16": 300 + n, "uint16": 40000 + n, "int32": 70000 + n,
                  "uint32": 3_000_000_000 + n, "int64": (1 << 40) + n}[ftype]
         return value if value != default else value + 1
