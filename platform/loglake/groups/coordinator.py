@@ -29,7 +29,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups.api import (
@@ -66,6 +66,7 @@ from loglake.groups.records import (
 )
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _LOAD_YIELD_EVERY = 1000  # records replayed between yields to the event loop while loading
 
@@ -392,9 +393,9 @@ class GroupCoordinator:
             return LeaveGroupResult(error)
         group = self._groups.get(group_id)
         if group is None:
+            unknown = ErrorCode.UNKNOWN_MEMBER_ID
             return LeaveGroupResult(
-                ErrorCode.NONE,
-                tuple(MemberLeaveResult(m.member_id, m.group_instance_id, ErrorCode.UNKNOWN_MEMBER_ID) for m in members),
+                ErrorCode.NONE, tuple(MemberLeaveResult(m.member_id, m.group_instance_id, unknown) for m in members)
             )
         if group.state is GroupState.DEAD:
             return LeaveGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -571,25 +572,21 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value)
-        stable = group.state is GroupState.STABLE and group.protocol_name is not None
+        # Protocol, member metadata and assignments are only reported for a Stable group.
+        protocol = group.protocol_name if group.state is GroupState.STABLE else None
         members = tuple(
             MemberDescription(
                 m.member_id,
                 m.group_instance_id,
                 m.client_id,
                 m.client_host,
-                m.metadata(group.protocol_name) if stable and group.protocol_name else b"",
-                m.assignment if stable else b"",
+                m.metadata(protocol) if protocol is not None else b"",
+                m.assignment if protocol is not None else b"",
             )
             for m in group.members.values()
         )
         return GroupDescription(
-            group_id,
-            ErrorCode.NONE,
-            group.state.value,
-            group.protocol_type or "",
-            (group.protocol_name or "") if stable else "",
-            members,
+            group_id, ErrorCode.NONE, group.state.value, group.protocol_type or "", protocol or "", members
         )
 
     # ---------------------------------------------------------------- internals: join phase
@@ -1042,7 +1039,7 @@ class _NewMember:
     protocol_type: str
 
 
-def _resolve(future: asyncio.Future[JoinResult] | asyncio.Future[SyncResult] | None, result: object) -> None:
+def _resolve(future: asyncio.Future[_T] | None, result: _T) -> None:
     # A caller that stopped waiting (cancelled) leaves a done future behind: skip it.
     if future is not None and not future.done():
         future.set_result(result)

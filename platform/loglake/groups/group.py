@@ -84,7 +84,7 @@ class GroupMetadata:
     # Topics the consumer members subscribe to, when their metadata could be read.
     subscribed_topics: frozenset[str] | None = None
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    # Commits appended but not yet acknowledged by the log, per partition.
+    # Commits being appended, per partition (no entry once none is in flight).
     pending_offset_commits: Counter[TopicPartition] = field(default_factory=Counter)
     # Timers, owned by the coordinator.
     join_timer: asyncio.TimerHandle | None = None
@@ -183,7 +183,7 @@ class GroupMetadata:
             return None  # a member's metadata is not a consumer subscription: don't guess
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(+self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits)
 
     def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
         """Drop and return the offsets past retention, by Kafka's rules (KIP-211).
@@ -194,40 +194,27 @@ class GroupMetadata:
         commit still in flight never expires; one from a v1 record with an explicit
         expire timestamp expires then.
         """
+        kept_topics: frozenset[str] = frozenset()
+        emptied_at: int | None = None  # counts from here instead of the commit time
         if self.protocol_type is not None and self.state is GroupState.EMPTY:
-            skip: frozenset[str] = frozenset()
-            state_ts = self.current_state_timestamp
-
-            def base(o: OffsetAndMetadata) -> int:
-                return o.commit_timestamp if state_ts is None else state_ts
-
+            emptied_at = self.current_state_timestamp
         elif (
             self.protocol_type == CONSUMER_PROTOCOL_TYPE
             and self.subscribed_topics is not None
             and self.state is GroupState.STABLE
         ):
-            skip = self.subscribed_topics
+            kept_topics = self.subscribed_topics
+        elif self.protocol_type is not None:
+            return []  # rebalancing, or members whose subscriptions we cannot read
 
-            def base(o: OffsetAndMetadata) -> int:
-                return o.commit_timestamp
+        def is_expired(tp: TopicPartition, o: OffsetAndMetadata) -> bool:
+            if tp.topic in kept_topics or self.pending_offset_commits[tp]:
+                return False
+            if o.expire_timestamp is not None:
+                return now_ms >= o.expire_timestamp
+            return now_ms - (o.commit_timestamp if emptied_at is None else emptied_at) >= retention_ms
 
-        elif self.protocol_type is None:
-            skip = frozenset()
-
-            def base(o: OffsetAndMetadata) -> int:
-                return o.commit_timestamp
-
-        else:
-            return []
-        expired = [
-            tp
-            for tp, o in self.offsets.items()
-            if tp.topic not in skip
-            and not self.pending_offset_commits[tp]
-            and (
-                now_ms - base(o) >= retention_ms if o.expire_timestamp is None else now_ms >= o.expire_timestamp
-            )
-        ]
+        expired = [tp for tp, o in self.offsets.items() if is_expired(tp, o)]
         for tp in expired:
             del self.offsets[tp]
         return expired

@@ -44,7 +44,8 @@ async def test_single_member_join_and_sync() -> None:
     coordinator = await new_coordinator(log)
     joined = await join(coordinator, client_id="rest-consumer")
     assert_ok(joined)
-    assert re.fullmatch(r"rest-consumer-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}", joined.member_id)
+    uuid4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}"
+    assert re.fullmatch(f"rest-consumer-{uuid4}", joined.member_id)
     assert joined.generation_id == 1
     assert joined.leader == joined.member_id
     assert (joined.protocol_type, joined.protocol_name) == ("consumer", "range")
@@ -95,6 +96,13 @@ async def test_three_members_one_leader_and_everyone_gets_an_assignment() -> Non
     assigned = [partitions(r.assignment) for r in results]
     assert set().union(*assigned) == {TopicPartition("t", p) for p in range(6)}
     assert all(len(a) == 2 for a in assigned)
+
+
+async def test_member_left_out_by_the_leader_gets_an_empty_assignment() -> None:
+    coordinator = await new_coordinator()
+    a, b = await asyncio.gather(join(coordinator), join(coordinator))
+    results = await asyncio.gather(sync(coordinator, b), sync(coordinator, a, {a.member_id: b"only-a"}))
+    assert [(r.error, r.assignment) for r in results] == [(ErrorCode.NONE, b""), (ErrorCode.NONE, b"only-a")]
 
 
 async def test_member_id_required_then_rejoin() -> None:
@@ -261,7 +269,7 @@ async def test_heartbeat_errors() -> None:
     for partition in range(2):
         coordinator.unload_partition(partition)
     await coordinator.load_partition(coordinator.partition_for(GROUP))
-    other = next(g for g in (f"g{i}" for i in range(100)) if coordinator.partition_for(g) != coordinator.partition_for(GROUP))
+    other = next(f"g{i}" for i in range(100) if coordinator.partition_for(f"g{i}") != coordinator.partition_for(GROUP))
     assert await coordinator.heartbeat(other, "m", 1) is ErrorCode.NOT_COORDINATOR
     assert await coordinator.heartbeat("", "m", 1) is ErrorCode.INVALID_GROUP_ID
     assert await coordinator.heartbeat(GROUP, "m", 1) is ErrorCode.UNKNOWN_MEMBER_ID

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 
 from groups_support import (
     GROUP,
@@ -31,6 +32,7 @@ from loglake.groups.records import (
     OffsetCommitValue,
     decode_key,
     decode_offset_commit_value,
+    encode_key,
 )
 
 T0 = TopicPartition("t", 0)
@@ -44,8 +46,8 @@ def commits(**offsets: int) -> dict[TopicPartition, OffsetCommitData]:
     return {TopicPartition(name[:-1], int(name[-1])): OffsetCommitData(offset) for name, offset in offsets.items()}
 
 
-def decoded(log: FakeOffsetsLog) -> list[tuple[object, OffsetCommitValue | None]]:
-    """The offset records of partition 0 as (key, value); group records as (key, None or 'group')."""
+def decoded(log: FakeOffsetsLog) -> list[tuple[object, object]]:
+    """The records of partition 0 as (key, value); group metadata values show as "group"."""
     out: list[tuple[object, object]] = []
     for key, value in log.partitions[0]:
         k = decode_key(key)
@@ -53,7 +55,7 @@ def decoded(log: FakeOffsetsLog) -> list[tuple[object, OffsetCommitValue | None]
             out.append((k, None if value is None else decode_offset_commit_value(value)))
         else:
             out.append((k, None if value is None else "group"))
-    return out  # type: ignore[return-value]
+    return out
 
 
 async def fetched(coordinator: GroupCoordinator, *tps: TopicPartition, group: str = GROUP) -> dict[TopicPartition, int]:
@@ -144,7 +146,11 @@ async def test_fetch_of_unknown_group_and_not_coordinator() -> None:
 async def test_metadata_too_large() -> None:
     log = FakeOffsetsLog()
     coordinator = await new_coordinator(log, offset_metadata_max_bytes=8)
-    data = {T0: OffsetCommitData(1, metadata="x" * 9), T1: OffsetCommitData(2, metadata="12345678"), U0: OffsetCommitData(3, metadata=None)}
+    data = {
+        T0: OffsetCommitData(1, metadata="x" * 9),
+        T1: OffsetCommitData(2, metadata="12345678"),
+        U0: OffsetCommitData(3, metadata=None),
+    }
     assert await coordinator.commit_offsets(GROUP, "", -1, data) == {
         T0: ErrorCode.OFFSET_METADATA_TOO_LARGE,
         T1: ErrorCode.NONE,
@@ -261,7 +267,11 @@ async def test_offsets_of_empty_group_expire_retention_after_it_emptied() -> Non
     assert await fetched(coordinator, T0) == {T0: -1}
     assert (await coordinator.describe_groups([GROUP]))[0].state == "Dead"  # gone
     tail = decoded(log)[-3:]
-    assert tail == [(OffsetCommitKey(GROUP, "t", 0), None), (OffsetCommitKey(GROUP, "t", 1), None), (GroupMetadataKey(GROUP), None)]
+    assert tail == [
+        (OffsetCommitKey(GROUP, "t", 0), None),
+        (OffsetCommitKey(GROUP, "t", 1), None),
+        (GroupMetadataKey(GROUP), None),
+    ]
     restarted = await new_coordinator(log)
     assert (await restarted.list_groups()).groups == ()
 
@@ -277,6 +287,17 @@ async def test_simple_group_offsets_expire_by_commit_time() -> None:
     assert await fetched(coordinator) == {T1: 1}
     assert await coordinator.expire_offsets(now + RETENTION_MS) == 1
     assert (await coordinator.list_groups()).groups == ()
+
+
+async def test_old_record_with_expire_timestamp_expires_then() -> None:
+    log = FakeOffsetsLog()
+    # An OffsetCommitValue v1 (Kafka < 2.1, retention chosen by the committer).
+    value_v1 = struct.pack(">hq", 1, 8) + struct.pack(">h", 0) + struct.pack(">qq", 1_000, 5_000)
+    log.partitions[0].append((encode_key(OffsetCommitKey(GROUP, "t", 0)), value_v1))
+    coordinator = await new_coordinator(log)
+    assert await fetched(coordinator, T0) == {T0: 8}
+    assert await coordinator.expire_offsets(4_999) == 0
+    assert await coordinator.expire_offsets(5_000) == 1
 
 
 async def test_stable_group_expires_only_unsubscribed_topics() -> None:
