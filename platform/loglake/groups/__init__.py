@@ -6,10 +6,22 @@ style HTTP consumers call the same `GroupCoordinator`, whose async methods answe
 dataclasses carrying an `ErrorCode`:
 
     coordinator = GroupCoordinator(GroupConfig.from_properties(props), offsets_log)
+    await coordinator.start()                    # periodic offset expiry
     await coordinator.load_partition(p)          # for each __consumer_offsets partition led here
-    join = await coordinator.join_group(group_id, "", client_id, host, 10000, 30000,
-                                        "consumer", [("range", subscription_bytes)])
-    ...
+
+A member driven server-side (an HTTP consumer instance) joins, assigns if it leads, syncs,
+then heartbeats every few seconds and rejoins when told REBALANCE_IN_PROGRESS:
+
+    sub = encode_subscription(Subscription(("orders",)))
+    join = await coordinator.join_group(group_id, "", client_id, host, 10_000, 30_000,
+                                        CONSUMER_PROTOCOL_TYPE, [("range", sub)],
+                                        require_known_member_id=False)
+    assignments = {}
+    if join.member_id == join.leader:
+        assignments = assign_group(join.protocol_name, join.members, {"orders": 12})
+    synced = await coordinator.sync_group(group_id, join.generation_id, join.member_id, assignments)
+    partitions = decode_assignment(synced.assignment).partitions
+    error = await coordinator.heartbeat(group_id, join.member_id, join.generation_id)
 
 Modules:
     api         request parts and results (JoinResult, SyncResult, OffsetFetchResult, ...)

@@ -609,9 +609,7 @@ class GroupCoordinator:
         self, group: GroupMetadata, member_id: str, new: _NewMember, protocols: list[tuple[str, bytes]]
     ) -> JoinResult | asyncio.Future[JoinResult]:
         if member_id in group.pending_members:
-            timer = group.pending_member_timers.pop(member_id, None)
-            if timer is not None:
-                timer.cancel()
+            _cancel(group.pending_member_timers.pop(member_id, None))
             return self._add_member_and_rebalance(group, member_id, new, protocols)
         member = group.members.get(member_id)
         if member is None or group.state is GroupState.EMPTY:
