@@ -12,12 +12,18 @@ from typing import Any
 
 import uvicorn
 
+from ingest_gateway.kafka_apis import KafkaApis
+from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
 from loglake.coordination.controller import Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, TopicDescription
+from loglake.coordination.producer_ids import ProducerIdManager
+from loglake.errors import ErrorCode, KafkaError
+from loglake.groups import GroupConfig, GroupCoordinator
 from loglake.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -33,8 +39,15 @@ class Broker:
         self.store = EmbeddedMetadataStore(config.log_dirs[0])
         self.controller = Controller(self.store, config.broker_id, self)
         self.image = MetadataImage()
+        self.producer_ids = ProducerIdManager(self.store, config.broker_id)
+        self.group_coordinator = GroupCoordinator(GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager))
+        self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.kafka_apis = KafkaApis(self)
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
+        self._kafka_servers: list[KafkaServer] = []
+        # __consumer_offsets leadership changes seen before the event loop ran (startup).
+        self._pending_group_loads: list[int] = []
         self._stopped = asyncio.Event()
 
     @property
@@ -51,9 +64,21 @@ class Broker:
         self.controller.startup()
 
     async def start(self) -> None:
-        """Start up, then serve HTTP on every http.listeners address."""
+        """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
+        every `http.listeners` address."""
         self.startup()
+        from ingest_gateway.group_apis import register_group_apis
         from ingest_gateway.http_api import create_app
+
+        register_group_apis(self.kafka_apis, self.group_coordinator)
+        for p in self._pending_group_loads:
+            self.track_background(asyncio.create_task(self.group_coordinator.load_partition(p)))
+        self._pending_group_loads.clear()
+        await self.group_coordinator.start()
+        for listener in self.config.listeners:
+            server = KafkaServer(listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes)
+            await server.start()
+            self._kafka_servers.append(server)
 
         app = create_app(self)
         for listener in self.config.http_listeners:
@@ -66,7 +91,12 @@ class Broker:
         for server in self._servers:
             while not server.started:
                 await asyncio.sleep(0.01)
-        log.info("broker %d serving HTTP on %s", self.config.broker_id, self.config.http_listeners)
+        log.info(
+            "broker %d serving Kafka on %s and HTTP on %s",
+            self.config.broker_id,
+            self.config.listeners,
+            self.config.http_listeners,
+        )
 
     async def _checkpoint_loop(self) -> None:
         while True:
@@ -82,6 +112,9 @@ class Broker:
         """Stop serving, then flush logs and write every checkpoint (a clean shutdown)."""
         for server in self._servers:
             server.should_exit = True
+        for kafka_server in self._kafka_servers:
+            await kafka_server.stop()
+        await self.group_coordinator.stop()
         await asyncio.sleep(0)
         for task in list(self._background):
             if not task.done():
@@ -95,6 +128,52 @@ class Broker:
     def shutdown(self) -> None:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
+
+    def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        if not is_leader:
+            self.group_coordinator.unload_partition(partition)
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._pending_group_loads.append(partition)
+            return
+        self.track_background(asyncio.create_task(self.group_coordinator.load_partition(partition)))
+
+    # Topics and coordinators ------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        assignment: dict[int, tuple[int, ...]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicDescription:
+        return self.controller.create_topic(name, num_partitions, replication_factor, config, assignment, validate_only)
+
+    def group_coordinator_endpoint(self, group_id: str) -> BrokerEndpoint:
+        """The broker leading the group's __consumer_offsets partition (created on first use)."""
+        if OFFSETS_TOPIC not in self.image.topics:
+            rf = min(self.config.offsets_topic_replication_factor, len(self.image.brokers) or 1)
+            try:
+                self.create_topic(
+                    OFFSETS_TOPIC,
+                    self.config.offsets_topic_num_partitions,
+                    rf,
+                    {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                )
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {exc.message}") from exc
+        state = self.image.partition_state(OFFSETS_TOPIC, self.group_coordinator.partition_for(group_id))
+        endpoint = self.image.brokers.get(state.leader)
+        if endpoint is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no live leader for the group {group_id!r}")
+        return endpoint
 
     # BrokerChannel: how the (embedded) controller reaches this broker ------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,9 @@ class ReplicaManager:
         self.controller_epoch = 0
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
         self._checkpointed_hw = self._read_high_watermarks()
+        # Told (topic, partition, is_leader) whenever this broker gains or loses leadership;
+        # the group coordinator loads and unloads __consumer_offsets partitions this way.
+        self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
 
     def _read_high_watermarks(self) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
@@ -82,15 +86,24 @@ class ReplicaManager:
                 self.partitions[key] = partition
             else:
                 partition.log.update_config(config)
+            was_leader = partition.is_leader
             if entry.state.leader == self.broker_id:
                 hw = self._checkpointed_hw.get(key, partition.high_watermark)
                 partition.make_leader(entry.state, entry.replicas, hw)
+                if not was_leader:
+                    self._notify_leadership(key, True)
+
+    def _notify_leadership(self, key: TopicPartition, is_leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            listener(key[0], key[1], is_leader)
 
     def stop_replicas(self, controller_epoch: int, partitions: list[TopicPartition], delete: bool) -> None:
         self._fence(controller_epoch)
         for key in partitions:
             partition = self.partitions.pop(key, None)
             self._wake(key)
+            if partition is not None and partition.is_leader:
+                self._notify_leadership(key, False)
             if partition is not None and delete:
                 self.log_manager.delete_log(*key)
         self.checkpoint_high_watermarks()

@@ -113,3 +113,20 @@ class Partition:
         if found is None or found[0] >= self._high_watermark:
             return None
         return found
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start to `offset` (-1: the HW); returns the new start."""
+        with self._lock:
+            if not self.is_leader:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}",
+                )
+            target = self._high_watermark if offset == -1 else offset
+            if target < 0 or target > self._high_watermark:
+                raise KafkaError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"cannot delete {self.topic}-{self.partition} up to {offset}: the high watermark is {self._high_watermark}",
+                )
+            self.log.increment_log_start_offset(target)
+            return self.log.log_start_offset

@@ -28,6 +28,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicDescription] = {}
         self._states: dict[str, dict[int, PartitionState]] = {}
         self._controller_epoch = 0
+        self._next_producer_id = 0
         self._load()
 
     def _load(self) -> None:
@@ -35,6 +36,7 @@ class EmbeddedMetadataStore(MetadataStore):
             return
         doc = json.loads(self._path.read_text())
         self._controller_epoch = doc.get("controller_epoch", 0)
+        self._next_producer_id = doc.get("next_producer_id", 0)
         for name, t in doc["topics"].items():
             self._topics[name] = TopicDescription(
                 name=name,
@@ -57,6 +59,7 @@ class EmbeddedMetadataStore(MetadataStore):
         doc = {
             "version": 1,
             "controller_epoch": self._controller_epoch,
+            "next_producer_id": self._next_producer_id,
             "topics": {
                 name: {
                     "topic_id": t.topic_id,
@@ -130,3 +133,10 @@ class EmbeddedMetadataStore(MetadataStore):
             self._states[topic][partition] = stored
             self._save()
             return stored
+
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
+        with self._lock:
+            first = self._next_producer_id
+            self._next_producer_id += size
+            self._save()
+            return first

@@ -54,3 +54,7 @@ class MetadataStore(ABC):
 
         Returns the stored state with its new version, or None when the version moved on.
         """
+
+    @abstractmethod
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
+        """Reserve `size` producer ids for `broker_id` (/latest_producer_id_block); the first id."""

@@ -1,0 +1,570 @@
+"""Kafka protocol requests to broker actions (the role of Kafka's KafkaApis).
+
+One method per API. Each takes the decoded request body (a dict, see loglake.protocol)
+and returns the response body. Produce and fetch go through the same ReplicaManager paths
+as the HTTP API: produce hands each partition's record bytes over untouched, fetch answers
+with LogSlice file ranges that the server sends with sendfile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from loglake.config import TOPIC_PROPERTIES, LogConfig, validate_topic_name
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import (
+    ApiKey,
+    Chunk,
+    ProtocolDecodeError,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request,
+    decode_request_header,
+    encode_response,
+)
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+# What this broker implements, per API: the versions it advertises in ApiVersions. Each
+# range is what the handlers below answer correctly (for example Fetch stops at 12: from
+# 13 on topics travel by id only).
+SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 6),  # 7 adds the max-timestamp query (-3)
+    ApiKey.METADATA: (0, 12),
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+}
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+# DescribeConfigs config_source values.
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+
+def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
+    if isinstance(exc, KafkaError):
+        return exc.code, exc.message
+    return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+
+
+def _topic_uuid(topic_id: str) -> uuid.UUID:
+    return uuid.UUID(topic_id)
+
+
+class KafkaApis:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._handlers: dict[int, Callable[[RequestHeader, Body], Awaitable[Body | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.ALTER_CONFIGS: self.alter_configs,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.DELETE_RECORDS: self.delete_records,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+        }
+
+    def register(self, api_key: ApiKey, versions: tuple[int, int], handler: Callable[[RequestHeader, Body], Awaitable[Body | None]]) -> None:
+        """Add an API served by another component (the group coordinator's)."""
+        SUPPORTED_VERSIONS[api_key] = versions
+        self._handlers[api_key] = handler
+
+    async def handle(self, payload: memoryview, peer: str) -> list[Chunk] | None:
+        """One request frame's payload to its response frame (None: send nothing)."""
+        header, _ = decode_request_header(payload)
+        key, version = header.request_api_key, header.request_api_version
+        supported = SUPPORTED_VERSIONS.get(key)  # type: ignore[call-overload]
+        if supported is None or not supported[0] <= version <= supported[1]:
+            if key == ApiKey.API_VERSIONS:
+                # KIP-511: answer a too-new ApiVersions in v0 so the client can downgrade.
+                body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._api_keys()}
+                return encode_response(key, 0, header.correlation_id, body)
+            raise ProtocolDecodeError(
+                f"{ApiKey(key).name if key in ApiKey._value2member_map_ else key} v{version} is not supported"
+            )
+        try:
+            header, body = decode_request(payload)
+        except UnsupportedVersionError as exc:
+            raise ProtocolDecodeError(str(exc)) from exc
+        header.client_id = header.client_id or ""
+        response = await self._handlers[key](header, body)
+        if response is None:
+            return None
+        return encode_response(key, version, header.correlation_id, response)
+
+    def _api_keys(self) -> list[Body]:
+        return [
+            {"api_key": int(k), "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+        ]
+
+    # Metadata and versions ---------------------------------------------------------------
+
+    async def api_versions(self, header: RequestHeader, body: Body) -> Body:
+        return {"error_code": 0, "api_keys": self._api_keys(), "throttle_time_ms": 0}
+
+    def _maybe_auto_create(self, name: str) -> ErrorCode | None:
+        """Create `name` with the broker defaults if allowed; an error code if not."""
+        config = self.broker.config
+        if not config.auto_create_topics_enable:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            validate_topic_name(name)
+            self.broker.create_topic(name, config.num_partitions, config.default_replication_factor, {})
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                return exc.code
+        return None
+
+    async def metadata(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        image = self.broker.image
+        requested = body["topics"]
+        if requested is None or (version == 0 and not requested):
+            names: list[str | None] = sorted(image.topics)
+        else:
+            by_id = {_topic_uuid(t.topic_id): n for n, t in image.topics.items()}
+            names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
+        allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
+        topics = []
+        for name in names:
+            if name is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
+                continue
+            if name not in self.broker.image.topics:
+                error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if error is not None:
+                    topics.append({"error_code": error, "name": name, "partitions": []})
+                    continue
+            topics.append(self._topic_metadata(name))
+        image = self.broker.image
+        return {
+            "throttle_time_ms": 0,
+            "brokers": [
+                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "cluster_id": image.cluster_id,
+            "controller_id": image.controller_id,
+            "topics": topics,
+        }
+
+    def _topic_metadata(self, name: str) -> Body:
+        image = self.broker.image
+        topic = image.topics[name]
+        states = image.partition_states.get(name, {})
+        partitions = []
+        for p, replicas in sorted(topic.assignment.items()):
+            state = states.get(p)
+            if state is None:
+                continue
+            partitions.append(
+                {
+                    "error_code": ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition_index": p,
+                    "leader_id": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "replica_nodes": list(replicas),
+                    "isr_nodes": list(state.isr),
+                    "offline_replicas": [r for r in replicas if r not in image.brokers],
+                }
+            )
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": _topic_uuid(topic.topic_id),
+            "is_internal": name in INTERNAL_TOPICS,
+            "partitions": partitions,
+        }
+
+    # Produce -------------------------------------------------------------------------------
+
+    async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+        acks = body["acks"]
+        entries: dict[tuple[str, int], Any] = {}
+        errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        for topic in body["topic_data"]:
+            name = topic["name"]
+            if name not in self.broker.image.topics:
+                error = self._maybe_auto_create(name)
+                if error is not None:
+                    for p in topic["partition_data"]:
+                        errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
+                    continue
+            for p in topic["partition_data"]:
+                records = p["records"]
+                if records is None or len(records) == 0:
+                    errors[(name, p["index"])] = (ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
+                else:
+                    entries[(name, p["index"])] = records
+        if acks not in (-1, 0, 1):
+            errors.update({k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries})
+            entries = {}
+        results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
+        if acks == 0:
+            # No response at all: the client does not wait for one.
+            return None
+        by_topic: dict[str, list[Body]] = {}
+        for (name, p), result in results.items():
+            if result.error is None:
+                entry = {
+                    "index": p,
+                    "error_code": 0,
+                    "base_offset": result.base_offset,
+                    "log_append_time_ms": result.log_append_time_ms,
+                    "log_start_offset": result.log_start_offset,
+                }
+            else:
+                entry = {"index": p, "error_code": result.error.code, "base_offset": -1, "error_message": result.error.message}
+            by_topic.setdefault(name, []).append(entry)
+        for (name, p), (code, message) in errors.items():
+            by_topic.setdefault(name, []).append({"index": p, "error_code": code, "base_offset": -1, "error_message": message})
+        return {
+            "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
+            "throttle_time_ms": 0,
+        }
+
+    # Fetch -------------------------------------------------------------------------------
+
+    async def fetch(self, header: RequestHeader, body: Body) -> Body:
+        rm = self.broker.replica_manager
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, body["max_wait_ms"]) / 1000
+        min_bytes = body["min_bytes"]
+        keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
+        while True:
+            topics, total = self._read_for_fetch(body)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or remaining <= 0 or total < 0:
+                break
+            await rm.wait_for_change(keys, remaining)
+        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
+
+    def _read_for_fetch(self, body: Body) -> tuple[list[Body], int]:
+        """One pass over the requested partitions. total < 0 means an error is in the
+        answer, which is returned at once rather than waited on."""
+        rm = self.broker.replica_manager
+        budget = body.get("max_bytes") or 0x7FFFFFFF
+        total = 0
+        has_error = False
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            for fp in t["partitions"]:
+                entry: Body = {
+                    "partition_index": fp["partition"],
+                    "error_code": 0,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "aborted_transactions": None,
+                    "preferred_read_replica": -1,
+                    "records": b"",
+                }
+                try:
+                    partition = rm.leader_partition(t["topic"], fp["partition"])
+                    _check_leader_epoch(partition.leader_epoch, fp.get("current_leader_epoch", -1))
+                    max_bytes = min(fp["partition_max_bytes"], budget)
+                    # KIP-74: the first batch goes out whole even over the limits, so a
+                    # consumer can always make progress.
+                    piece = partition.read(fp["fetch_offset"], max_bytes, committed_only=True, min_one_message=total == 0)
+                    entry["high_watermark"] = partition.high_watermark
+                    entry["last_stable_offset"] = partition.high_watermark
+                    entry["log_start_offset"] = partition.log_start_offset
+                    if piece.size:
+                        entry["records"] = piece
+                        total += piece.size
+                        budget -= piece.size
+                except KafkaError as exc:
+                    entry["error_code"] = exc.code
+                    has_error = True
+                partitions.append(entry)
+            topics.append({"topic": t["topic"], "partitions": partitions})
+        return topics, (-1 if has_error else total)
+
+    # Offsets -------------------------------------------------------------------------------
+
+    async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
+        rm = self.broker.replica_manager
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            for lp in t["partitions"]:
+                entry: Body = {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
+                try:
+                    partition = rm.leader_partition(t["name"], lp["partition_index"])
+                    _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
+                    ts = lp["timestamp"]
+                    entry["leader_epoch"] = partition.leader_epoch
+                    if ts == LATEST_TIMESTAMP:
+                        entry["offset"] = partition.high_watermark
+                    elif ts == EARLIEST_TIMESTAMP:
+                        entry["offset"] = partition.log_start_offset
+                    else:
+                        found = partition.offset_for_timestamp(ts)
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
+                except KafkaError as exc:
+                    entry["error_code"] = exc.code
+                partitions.append(entry)
+            topics.append({"name": t["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
+        rm = self.broker.replica_manager
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            for ep in t["partitions"]:
+                entry: Body = {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+                try:
+                    partition = rm.leader_partition(t["topic"], ep["partition"])
+                    _check_leader_epoch(partition.leader_epoch, ep.get("current_leader_epoch", -1))
+                    entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+                except KafkaError as exc:
+                    entry["error_code"] = exc.code
+                partitions.append(entry)
+            topics.append({"topic": t["topic"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def delete_records(self, header: RequestHeader, body: Body) -> Body:
+        rm = self.broker.replica_manager
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            for dp in t["partitions"]:
+                entry: Body = {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0}
+                try:
+                    partition = rm.leader_partition(t["name"], dp["partition_index"])
+                    entry["low_watermark"] = partition.delete_records(dp["offset"])
+                except KafkaError as exc:
+                    entry["error_code"] = exc.code
+                partitions.append(entry)
+            topics.append({"name": t["name"], "partitions": partitions})
+        self.broker.log_manager.checkpoint_log_start_offsets()
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # Topic administration ----------------------------------------------------------------
+
+    async def create_topics(self, header: RequestHeader, body: Body) -> Body:
+        config = self.broker.config
+        results = []
+        for t in body["topics"]:
+            name = t["name"]
+            entry: Body = {"name": name, "error_code": 0, "error_message": None}
+            try:
+                assignment = {a["partition_index"]: tuple(a["broker_ids"]) for a in t["assignments"]} or None
+                partitions = t["num_partitions"] if t["num_partitions"] != -1 else config.num_partitions
+                rf = t["replication_factor"] if t["replication_factor"] != -1 else config.default_replication_factor
+                configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
+                created = self.broker.create_topic(
+                    name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
+                )
+                entry.update(
+                    topic_id=_topic_uuid(created.topic_id),
+                    num_partitions=created.num_partitions,
+                    replication_factor=created.replication_factor,
+                    configs=[
+                        {"name": k, "value": v, "read_only": False, "config_source": src, "is_sensitive": False}
+                        for k, v, src in self._topic_config_entries(created.config)
+                    ],
+                )
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            results.append(entry)
+        return {"throttle_time_ms": 0, "topics": results}
+
+    async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
+        if header.request_api_version >= 6:
+            by_id = {_topic_uuid(t.topic_id): n for n, t in self.broker.image.topics.items()}
+            wanted = [(t["name"] or by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]]
+        else:
+            wanted = [(n, None) for n in body["topic_names"]]
+        responses = []
+        for name, topic_id in wanted:
+            entry: Body = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": 0, "error_message": None}
+            try:
+                if name is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+                if not self.broker.config.delete_topic_enable:
+                    raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
+                self.broker.controller.delete_topic(name)
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    async def create_partitions(self, header: RequestHeader, body: Body) -> Body:
+        results = []
+        for t in body["topics"]:
+            entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
+            try:
+                if t["assignments"] is not None:
+                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual assignment of new partitions is not supported")
+                self.broker.controller.create_partitions(t["name"], t["count"], body["validate_only"])
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            results.append(entry)
+        return {"throttle_time_ms": 0, "results": results}
+
+    def _topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str, int]]:
+        """Every topic property with its effective value and where that value comes from."""
+        effective = LogConfig.from_properties(overrides, self.broker.config.log_defaults).to_properties()
+        raw = self.broker.config.raw
+        out = []
+        for prop in TOPIC_PROPERTIES:
+            if prop.name in overrides:
+                source = SOURCE_DYNAMIC_TOPIC
+            elif prop.broker_name in raw:
+                source = SOURCE_STATIC_BROKER
+            else:
+                source = SOURCE_DEFAULT
+            out.append((prop.name, effective[prop.name], source))
+        return out
+
+    async def describe_configs(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        results = []
+        for r in body["resources"]:
+            entry: Body = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+                "configs": [],
+            }
+            try:
+                if r["resource_type"] == RESOURCE_TOPIC:
+                    topic = self.broker.image.topic(r["resource_name"])
+                    items = self._topic_config_entries(topic.config)
+                elif r["resource_type"] == RESOURCE_BROKER:
+                    if r["resource_name"] not in ("", str(self.broker.config.broker_id)):
+                        raise KafkaError(ErrorCode.INVALID_REQUEST, f"this is broker {self.broker.config.broker_id}")
+                    items = [(k, v, SOURCE_STATIC_BROKER) for k, v in sorted(self.broker.config.raw.items())]
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {r['resource_type']} is not supported")
+                keys = r["configuration_keys"]
+                entry["configs"] = [
+                    {
+                        "name": name,
+                        "value": value,
+                        "read_only": r["resource_type"] == RESOURCE_BROKER,
+                        "is_default": source == SOURCE_DEFAULT,
+                        "config_source": source,
+                        "is_sensitive": False,
+                        "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and body.get("include_synonyms") else [],
+                    }
+                    for name, value, source in items
+                    if keys is None or name in keys
+                ]
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            results.append(entry)
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def alter_configs(self, header: RequestHeader, body: Body) -> Body:
+        responses = []
+        for r in body["resources"]:
+            entry: Body = {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+            }
+            try:
+                if r["resource_type"] != RESOURCE_TOPIC:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
+                topic = self.broker.image.topic(r["resource_name"])
+                # AlterConfigs replaces the whole set: keys not named go back to defaults.
+                wanted = {c["name"]: c["value"] for c in r["configs"] if c["value"] is not None}
+                change = {k: "" for k in topic.config if k not in wanted} | wanted
+                self.broker.controller.alter_topic_config(topic.name, change, body["validate_only"])
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    # Coordinators and producer ids -------------------------------------------------------
+
+    async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
+        coordinators = [self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        if version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": coordinators}
+        c = coordinators[0]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": c["error_code"],
+            "error_message": c["error_message"],
+            "node_id": c["node_id"],
+            "host": c["host"],
+            "port": c["port"],
+        }
+
+    def _coordinator_for(self, key: str, key_type: int) -> Body:
+        entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
+        if key_type != 0:
+            entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+            entry["error_message"] = "transactions are not supported by this broker"
+            return entry
+        try:
+            endpoint = self.broker.group_coordinator_endpoint(key)
+            entry.update(node_id=endpoint.broker_id, host=endpoint.host, port=endpoint.port)
+        except KafkaError as exc:
+            entry["error_code"], entry["error_message"] = exc.code, exc.message
+        return entry
+
+    async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
+        if body["transactional_id"] is not None:
+            return {
+                "throttle_time_ms": 0,
+                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        producer_id, epoch = self.broker.producer_ids.init_producer_id(
+            body.get("producer_id", -1), body.get("producer_epoch", -1)
+        )
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _check_leader_epoch(ours: int, theirs: int) -> None:
+    """KIP-320: a client that knows a newer epoch talks to a stale leader, an older one is fenced."""
+    if theirs < 0 or theirs == ours:
+        return
+    if theirs > ours:
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {theirs} is newer than ours ({ours})")
+    raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {theirs} is older than ours ({ours})")
