@@ -14,14 +14,15 @@ from loglake.protocol import ApiKey, RequestHeader
 
 Body = dict[str, Any]
 
-# v9 of OffsetCommit/OffsetFetch and ListGroups v5 belong to the new consumer protocol
-# (KIP-848), which this coordinator does not speak.
+# The versions before static membership (group.instance.id, KIP-345), which the coordinator
+# does not implement; OffsetFetch v9 and ListGroups v5 belong to the new consumer protocol
+# (KIP-848).
 GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.JOIN_GROUP: (0, 9),
-    ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.HEARTBEAT: (0, 4),
-    ApiKey.LEAVE_GROUP: (0, 5),
-    ApiKey.OFFSET_COMMIT: (0, 8),
+    ApiKey.JOIN_GROUP: (0, 4),
+    ApiKey.SYNC_GROUP: (0, 2),
+    ApiKey.HEARTBEAT: (0, 2),
+    ApiKey.LEAVE_GROUP: (0, 2),
+    ApiKey.OFFSET_COMMIT: (0, 6),
     ApiKey.OFFSET_FETCH: (0, 8),
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
