@@ -12,20 +12,21 @@ import sys
 import orjson
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse
+
+from ingest_gateway.http_errors import JSONBytesResponse
 
 app = FastAPI()
 
 
 @app.post("/topics/{topic}")
-async def produce(topic: str, request: Request) -> ORJSONResponse:
+async def produce(topic: str, request: Request) -> JSONBytesResponse:
     doc = orjson.loads(await request.body())
     offsets = []
     for i, r in enumerate(doc["records"]):
         binascii.a2b_base64(r["key"], strict_mode=True)
         binascii.a2b_base64(r["value"], strict_mode=True)
         offsets.append({"partition": 0, "offset": i, "error_code": None, "error": None})
-    return ORJSONResponse({"offsets": offsets})
+    return JSONBytesResponse({"offsets": offsets})
 
 
 @app.get("/healthz")

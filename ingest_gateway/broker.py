@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
@@ -43,6 +44,7 @@ class Broker:
         self.group_coordinator = GroupCoordinator(GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager))
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.kafka_apis = KafkaApis(self)
+        self.consumer_manager = ConsumerManager(self, self.group_coordinator)
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
@@ -114,6 +116,7 @@ class Broker:
             server.should_exit = True
         for kafka_server in self._kafka_servers:
             await kafka_server.stop()
+        await self.consumer_manager.shutdown()
         await self.group_coordinator.stop()
         await asyncio.sleep(0)
         for task in list(self._background):

@@ -15,13 +15,21 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import ORJSONResponse
 
-from ingest_gateway.http_errors import RETRIABLE, BadRequest, error_response, kafka_error_response
-from ingest_gateway.rest_produce import BINARY_V2, JSON_V2, embedded_format, parse_records, partition_records
+from ingest_gateway.http_groups import group_routes
+from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
+from ingest_gateway.rest_records import (
+    BINARY_V2,
+    JSON_V2,
+    accept_format,
+    embedded_format,
+    parse_records,
+    partition_records,
+    read_records,
+    render_records,
+)
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner
-from loglake.record.batch import decode_batches
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -64,37 +72,12 @@ _PRODUCE_BODY = {
 }
 
 
-def _accept_format(accept: str | None) -> str:
-    accept = (accept or "").lower()
-    return "json" if JSON_V2 in accept else "binary"
-
-
-def _record_json(topic: str, partition: int, rec, fmt: str) -> dict[str, Any]:
-    if fmt == "json":
-        key = None if rec.key is None else orjson.loads(rec.key)
-        value = None if rec.value is None else orjson.loads(rec.value)
-    else:
-        key = None if rec.key is None else base64.b64encode(rec.key).decode()
-        value = None if rec.value is None else base64.b64encode(rec.value).decode()
-    return {
-        "topic": topic,
-        "partition": partition,
-        "offset": rec.offset,
-        "timestamp": rec.timestamp,
-        "key": key,
-        "value": value,
-        "headers": [
-            {"key": k, "value": None if v is None else base64.b64encode(v).decode()} for k, v in rec.headers
-        ],
-    }
-
-
 def create_app(broker: Broker) -> FastAPI:
     app = FastAPI(
         title="loglake",
         description="Kafka-compatible streaming platform: produce, fetch and administer topics over HTTP.",
         version="0.1.0",
-        default_response_class=ORJSONResponse,
+        default_response_class=JSONBytesResponse,
     )
     sticky = StickyPartitioner()
 
@@ -105,6 +88,8 @@ def create_app(broker: Broker) -> FastAPI:
     @app.exception_handler(BadRequest)
     async def _bad_request(request: Request, exc: BadRequest) -> Response:
         return error_response(exc.status, exc.message, sub=exc.sub)
+
+    app.include_router(group_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -211,7 +196,7 @@ def create_app(broker: Broker) -> FastAPI:
             task = asyncio.create_task(broker.replica_manager.append_records(entries, 1, timeout_ms))
             broker.track_background(task)
             offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p, _ in placements]
-            return ORJSONResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, 202)
+            return JSONBytesResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, 202)
         results = await broker.replica_manager.append_records(entries, acks, timeout_ms)
         failed = {p: r.error for (_, p), r in results.items() if r.error is not None}
         if not failed:
@@ -219,7 +204,7 @@ def create_app(broker: Broker) -> FastAPI:
             offsets = [
                 {"partition": p, "offset": bases[p] + i, "error_code": None, "error": None} for p, i in placements
             ]
-            return ORJSONResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
+            return JSONBytesResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
         offsets = []
         errors = []
         for partition, index in placements:
@@ -249,7 +234,7 @@ def create_app(broker: Broker) -> FastAPI:
             response.body = orjson.dumps({**orjson.loads(response.body), "offsets": offsets})
             response.headers["content-length"] = str(len(response.body))
             return response
-        return ORJSONResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
+        return JSONBytesResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
 
     @app.get("/topics/{topic}/partitions/{partition}/records")
     async def fetch(
@@ -266,7 +251,7 @@ def create_app(broker: Broker) -> FastAPI:
         """
         if max_bytes <= 0:
             raise BadRequest(422, "max_bytes must be positive", 2)
-        fmt = _accept_format(request.headers.get("accept"))
+        fmt = accept_format(request.headers.get("accept"))
         p = broker.replica_manager.leader_partition(topic, partition)
         if offset is None:
             offset = p.log_start_offset
@@ -282,22 +267,10 @@ def create_app(broker: Broker) -> FastAPI:
                 break
             await broker.replica_manager.wait_for_change([(topic, partition)], remaining)
         if p.high_watermark <= offset:
-            return ORJSONResponse([])
-        data = p.read(offset, max_bytes).read_bytes()
-        out = []
-        for header, records in decode_batches(data):
-            if header.is_control:
-                continue
-            for rec in records:
-                if rec.offset >= offset:
-                    try:
-                        out.append(_record_json(topic, partition, rec, fmt))
-                    except orjson.JSONDecodeError:
-                        raise BadRequest(
-                            406,
-                            f"record at offset {rec.offset} is not JSON; ask with Accept: {BINARY_V2}",
-                        ) from None
-        return ORJSONResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
+            return JSONBytesResponse([])
+        records, _ = read_records(p, offset, max_bytes)
+        out = render_records(topic, partition, records, fmt)
+        return JSONBytesResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
 
     return app
 

@@ -6,9 +6,21 @@ the shape Confluent's REST Proxy users already handle, plus Kafka's own error na
 
 from __future__ import annotations
 
-from fastapi.responses import ORJSONResponse
+from typing import Any
+
+import orjson
+from fastapi.responses import Response
 
 from loglake.errors import ErrorCode, KafkaError
+
+class JSONBytesResponse(Response):
+    """JSON rendered by orjson (FastAPI's JSONBytesResponse is deprecated)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
 
 _STATUS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: 404,
@@ -32,6 +44,15 @@ _STATUS = {
     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: 503,
     ErrorCode.NOT_CONTROLLER: 503,
     ErrorCode.REQUEST_TIMED_OUT: 504,
+    ErrorCode.UNKNOWN_MEMBER_ID: 404,
+    ErrorCode.GROUP_ID_NOT_FOUND: 404,
+    ErrorCode.NON_EMPTY_GROUP: 409,
+    ErrorCode.REBALANCE_IN_PROGRESS: 409,
+    ErrorCode.ILLEGAL_GENERATION: 409,
+    ErrorCode.INVALID_GROUP_ID: 422,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: 503,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: 503,
+    ErrorCode.NOT_COORDINATOR: 503,
 }
 
 RETRIABLE = frozenset(
@@ -43,6 +64,10 @@ RETRIABLE = frozenset(
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NOT_CONTROLLER,
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.NOT_COORDINATOR,
     }
 )
 
@@ -61,14 +86,14 @@ def http_status(code: ErrorCode) -> int:
     return _STATUS.get(code, 500)
 
 
-def error_response(status: int, message: str, kafka_error: ErrorCode | None = None, sub: int = 1) -> ORJSONResponse:
+def error_response(status: int, message: str, kafka_error: ErrorCode | None = None, sub: int = 1) -> JSONBytesResponse:
     body: dict[str, object] = {"error_code": status * 100 + sub, "message": message}
     if kafka_error is not None:
         body["kafka_error"] = kafka_error.name
-    return ORJSONResponse(body, status_code=status)
+    return JSONBytesResponse(body, status_code=status)
 
 
-def kafka_error_response(exc: KafkaError) -> ORJSONResponse:
+def kafka_error_response(exc: KafkaError) -> JSONBytesResponse:
     status = http_status(exc.code)
     # REST Proxy tells "topic not found" (40401) from "partition not found" (40402).
     sub = 2 if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and "partition" in exc.message else 1

@@ -1,6 +1,7 @@
-"""The `loglake` command: broker, topics, produce, consume.
+"""The `loglake` command: broker, topics, groups, produce, consume.
 
-Flags follow kafka-topics.sh and kafka-console-{producer,consumer}.sh. Everything but
+Flags follow kafka-topics.sh, kafka-consumer-groups.sh and
+kafka-console-{producer,consumer}.sh. Everything but
 `broker start` talks to a broker's HTTP API (`--bootstrap-http`, default the local one).
 """
 
@@ -116,6 +117,78 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
     with _client(args) as c:
         _check(c.patch(f"/topics/{args.topic}", json=body))
     print(f"Altered topic {args.topic}.")
+    return 0
+
+
+# groups ------------------------------------------------------------------------------------
+
+
+def cmd_groups_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        for g in _check(c.get("/groups")):
+            print(g["group_id"])
+    return 0
+
+
+def _print_table(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def cmd_groups_describe(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        groups = [args.group] if args.group else [g["group_id"] for g in _check(c.get("/groups"))]
+        for group_id in groups:
+            g = _check(c.get(f"/groups/{group_id}"))
+            members = {m["member_id"]: m for m in g["members"]}
+            print(f"\nGroup {group_id} is {g['state']} with {len(members)} member(s) (protocol {g['protocol'] or '-'}).\n")
+            rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]]
+            for o in g["offsets"]:
+                member = members.get(o["member_id"] or "", {})
+                rows.append(
+                    [
+                        group_id,
+                        o["topic"],
+                        str(o["partition"]),
+                        _cell(o["committed_offset"]),
+                        _cell(o["log_end_offset"]),
+                        _cell(o["lag"]),
+                        _cell(o["member_id"]),
+                        _cell(member.get("client_host")),
+                        _cell(member.get("client_id")),
+                    ]
+                )
+            _print_table(rows)
+    return 0
+
+
+def cmd_groups_reset_offsets(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"topic": args.topic}
+    if args.to_earliest:
+        body["to"] = "earliest"
+    elif args.to_latest:
+        body["to"] = "latest"
+    else:
+        body.update(to="offset", offset=args.to_offset)
+    if args.partitions:
+        body["partitions"] = [int(p) for p in args.partitions.split(",")]
+    with _client(args) as c:
+        result = _check(c.post(f"/groups/{args.group}/reset-offsets", json=body))
+    rows = [["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]]
+    rows += [[args.group, o["topic"], str(o["partition"]), str(o["offset"])] for o in result["offsets"]]
+    _print_table(rows)
+    return 0
+
+
+def cmd_groups_delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _check(c.delete(f"/groups/{args.group}"))
+    print(f"Deleted group {args.group}.")
     return 0
 
 
@@ -259,6 +332,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     p.set_defaults(func=cmd_topics_alter)
+
+    groups = sub.add_parser("groups", help="list, describe, reset offsets of, delete consumer groups").add_subparsers(
+        dest="action", required=True
+    )
+    p = http_command(groups, "list", "list consumer groups")
+    p.set_defaults(func=cmd_groups_list)
+    p = http_command(groups, "describe", "members, committed offsets, log end offsets and lag")
+    p.add_argument("--group")
+    p.set_defaults(func=cmd_groups_describe)
+    p = http_command(groups, "reset-offsets", "move an inactive group's committed offsets")
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partitions", help="comma-separated partitions (default: all)")
+    to = p.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int)
+    p.set_defaults(func=cmd_groups_reset_offsets)
+    p = http_command(groups, "delete", "delete an inactive group and its offsets")
+    p.add_argument("--group", required=True)
+    p.set_defaults(func=cmd_groups_delete)
 
     p = http_command(sub, "produce", "produce lines from stdin")
     p.add_argument("--topic", required=True)

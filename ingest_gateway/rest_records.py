@@ -1,4 +1,4 @@
-"""REST Proxy v2 produce bodies turned into record batches, one or more per partition.
+"""Records in the REST Proxy v2 shapes: produce bodies to batches, batches to JSON.
 
 This is the one place the HTTP path does per-record Python work (a JSON body has to be
 taken apart record by record); it is kept to a few operations per record: the keys are
@@ -7,6 +7,7 @@ hashed together (`partitions_for_keys`) and each partition's records are encoded
 
 from __future__ import annotations
 
+import base64
 import binascii
 import functools
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ import orjson
 from ingest_gateway.http_errors import BadRequest
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
-from loglake.record.batch import RecordRow, encode_batches
+from loglake.cluster.partition import Partition
+from loglake.record.batch import Record, RecordRow, decode_batches, encode_batches
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -166,3 +168,52 @@ def partition_records(
         groups[int(sorted_targets[start])] = [rows[i] for i in members]
     batches = {p: encode_batches(group, now_ms, max_batch_bytes) for p, group in groups.items()}
     return PartitionedRecords(batches, placements)
+
+
+def accept_format(accept: str | None) -> str:
+    accept = (accept or "").lower()
+    return "json" if JSON_V2 in accept else "binary"
+
+
+def read_records(partition: Partition, offset: int, max_bytes: int) -> tuple[list[Record], int]:
+    """Data records from `offset` up to the high watermark, within about `max_bytes`
+    (the first batch always), and the bytes read."""
+    data = partition.read(offset, max_bytes).read_bytes()
+    records = [
+        record
+        for header, batch in decode_batches(data)
+        if not header.is_control
+        for record in batch
+        if record.offset >= offset
+    ]
+    return records, len(data)
+
+
+def _b64_text(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def render_records(topic: str, partition: int, records: list[Record], fmt: str) -> list[dict[str, Any]]:
+    """Records as the REST Proxy returns them; JSON values must parse (else 406)."""
+    out = []
+    for rec in records:
+        if fmt == "json":
+            try:
+                key = None if rec.key is None else orjson.loads(rec.key)
+                value = None if rec.value is None else orjson.loads(rec.value)
+            except orjson.JSONDecodeError:
+                raise BadRequest(406, f"record at offset {rec.offset} is not JSON; ask with Accept: {BINARY_V2}") from None
+        else:
+            key, value = _b64_text(rec.key), _b64_text(rec.value)
+        out.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "offset": rec.offset,
+                "timestamp": rec.timestamp,
+                "key": key,
+                "value": value,
+                "headers": [{"key": k, "value": _b64_text(v)} for k, v in rec.headers],
+            }
+        )
+    return out
