@@ -6,6 +6,10 @@ caller's buffer and never changed), and roll segments by size, time or full inde
 lock per log serialises appends, truncation and rolls; reads take no lock. Writers
 publish the log end as one immutable `LogOffsetMetadata` after the bytes are written,
 and replace (never mutate) the segment list, so a reader sees only whole appends.
+
+Batches with a producer id are checked against the idempotent producers' state (see
+`producer_state.py`): a retried batch is not written again but answered with the offsets
+it got the first time.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ from loglake.record.header import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from loglake.storage.file_records import Bytes, LogSlice
+from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlice
 from loglake.storage.fileutil import fsync_dir
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, sync_snapshot
 from loglake.storage.segment import LogSegment, now_ms
 from loglake.storage.time_index import NO_TIMESTAMP
 
@@ -72,7 +77,12 @@ def _topic_partition_of(dir: Path) -> tuple[str, int]:
 @dataclass(frozen=True, slots=True)
 class LogAppendInfo:
     """What an append did. `offset_of_max_timestamp` is the last offset of the batch that
-    holds the max timestamp (Kafka's "shallow" offset, what the time index records)."""
+    holds the max timestamp (Kafka's "shallow" offset, what the time index records).
+
+    `duplicate`: the append was an idempotent producer's retry of a batch already in the
+    log. Nothing was written; first/last offset, max timestamp and log append time are
+    those of the original batch, so a caller answers the retry exactly like the original.
+    """
 
     first_offset: int
     last_offset: int
@@ -82,6 +92,7 @@ class LogAppendInfo:
     num_batches: int
     num_records: int
     valid_bytes: int
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,7 @@ class Log:
         self._dir_dirty = False  # segment files were created since the directory was fsynced
         self._last_flush_ms = now_ms()
         self._pending_flushes: list[Future[None]] = []
+        self._producers = ProducerStateManager(dir)  # loaded by open()
 
     @classmethod
     def open(
@@ -148,6 +160,8 @@ class Log:
         log._recovery_point = min(recovery_point, log.log_end_offset)
         epochs.truncate_from_end(log.log_end_offset)
         epochs.truncate_from_start(log._log_start_offset)
+        log._load_producer_state()
+        log._producers.remove_expired_producers(now_ms())
         return log
 
     def __repr__(self) -> str:
@@ -209,6 +223,11 @@ class Log:
     def latest_epoch(self) -> int | None:
         return self._epochs.latest_epoch
 
+    @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent producers' state; change it only through the log."""
+        return self._producers
+
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader epoch starts at `start_offset` (normally the LEO on election)."""
         with self._lock:
@@ -227,7 +246,11 @@ class Log:
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
         count does not match the offset delta), MESSAGE_TOO_LARGE (a batch over
-        max.message.bytes), RECORD_LIST_TOO_LARGE (more than segment.bytes in one append).
+        max.message.bytes), RECORD_LIST_TOO_LARGE (more than segment.bytes in one append),
+        and for batches with a producer id what `ProducerStateManager.validate_append`
+        raises (INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD).
+        A retry of one of a producer's last five batches writes nothing and returns the
+        original batch's offsets with `duplicate=True`.
         With message.timestamp.type=LogAppendTime every batch is stamped with `now_ms`.
         """
         view = _byte_view(records)
@@ -235,7 +258,17 @@ class Log:
         batches = _validate(view, config, for_leader=True)
         now = _now(now_ms)
         log_append_time = config.message_timestamp_type == "LogAppendTime"
+        # Only appends holding an idempotent producer's batch pay for producer state.
+        producer_headers = None
+        for _, header in batches:
+            if header.producer_id >= 0:
+                producer_headers = [h for _, h in batches]
+                break
         with self._lock, self._undone_on_io_error():
+            if producer_headers is not None:
+                duplicate = self._producers.validate_append(producer_headers)
+                if duplicate is not None:
+                    return _duplicate_append_info(duplicate, producer_headers[0], log_append_time, len(view))
             first_offset = offset = self._end.offset
             self._epochs.maybe_assign(leader_epoch, first_offset)
             max_timestamp, offset_of_max = NO_TIMESTAMP, first_offset
@@ -251,6 +284,8 @@ class Log:
                 if batch_max > max_timestamp:
                     max_timestamp, offset_of_max = batch_max, last_offset
                 offset = last_offset + 1
+            if producer_headers is not None:
+                self._producers.on_leader_append(producer_headers, first_offset, now if log_append_time else None)
             flush = self._finish_append(offset)
         if flush:
             self.flush()
@@ -270,6 +305,7 @@ class Log:
 
         Each batch must start at or after the end of the one before it (the first at or
         after the LEO; gaps are allowed, as compaction leaves them), else INVALID_RECORD.
+        Producer state follows the batches unchecked: the leader validated them.
         """
         view = _byte_view(records)
         batches = _validate(view, self._config, for_leader=False)
@@ -292,6 +328,9 @@ class Log:
                 self._append_batch(data, header.size, header.base_offset, header.last_offset, header.max_timestamp, now)
                 if header.max_timestamp > max_timestamp:
                     max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            for _, header in batches:
+                if header.producer_id >= 0:
+                    self._producers.on_batch_in_log(header)
             flush = self._finish_append(expected)
         if flush:
             self.flush()
@@ -422,6 +461,13 @@ class Log:
         self._dir_dirty = True
         self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
         self._pending_flushes.append(_flusher.submit(self._flush_in_background, base_offset))
+        # Kafka snapshots producer state at every roll, so a restart after a crash replays
+        # at most about a segment of headers. A roll in the middle of an append happens
+        # before the producer state takes in that append's batches, so the snapshot is of
+        # the published end, which is what the state covers.
+        self._producers.remove_expired_producers(now)
+        snapshot = self._producers.take_snapshot(self._end.offset, sync=False)
+        self._pending_flushes.append(_flusher.submit(_sync_snapshot_in_background, snapshot))
         return segment
 
     def delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
@@ -483,6 +529,12 @@ class Log:
                 self._epochs.truncate_from_end(self._end.offset)
                 return False
             self._truncate_locked(offset)
+            if self._producers.producers:
+                self._load_producer_state()
+            else:
+                # No producer known (always so without idempotent producers): nothing to
+                # rebuild, and no reason to replay the log.
+                self._producers.delete_snapshots_after(offset)
             return True
 
     def _truncate_locked(self, offset: int) -> None:
@@ -516,9 +568,31 @@ class Log:
         self._segments = [segment]
         self._end = LogOffsetMetadata(offset, offset, 0)
         self._epochs.clear()
+        self._producers.truncate_fully()
         self._recovery_point = offset
         self._dir_dirty = True
         self._truncations += 1
+
+    def _load_producer_state(self) -> None:
+        """The latest snapshot at or below the log end, then every batch header after it
+        (from the first segment when there is no snapshot); records are never decoded."""
+        producers = self._producers
+        offset = producers.truncate_and_reload(self._end.offset)
+        segments = self._segments
+        end = self._end
+        first = 0 if offset is None else max(0, bisect_right(segments, offset, key=attrgetter("base_offset")) - 1)
+        for i in range(first, len(segments)):
+            segment = segments[i]
+            limit = end.position if segment.base_offset == end.segment_base_offset else segment.size
+            position = 0
+            if i == first and offset is not None:
+                location = segment.translate_offset(offset, limit)
+                if location is None:
+                    continue
+                position = location.position
+            for header in _batch_headers(segment.log, position, limit):
+                if header.producer_id >= 0:
+                    producers.on_batch_in_log(header)
 
     # Durability and lifecycle ------------------------------------------------------------
 
@@ -558,9 +632,16 @@ class Log:
             future.result()
 
     def close(self) -> None:
-        """Close every file (no flush: call flush() first for a clean shutdown)."""
+        """Snapshot the producer state, then close every file (no flush of the segments:
+        call flush() first for a clean shutdown)."""
         self._await_background_flushes()
         with self._lock:
+            try:
+                self._producers.remove_expired_producers(now_ms())
+                self._producers.take_snapshot(self._end.offset, sync=True)
+            except OSError:
+                # Only costs a longer replay at the next open: the log is the truth.
+                logger.exception("could not snapshot the producer state of %s", self._dir)
             for segment in self._segments:
                 segment.close()
 
@@ -573,6 +654,7 @@ class Log:
             for segment in self._segments:
                 segment.change_dir(new_dir)
             self._epochs.path = new_dir / LEADER_EPOCH_CHECKPOINT
+            self._producers.dir = new_dir
 
     def delete(self) -> None:
         """Remove the log's files and directory. Slices already handed out stay readable."""
@@ -588,6 +670,50 @@ class Log:
 
 def _now(now: int | None) -> int:
     return now_ms() if now is None else now
+
+
+def _sync_snapshot_in_background(path: Path) -> None:
+    try:
+        sync_snapshot(path)
+    except Exception:
+        logger.exception("fsync of producer state snapshot %s failed", path)
+
+
+def _duplicate_append_info(
+    original: BatchMetadata, header: RecordBatchHeader, log_append_time: bool, size: int
+) -> LogAppendInfo:
+    """The answer to a retried batch: the original batch's offsets and timestamp (with
+    LogAppendTime its max timestamp is the time it was stamped with)."""
+    return LogAppendInfo(
+        original.first_offset,
+        original.last_offset,
+        original.max_timestamp,
+        original.last_offset,
+        original.max_timestamp if log_append_time else -1,
+        1,
+        header.record_count,
+        size,
+        duplicate=True,
+    )
+
+
+def _batch_headers(records: FileRecords, position: int, end: int) -> Iterator[RecordBatchHeader]:
+    """The header of every batch from `position` (a batch start) to `end`, read a chunk
+    at a time; the bytes were validated when appended or recovered."""
+    chunk, chunk_start = b"", position
+    while position + HEADER_SIZE <= end:
+        if position + HEADER_SIZE > chunk_start + len(chunk):
+            chunk_start = position
+            chunk = records.read(position, min(SCAN_CHUNK, end - position))
+            if len(chunk) < HEADER_SIZE:
+                return
+        header = RecordBatchHeader.parse(chunk, position - chunk_start)
+        if header.size < HEADER_SIZE:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{records.path}: batch at {position} claims {header.size} bytes"
+            )
+        yield header
+        position += header.size
 
 
 def _byte_view(records: Bytes) -> memoryview:
