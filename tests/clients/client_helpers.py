@@ -1,0 +1,134 @@
+"""Helpers for the client tests: topic creation, kcat runs, reading a topic back."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from ingest_gateway.process import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+
+# Fast groups and a small __consumer_offsets: the defaults (3 s initial rebalance delay,
+# 6 s minimum session timeout, 50 partitions) only slow tests down.
+BROKER_OVERRIDES = {
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+    "offsets.topic.num.partitions": "4",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "true",
+}
+
+
+def make_broker(log_dir: Path, **overrides: str) -> BrokerProcess:
+    return BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides={**BROKER_OVERRIDES, **overrides})
+
+
+def unique_name(base: str) -> str:
+    return f"{re.sub(r'[^a-zA-Z0-9._-]', '-', base)[:80]}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    """Create a topic with confluent-kafka's AdminClient and wait until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})], operation_timeout=10)
+    futures[name].result(timeout=30)
+    wait_for_topic(bootstrap, name, partitions)
+
+
+def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 15.0) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(name, timeout=10).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            if all(p.leader >= 0 and p.error is None for p in md.partitions.values()):
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {name} not ready: {md}")
+        time.sleep(0.1)
+
+
+def kcat(bootstrap: str, *args: str, input: bytes | None = None, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
+    """Run kcat against the broker; stdout and stderr as bytes."""
+    proc = subprocess.run(
+        [KCAT, "-b", bootstrap, *args], input=input, capture_output=True, timeout=timeout
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"kcat {' '.join(args)} exited with {proc.returncode}\nstdout:\n{proc.stdout.decode(errors='replace')}"
+            f"\nstderr:\n{proc.stderr.decode(errors='replace')}"
+        )
+    return proc
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of a topic as (partition, offset, key, value), read with a confluent consumer
+    assigned (no group) from the beginning of each partition to its end."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "read-all-unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read_all({topic}): only partitions {sorted(at_end)} reached their end")
+            msg = c.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                    continue
+                raise AssertionError(f"consumer error: {msg.error()}")
+            at_end.discard(msg.partition())
+            out.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        return sorted(out)
+    finally:
+        c.close()
+
+
+def produce_values(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None, **config: object) -> list[tuple[int, int]]:
+    """Produce with confluent-kafka (acks=all); (partition, offset) of each record, in order."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, **config})
+    results: list[tuple[int, int] | None] = [None] * len(values)
+    errors = []
+
+    def report(i: int):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                results[i] = (msg.partition(), msg.offset())
+
+        return cb
+
+    for i, v in enumerate(values):
+        kwargs = {} if partition is None else {"partition": partition}
+        p.produce(topic, value=v, on_delivery=report(i), **kwargs)
+        p.poll(0)
+    remaining = p.flush(30)
+    assert remaining == 0, f"{remaining} records not delivered"
+    assert not errors, errors
+    return results  # type: ignore[return-value]

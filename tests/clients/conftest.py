@@ -1,0 +1,31 @@
+"""Real, unmodified Kafka clients (kcat, confluent-kafka, kafka-python) against a broker process.
+
+Each test module gets one broker subprocess on loopback ports of its own (module scope keeps
+the directory fast); tests that restart the broker start one of their own. Topic names are
+unique per test, so tests in a module do not see each other's records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from client_helpers import make_broker, unique_name
+from ingest_gateway.process import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = make_broker(tmp_path_factory.mktemp("broker") / "logs")
+    b.start()
+    yield b
+    if b.proc is not None:
+        code = b.stop()
+        assert code == 0, f"broker exited with {code}:\n{b.output()}"
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name for this test (not created)."""
+    return unique_name(request.node.name)
