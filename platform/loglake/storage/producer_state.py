@@ -60,9 +60,11 @@ class CorruptSnapshotError(ValueError):
     """A snapshot file that is cut short, of another version or fails its CRC."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchMetadata:
-    """One appended batch of a producer: what a retry of it is answered with."""
+    """One appended batch of a producer: what a retry of it is answered with. Never
+    changed once made; not frozen because one is built per appended batch and a frozen
+    dataclass takes four times as long to construct."""
 
     first_seq: int
     last_seq: int
@@ -149,51 +151,51 @@ class ProducerStateManager:
                     f"producer {producer_id} sent a control batch to {self.dir.name}; "
                     "only a transaction coordinator writes those",
                 )
-            first_seq, producer_epoch = header.base_sequence, header.producer_epoch
+            epoch, first_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
             if first_seq < 0:
                 raise KafkaError(
                     ErrorCode.INVALID_RECORD, f"batch of producer {producer_id} has invalid base sequence {first_seq}"
                 )
             entry = None
             if producer_id in pending:
-                epoch, last_seq = pending[producer_id]
+                current_epoch, current_last_seq = pending[producer_id]
             else:
                 entry = self.producers.get(producer_id)
                 if entry is None:
                     # New, or its state went with retention or expiry: any sequence is accepted.
-                    pending[producer_id] = (producer_epoch, header.last_sequence)
+                    pending[producer_id] = (epoch, last_seq)
                     continue
-                epoch, last_seq = entry.producer_epoch, entry.last_seq
-            if producer_epoch == epoch:
-                if first_seq != (last_seq + 1) & _SEQUENCE_MASK:
-                    duplicate = None if entry is None else entry.find_duplicate(first_seq, header.last_sequence)
+                current_epoch, current_last_seq = entry.producer_epoch, entry.last_seq
+            if epoch == current_epoch:
+                if first_seq != (current_last_seq + 1) & _SEQUENCE_MASK:
+                    duplicate = None if entry is None else entry.find_duplicate(first_seq, last_seq)
                     if duplicate is not None:
                         if len(headers) == 1:
                             return duplicate
                         raise KafkaError(
                             ErrorCode.INVALID_RECORD,
-                            f"retried batch of producer {producer_id} (sequences {first_seq}..{header.last_sequence}) "
+                            f"retried batch of producer {producer_id} (sequences {first_seq}..{last_seq}) "
                             f"must be the only batch of its append to {self.dir.name}",
                         )
                     raise KafkaError(
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                         f"out of order sequence for producer {producer_id} in {self.dir.name}: "
-                        f"{first_seq} (incoming), {last_seq} (last appended)",
+                        f"{first_seq} (incoming), {current_last_seq} (last appended)",
                     )
-            elif producer_epoch > epoch:
+            elif epoch > current_epoch:
                 if first_seq != 0:
                     raise KafkaError(
                         ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        f"producer {producer_id} starts epoch {producer_epoch} in {self.dir.name} "
+                        f"producer {producer_id} starts epoch {epoch} in {self.dir.name} "
                         f"at sequence {first_seq}, not 0",
                     )
             else:
                 raise KafkaError(
                     ErrorCode.INVALID_PRODUCER_EPOCH,
-                    f"producer {producer_id} has epoch {producer_epoch} in {self.dir.name}, "
-                    f"older than its current epoch {epoch}",
+                    f"producer {producer_id} has epoch {epoch} in {self.dir.name}, "
+                    f"older than its current epoch {current_epoch}",
                 )
-            pending[producer_id] = (producer_epoch, header.last_sequence)
+            pending[producer_id] = (epoch, last_seq)
         return None
 
     def on_leader_append(
