@@ -132,3 +132,69 @@ def produce_values(bootstrap: str, topic: str, values: list[bytes], partition: i
     assert remaining == 0, f"{remaining} records not delivered"
     assert not errors, errors
     return results  # type: ignore[return-value]
+
+
+# Raw protocol: hand-built frames over a plain socket -------------------------------------
+
+
+def connect(bootstrap: str, timeout: float = 10.0):
+    import socket
+
+    host, port = bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def recv_exact(sock, n: int) -> bytes:
+    """n bytes, or fewer if the peer closed the connection first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(sock) -> bytes | None:
+    """One response payload (without its size prefix); None if the connection was closed."""
+    prefix = recv_exact(sock, 4)
+    if len(prefix) < 4:
+        return None
+    size = int.from_bytes(prefix, "big", signed=True)
+    payload = recv_exact(sock, size)
+    if len(payload) < size:
+        return None
+    return payload
+
+
+def raw_request(bootstrap: str, api_key: int, api_version: int, body: dict, correlation_id: int = 7) -> dict:
+    """Send one request on a new connection and decode its response body."""
+    from loglake.protocol import decode_response, encode_request
+
+    with connect(bootstrap) as s:
+        s.sendall(encode_request(api_key, api_version, correlation_id, "raw-test", body))
+        payload = recv_frame(s)
+    assert payload is not None, "the broker closed the connection instead of answering"
+    cid, response = decode_response(api_key, api_version, payload)
+    assert cid == correlation_id
+    return response
+
+
+def fetch_batches(bootstrap: str, topic: str, partition: int = 0, offset: int = 0, max_bytes: int = 1 << 24):
+    """The record batches of one partition from `offset`, with a raw Fetch v12."""
+    from loglake.protocol import ApiKey
+    from loglake.record.batch import decode_batches
+
+    body = {
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": max_bytes,
+        "topics": [
+            {"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset, "partition_max_bytes": max_bytes}]}
+        ],
+    }
+    response = raw_request(bootstrap, ApiKey.FETCH, 12, body)
+    (t,) = response["responses"]
+    (p,) = t["partitions"]
+    assert p["error_code"] == 0, p
+    return list(decode_batches(bytes(p["records"] or b"")))
