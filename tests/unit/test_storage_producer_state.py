@@ -383,3 +383,17 @@ def test_a_roll_in_the_middle_of_an_append_snapshots_the_state_before_it(tmp_pat
     shutil.copytree(log.dir, crashed)
     recovered = Log.open(crashed, log.config, had_clean_shutdown=False)
     assert recovered.producer_state.producers == log.producer_state.producers
+
+
+def test_producers_outlive_the_segments_their_batches_were_in(tmp_path: Path) -> None:
+    # As in Kafka since 2.5 (KIP-360): retention does not make a live producer unknown.
+    log = open_log(tmp_path)
+    infos = append_sequence(log, 3)
+    log.roll()
+    log.append_as_leader(batch(producer_id=-1, epoch=-1, seq=-1), leader_epoch=0)
+    log.increment_log_start_offset(log.log_end_offset)
+    assert log.segments[0].base_offset == 6 and PID in log.producer_state.producers
+    expect_duplicate(log, batch(seq=4, count=2), infos[2])
+    log.close()
+    reopened = Log.open(log.dir, log.config, log_start_offset=7, had_clean_shutdown=True)
+    assert reopened.producer_state.producers == log.producer_state.producers
