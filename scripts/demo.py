@@ -1,9 +1,11 @@
-"""`make demo`: a standalone broker, 100,000 keyed events over HTTP, all read back."""
+"""`make demo`: a standalone broker; 100,000 keyed events over HTTP, all read back; then
+100,000 more from a Kafka client (confluent-kafka, idempotent, acks=all), read back by kcat."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import subprocess
 import sys
 import tempfile
 import time
@@ -12,10 +14,12 @@ from pathlib import Path
 
 import httpx
 import orjson
+from confluent_kafka import Producer
 
 from ingest_gateway.process import BrokerProcess
 
 TOPIC = "demo-events"
+KAFKA_TOPIC = "demo-kafka-events"
 PARTITIONS = 3
 EVENTS = 100_000
 PER_REQUEST = 1_000
@@ -80,6 +84,54 @@ def read_back(url: str) -> dict[int, tuple[int, int, int]]:
     return out
 
 
+def produce_with_kafka_client(bootstrap: str) -> Counter:
+    """confluent-kafka, unmodified: idempotent, acks=all, keyed. With the Java client's
+    partitioner (murmur2), the same keys land in the same partitions as over HTTP."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "partitioner": "murmur2_random",
+        }
+    )
+    per_partition: Counter = Counter()
+    failures: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+        else:
+            per_partition[msg.partition()] += 1
+
+    for i in range(EVENTS):
+        while True:
+            try:
+                producer.produce(KAFKA_TOPIC, f'{{"event":{i}}}'.encode(), key=f"user-{i % 997}".encode(), on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 5000 == 0:
+            producer.poll(0)
+    producer.flush(60)
+    if failures:
+        raise RuntimeError(f"{len(failures)} deliveries failed, first: {failures[0]}")
+    return per_partition
+
+
+def consume_with_kcat(bootstrap: str) -> Counter:
+    """kcat reads the topic from the beginning to the end; one line per record: its partition."""
+    out = subprocess.run(
+        ["kcat", "-C", "-b", bootstrap, "-t", KAFKA_TOPIC, "-o", "beginning", "-e", "-q", "-f", "%p\n"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    return Counter(int(line) for line in out.split())
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="loglake-demo-") as tmp:
         broker = BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties")
@@ -100,9 +152,32 @@ def main() -> int:
             print(f"{'partition':>9} {'produced':>9} {'read':>9} {'first':>7} {'last':>7}")
             for p, (count, first, last) in summary.items():
                 print(f"{p:>9} {produced[p]:>9} {count:>9} {first!s:>7} {last!s:>7}")
+
+            httpx.post(
+                f"{broker.http_url}/topics", json={"name": KAFKA_TOPIC, "partitions": PARTITIONS}, timeout=30
+            ).raise_for_status()
+            t3 = time.perf_counter()
+            kafka_produced = produce_with_kafka_client(broker.bootstrap)
+            t4 = time.perf_counter()
+            print(
+                f"\nproduced {EVENTS:,} keyed events with confluent-kafka over the Kafka protocol ({broker.bootstrap}) "
+                f"in {t4 - t3:.2f}s ({EVENTS / (t4 - t3):,.0f}/s, idempotent, acks=all)"
+            )
+            kcat_read = consume_with_kcat(broker.bootstrap)
+            t5 = time.perf_counter()
+            print(f"kcat read {sum(kcat_read.values()):,} events back in {t5 - t4:.2f}s")
+            print(f"{'partition':>9} {'produced':>9} {'kcat read':>9}")
+            for p in range(PARTITIONS):
+                print(f"{p:>9} {kafka_produced[p]:>9} {kcat_read[p]:>9}")
         print("broker stopped")
         if total != EVENTS or any(produced[p] != summary[p][0] for p in summary):
-            print("MISMATCH: not every produced event was read back", file=sys.stderr)
+            print("MISMATCH: not every event produced over HTTP was read back", file=sys.stderr)
+            return 1
+        if kafka_produced != kcat_read or sum(kcat_read.values()) != EVENTS:
+            print("MISMATCH: kcat did not read back every event the Kafka client produced", file=sys.stderr)
+            return 1
+        if kafka_produced != produced:
+            print("MISMATCH: the Kafka client and HTTP put the same keys in different partitions", file=sys.stderr)
             return 1
     print("every event read back")
     return 0
