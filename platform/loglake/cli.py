@@ -120,6 +120,40 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
     return 0
 
 
+# cluster -----------------------------------------------------------------------------------
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        status = _check(c.get("/cluster"))
+    controller = status["controller"]
+    print(f"Controller: broker {_cell(controller['broker_id'])} (epoch {controller['epoch']})")
+    print(f"Brokers: {len(status['brokers'])}")
+    for b in status["brokers"]:
+        print(f"\tbroker {b['broker_id']}\tkafka {b['kafka']}\thttp {b['http']}")
+    print(
+        f"Partitions: {len(status['partitions'])}\tUnderReplicated: {status['under_replicated_partitions']}"
+        f"\tOffline: {status['offline_partitions']}"
+    )
+    rows = [["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATUS"]]
+    for p in status["partitions"]:
+        flag = "offline" if p["offline"] else "under-replicated" if p["under_replicated"] else "ok"
+        rows.append(
+            [
+                p["topic"],
+                str(p["partition"]),
+                str(p["leader"]),
+                str(p["leader_epoch"]),
+                ",".join(map(str, p["replicas"])),
+                ",".join(map(str, p["isr"])),
+                flag,
+            ]
+        )
+    if len(rows) > 1:
+        _print_table(rows)
+    return 0
+
+
 # groups ------------------------------------------------------------------------------------
 
 
@@ -332,6 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     p.set_defaults(func=cmd_topics_alter)
+
+    cluster = sub.add_parser("cluster", help="cluster state").add_subparsers(dest="action", required=True)
+    p = http_command(cluster, "status", "brokers, controller, leaders, ISR, under-replicated and offline partitions")
+    p.set_defaults(func=cmd_cluster_status)
 
     groups = sub.add_parser("groups", help="list, describe, reset offsets of, delete consumer groups").add_subparsers(
         dest="action", required=True

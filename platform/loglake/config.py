@@ -247,6 +247,7 @@ class BrokerConfig:
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     http_listeners: tuple[Listener, ...] = (Listener("http", "127.0.0.1", 8082),)
     zookeeper_connect: str = ""
+    zookeeper_session_timeout_ms: int = 18000
     num_partitions: int = 1
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True
@@ -284,6 +285,7 @@ class BrokerConfig:
             if props.get("http.listeners")
             else base.http_listeners,
             zookeeper_connect=props.get("zookeeper.connect", ""),
+            zookeeper_session_timeout_ms=get("zookeeper.session.timeout.ms", base.zookeeper_session_timeout_ms),
             num_partitions=get("num.partitions", base.num_partitions),
             default_replication_factor=get("default.replication.factor", base.default_replication_factor),
             auto_create_topics_enable=get("auto.create.topics.enable", base.auto_create_topics_enable, _parse_bool),

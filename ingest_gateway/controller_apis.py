@@ -1,0 +1,97 @@
+"""The controller-to-broker APIs a cluster broker serves: LeaderAndIsr, StopReplica and
+UpdateMetadata, each fenced by the controller epoch (a request from a deposed controller
+gets STALE_CONTROLLER_EPOCH and changes nothing)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import ApiKey, RequestHeader
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+    from ingest_gateway.kafka_apis import KafkaApis
+
+Body = dict[str, Any]
+
+CONTROLLER_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.LEADER_AND_ISR: (5, 5),
+    ApiKey.STOP_REPLICA: (3, 3),
+    ApiKey.UPDATE_METADATA: (7, 7),
+}
+
+
+class ControllerApis:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def leader_and_isr(self, header: RequestHeader, body: Body) -> Body:
+        topics = self._broker.store.topics()
+        entries = []
+        for t in body["topic_states"]:
+            topic = topics.get(t["topic_name"])
+            config = topic.config if topic is not None else {}
+            for ps in t["partition_states"]:
+                state = PartitionState(
+                    ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["partition_epoch"]
+                )
+                entries.append(
+                    LeaderAndIsrPartition(t["topic_name"], str(t["topic_id"]), ps["partition_index"], tuple(ps["replicas"]), state, config)
+                )
+        error = ErrorCode.NONE
+        try:
+            self._broker.replica_manager.become_leader_or_follower(body["controller_epoch"], entries)
+        except KafkaError as exc:
+            error = exc.code
+        return {
+            "error_code": error,
+            "topics": [
+                {
+                    "topic_id": t["topic_id"],
+                    "partition_errors": [{"partition_index": ps["partition_index"], "error_code": error} for ps in t["partition_states"]],
+                }
+                for t in body["topic_states"]
+            ],
+        }
+
+    async def stop_replica(self, header: RequestHeader, body: Body) -> Body:
+        error = ErrorCode.NONE
+        by_delete: dict[bool, list[tuple[str, int]]] = {}
+        for t in body["topic_states"]:
+            for ps in t["partition_states"]:
+                by_delete.setdefault(ps["delete_partition"], []).append((t["topic_name"], ps["partition_index"]))
+        try:
+            for delete, partitions in by_delete.items():
+                self._broker.replica_manager.stop_replicas(body["controller_epoch"], partitions, delete)
+        except KafkaError as exc:
+            error = exc.code
+        return {
+            "error_code": error,
+            "partition_errors": [
+                {"topic_name": topic, "partition_index": p, "error_code": error}
+                for partitions in by_delete.values()
+                for topic, p in partitions
+            ],
+        }
+
+    async def update_metadata(self, header: RequestHeader, body: Body) -> Body:
+        """ZooKeeper holds the metadata; this request says when to re-read it, and fences."""
+        epoch = body["controller_epoch"]
+        if epoch < self._broker.replica_manager.controller_epoch:
+            return {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
+        self._broker.replica_manager.controller_epoch = epoch
+        self._broker.refresh_metadata(epoch)
+        return {"error_code": ErrorCode.NONE}
+
+
+def register_controller_apis(apis: KafkaApis, broker: Broker) -> None:
+    controller_apis = ControllerApis(broker)
+    handlers = {
+        ApiKey.LEADER_AND_ISR: controller_apis.leader_and_isr,
+        ApiKey.STOP_REPLICA: controller_apis.stop_replica,
+        ApiKey.UPDATE_METADATA: controller_apis.update_metadata,
+    }
+    for key, handler in handlers.items():
+        apis.register(key, CONTROLLER_API_VERSIONS[key], handler)
