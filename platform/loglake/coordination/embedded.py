@@ -3,6 +3,11 @@
 It lets `make demo` and a standalone broker run the same controller code as a cluster,
 without ZooKeeper. The file is replaced atomically (write, fsync, rename) on every
 change, so a crash leaves either the old or the new document.
+
+The single node is always the controller once it called `elect_controller` (each call
+is a new election with the next epoch). There is no session: nothing expires, and
+registrations live as long as the object. Watches fire once when installed and then
+synchronously, on the thread of the call that changed what they watch.
 """
 
 from __future__ import annotations
@@ -12,12 +17,24 @@ import os
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any, Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 
 METADATA_FILE = "embedded-cluster-metadata.json"
+
+
+class _LocalWatch:
+    """A callback and the last value it was given (so it only hears of changes)."""
+
+    _UNSET = object()
+
+    def __init__(self, kind: str, callback: Callable[[Any], None]) -> None:
+        self.kind = kind
+        self.callback = callback
+        self.last: Any = self._UNSET
 
 
 class EmbeddedMetadataStore(MetadataStore):
@@ -28,7 +45,13 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicDescription] = {}
         self._states: dict[str, dict[int, PartitionState]] = {}
         self._controller_epoch = 0
+        self._controller_id: int | None = None
         self._next_producer_id = 0
+        self._pending_deletions: set[str] = set()
+        self._watches: list[_LocalWatch] = []
+        # Held while callbacks run, so each watch hears of changes one at a time and in
+        # order; reentrant so a callback may itself change the store.
+        self._notify_lock = threading.RLock()
         self._load()
 
     def _load(self) -> None:
@@ -37,6 +60,7 @@ class EmbeddedMetadataStore(MetadataStore):
         doc = json.loads(self._path.read_text())
         self._controller_epoch = doc.get("controller_epoch", 0)
         self._next_producer_id = doc.get("next_producer_id", 0)
+        self._pending_deletions = set(doc.get("pending_deletions", []))
         for name, t in doc["topics"].items():
             self._topics[name] = TopicDescription(
                 name=name,
@@ -60,6 +84,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "version": 1,
             "controller_epoch": self._controller_epoch,
             "next_producer_id": self._next_producer_id,
+            "pending_deletions": sorted(self._pending_deletions),
             "topics": {
                 name: {
                     "topic_id": t.topic_id,
@@ -77,9 +102,62 @@ class EmbeddedMetadataStore(MetadataStore):
             os.fsync(f.fileno())
         os.replace(tmp, self._path)
 
+    # Watches -------------------------------------------------------------------------------
+
+    def _current(self, kind: str) -> Any:
+        with self._lock:
+            if kind == "brokers":
+                return set(self._brokers)
+            if kind == "controller":
+                # The epoch makes every election a change, even by the same broker.
+                return (self._controller_id, self._controller_epoch if self._controller_id is not None else None)
+            if kind == "topics":
+                return set(self._topics)
+            if kind == "deletions":
+                return sorted(self._pending_deletions)
+            raise ValueError(kind)
+
+    def _deliver(self, watch: _LocalWatch) -> None:
+        value = self._current(watch.kind)
+        if value == watch.last:
+            return
+        watch.last = value
+        watch.callback(value[0] if watch.kind == "controller" else value)
+
+    def _notify(self, *kinds: str) -> None:
+        with self._notify_lock:
+            for watch in list(self._watches):
+                if watch.kind in kinds:
+                    self._deliver(watch)
+
+    def _watch(self, kind: str, callback: Callable[[Any], None]) -> None:
+        watch = _LocalWatch(kind, callback)
+        with self._notify_lock:
+            self._watches.append(watch)
+            self._deliver(watch)
+
+    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
+        self._watch("brokers", callback)
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> None:
+        self._watch("controller", callback)
+
+    def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
+        self._watch("deletions", callback)
+
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
+        self._watch("topics", callback)
+
+    def close(self) -> None:
+        with self._notify_lock:
+            self._watches.clear()
+
+    # The store ---------------------------------------------------------------------------------
+
     def register_broker(self, endpoint: BrokerEndpoint) -> None:
         with self._lock:
             self._brokers[endpoint.broker_id] = endpoint
+        self._notify("brokers")
 
     def brokers(self) -> dict[int, BrokerEndpoint]:
         with self._lock:
@@ -88,7 +166,18 @@ class EmbeddedMetadataStore(MetadataStore):
     def elect_controller(self, broker_id: int) -> int | None:
         with self._lock:
             self._controller_epoch += 1
+            self._controller_id = broker_id
             self._save()
+            epoch = self._controller_epoch
+        self._notify("controller")
+        return epoch
+
+    def controller_id(self) -> int | None:
+        with self._lock:
+            return self._controller_id
+
+    def controller_epoch(self) -> int:
+        with self._lock:
             return self._controller_epoch
 
     def topics(self) -> dict[str, TopicDescription]:
@@ -102,6 +191,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._topics[topic.name] = topic
             self._states[topic.name] = dict(states)
             self._save()
+        self._notify("topics")
 
     def update_topic(self, topic: TopicDescription, new_states: dict[int, PartitionState]) -> None:
         with self._lock:
@@ -116,7 +206,23 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._topics.pop(name, None) is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
             del self._states[name]
+            self._pending_deletions.discard(name)
             self._save()
+        self._notify("topics", "deletions")
+
+    def request_topic_deletion(self, name: str) -> None:
+        with self._lock:
+            if name not in self._topics:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            if name in self._pending_deletions:
+                return
+            self._pending_deletions.add(name)
+            self._save()
+        self._notify("deletions")
+
+    def pending_topic_deletions(self) -> list[str]:
+        with self._lock:
+            return sorted(self._pending_deletions)
 
     def partition_states(self, topic: str) -> dict[int, PartitionState]:
         with self._lock:

@@ -4,11 +4,19 @@ Two backends implement it: `EmbeddedMetadataStore` (a single node, no ZooKeeper,
 in the log dir) and the ZooKeeper store (kazoo) for clusters. Partition state updates
 are compare-and-set on a version, the way Kafka updated znodes, so a controller with a
 stale view cannot overwrite a newer decision.
+
+Watches take plain callbacks, called on whatever thread the store delivers events on:
+the ZooKeeper store's single event thread (a kazoo watch hops onto it), or, for the
+embedded store, the thread of the call that made the change. A caller on an asyncio
+loop hops back with `loop.call_soon_threadsafe` (safe from any thread, the loop's own
+included). A callback is first called from within the `watch_*` method with the current
+value, then on every change, one call at a time per watch; it should be quick.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 
@@ -40,7 +48,10 @@ class MetadataStore(ABC):
 
     @abstractmethod
     def delete_topic(self, name: str) -> None:
-        """Remove a topic and its partition states."""
+        """Remove a topic, its partition states and config, and any deletion request for it.
+
+        UNKNOWN_TOPIC_OR_PARTITION if the topic does not exist.
+        """
 
     @abstractmethod
     def partition_states(self, topic: str) -> dict[int, PartitionState]:
@@ -58,3 +69,61 @@ class MetadataStore(ABC):
     @abstractmethod
     def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
         """Reserve `size` producer ids for `broker_id` (/latest_producer_id_block); the first id."""
+
+    # Controller election -----------------------------------------------------------------
+
+    @abstractmethod
+    def controller_id(self) -> int | None:
+        """The broker holding the controller role (/controller), None if nobody does."""
+
+    @abstractmethod
+    def controller_epoch(self) -> int:
+        """The latest controller epoch (/controller_epoch), 0 before any election."""
+
+    # Topic deletion requests ----------------------------------------------------------------
+
+    @abstractmethod
+    def request_topic_deletion(self, name: str) -> None:
+        """Ask the controller to delete a topic (/admin/delete_topics/<t>); idempotent.
+
+        UNKNOWN_TOPIC_OR_PARTITION if the topic does not exist. The controller completes it
+        with `delete_topic`, which also removes the request.
+        """
+
+    @abstractmethod
+    def pending_topic_deletions(self) -> list[str]:
+        """Topics whose deletion was requested and not yet completed, sorted."""
+
+    # Watches (see the module docstring for threading) -----------------------------------------
+
+    @abstractmethod
+    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
+        """Call `callback` with the live broker ids now and whenever the set changes."""
+
+    @abstractmethod
+    def watch_controller(self, callback: Callable[[int | None], None]) -> None:
+        """Call `callback` with the controller's id (None if there is none) now and on every
+        election or resignation (a broker re-elected after losing the role fires again)."""
+
+    @abstractmethod
+    def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
+        """Call `callback` with `pending_topic_deletions()` now and whenever it changes."""
+
+    @abstractmethod
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
+        """Call `callback` with the topic names now and whenever a topic is created or deleted."""
+
+    # Session -----------------------------------------------------------------------------------
+
+    def on_session_expired(self, callback: Callable[[], None]) -> None:
+        """Call `callback` (on the store's event thread) when the store's session expired.
+
+        The broker's ephemeral nodes (/brokers/ids/<id>, /controller if it held it) are gone
+        by then, so a controller must resign. The store itself re-registers the broker given
+        to `register_broker` once a new session is up, and the watches then fire with
+        whatever changed meanwhile (a resigned controller sees `watch_controller` fire). A
+        store without sessions (embedded) never calls it.
+        """
+
+    def close(self) -> None:
+        """Release the store; the broker's ephemeral registrations vanish at once."""

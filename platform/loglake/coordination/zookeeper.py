@@ -1,0 +1,695 @@
+"""The cluster metadata store: ZooKeeper (through kazoo), with Kafka's (<= 2.x) znodes.
+
+    /brokers/ids/<id>                          ephemeral; the broker's endpoints
+    /brokers/topics/<t>                        replica assignment and topic id
+    /brokers/topics/<t>/partitions/<p>/state   leader, leader epoch, ISR (CAS on the znode version)
+    /config/topics/<t>                         topic config overrides
+    /controller, /controller_epoch             the elected controller (ephemeral) and its epoch
+    /admin/delete_topics/<t>                   deletion requests, completed by the controller
+    /latest_producer_id_block                  the last reserved block of producer ids
+
+The documents are Kafka's JSON, so Kafka's tools (zookeeper-shell, kafka-topics
+--zookeeper) read a loglake cluster; brokers add "http_endpoint" to their registration.
+
+Threads. kazoo runs its own connection and callback threads; this store adds one event
+thread, "loglake-zk-events", on which every watch callback (after the first call, made
+from within `watch_*`), every `on_session_expired` callback and the session recovery
+run, one at a time and in order. ZooKeeper watches are one-shot and kazoo drops them
+whenever the connection is lost, so the store re-reads (and so re-arms) every watch on
+each reconnection; callbacks only hear of values that changed.
+
+Sessions. When the session expires (ZooKeeper forgot it: the broker was cut off or
+paused for longer than the session timeout), kazoo reports LOST and opens a new session.
+The store then calls the `on_session_expired` callbacks, re-creates this broker's
+/brokers/ids/<id> (waiting, through a watch, for the old session's node to disappear if
+ZooKeeper has not removed it yet) and re-reads every watch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+import warnings
+from dataclasses import replace
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.retry import KazooRetry
+
+from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.store import MetadataStore
+from loglake.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+DELETE_TOPICS = "/admin/delete_topics"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
+
+_CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
+
+
+def _dumps(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def topic_path(name: str) -> str:
+    return f"{TOPICS}/{name}"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+# Documents -------------------------------------------------------------------------------------
+
+
+def broker_document(endpoint: BrokerEndpoint) -> bytes:
+    return _dumps(
+        {
+            "version": 5,
+            "host": endpoint.host,
+            "port": endpoint.port,
+            "jmx_port": -1,
+            "timestamp": _now_ms(),
+            "endpoints": [f"PLAINTEXT://{_host_port(endpoint.host, endpoint.port)}"],
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "rack": endpoint.rack,
+            "http_endpoint": f"http://{_host_port(endpoint.http_host, endpoint.http_port)}",
+        }
+    )
+
+
+def parse_broker(broker_id: int, raw: bytes) -> BrokerEndpoint:
+    doc = json.loads(raw)
+    host, port = doc.get("host"), doc.get("port", -1)
+    if not host and doc.get("endpoints"):
+        url = urlsplit(doc["endpoints"][0])
+        host, port = url.hostname, url.port
+    http_host, http_port = host or "", -1
+    if doc.get("http_endpoint"):
+        url = urlsplit(doc["http_endpoint"])
+        http_host, http_port = url.hostname or http_host, url.port or -1
+    return BrokerEndpoint(broker_id, host or "", int(port), http_host, int(http_port), doc.get("rack"))
+
+
+def topic_document(topic: TopicDescription) -> bytes:
+    return _dumps(
+        {
+            "version": 2,
+            "partitions": {str(p): list(r) for p, r in sorted(topic.assignment.items())},
+            "topic_id": topic.topic_id,
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
+    )
+
+
+def config_document(config: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(config)})
+
+
+def state_document(state: PartitionState) -> bytes:
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+    )
+
+
+def parse_state(raw: bytes, version: int) -> PartitionState:
+    doc = json.loads(raw)
+    return PartitionState(doc["leader"], doc["leader_epoch"], tuple(doc["isr"]), doc["controller_epoch"], version)
+
+
+# Watches ---------------------------------------------------------------------------------------
+
+_UNSET = object()
+
+
+class _Watch:
+    """A callback on the children or data of one znode, re-armed on every read."""
+
+    def __init__(
+        self,
+        store: ZooKeeperMetadataStore,
+        read: Callable[[Callable[[WatchedEvent], None]], Any],
+        deliver: Callable[[Any], Any],
+        callback: Callable[[Any], None],
+    ) -> None:
+        self._store = store
+        self._read = read
+        self._deliver = deliver
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._last: Any = _UNSET
+
+    def on_event(self, event: WatchedEvent) -> None:
+        """kazoo's callback thread: hand the re-read to the store's event thread.
+
+        Events of type NONE are connection state changes (kazoo drops its watches when
+        the connection goes); the store re-reads every watch once it is connected again.
+        """
+        if event.type != EventType.NONE:
+            self._store._submit(self.refresh)
+
+    def refresh(self) -> None:
+        with self._lock:
+            if self._store._closed:
+                return
+            value = self._read(self.on_event)
+            if value == self._last:
+                return
+            self._last = value
+            self._callback(self._deliver(value))
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    """`MetadataStore` over ZooKeeper. `connect` is a zookeeper.connect string, optionally
+    with a chroot ("host:2181,host2:2181/loglake"), created if missing."""
+
+    def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_s: float = 30.0) -> None:
+        self.connect = connect
+        self.session_timeout_s = session_timeout_ms / 1000.0
+        self._client = KazooClient(
+            hosts=connect,
+            timeout=self.session_timeout_s,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
+            command_retry=KazooRetry(
+                max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=max(2 * self.session_timeout_s, 10.0)
+            ),
+        )
+        self._closed = False
+        self._session_lost = False
+        self._watches: list[_Watch] = []
+        self._watches_lock = threading.Lock()
+        self._expiry_callbacks: list[Callable[[], None]] = []
+        # This broker's registration, re-created after a session expiry.
+        self._registration: BrokerEndpoint | None = None
+        self._registration_lock = threading.RLock()
+        self._registered = threading.Event()
+
+        self._events: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._event_thread = threading.Thread(target=self._run_events, name="loglake-zk-events", daemon=True)
+        with warnings.catch_warnings():
+            # kazoo warns when the chroot does not exist yet; it is created just below.
+            warnings.simplefilter("ignore", UserWarning)
+            self._client.start(timeout=connection_timeout_s)
+        try:
+            self._client.ensure_path("/")
+            for path in PERSISTENT_ROOTS:
+                self._client.retry(self._client.ensure_path, path)
+        except BaseException:
+            self._client.stop()
+            self._client.close()
+            raise
+        self._event_thread.start()
+        self._client.add_listener(self._on_state)
+
+    @property
+    def client(self) -> KazooClient:
+        """The underlying kazoo client (for tests and tools)."""
+        return self._client
+
+    def _retry(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self._client.retry(func, *args, **kwargs)
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
+
+    # The event thread and session handling --------------------------------------------------
+
+    def _submit(self, fn: Callable[[], None]) -> None:
+        if not self._closed:
+            self._events.put(fn)
+
+    def _run_events(self) -> None:
+        while True:
+            fn = self._events.get()
+            if fn is None:
+                return
+            if self._closed:
+                continue
+            try:
+                fn()
+            except _CONNECTION_ERRORS as e:
+                # Connected again, the store re-reads everything (see _on_state).
+                log.info("ZooKeeper event handling interrupted (%s); will redo on reconnection", type(e).__name__)
+            except Exception:
+                log.exception("error in a ZooKeeper watch or session callback")
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's connection thread: must not block or call ZooKeeper."""
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session expired")
+            self._session_lost = True
+            self._submit(self._session_expired)
+        elif state == KazooState.SUSPENDED:
+            log.info("ZooKeeper connection lost; reconnecting")
+        elif state == KazooState.CONNECTED:
+            lost, self._session_lost = self._session_lost, False
+            self._submit(lambda: self._recover(lost))
+
+    def _session_expired(self) -> None:
+        self._registered.clear()
+        for callback in list(self._expiry_callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("error in an on_session_expired callback")
+
+    def _recover(self, session_was_lost: bool) -> None:
+        """Connected again: re-register (in a new session) and re-arm every watch."""
+        if session_was_lost:
+            log.info("new ZooKeeper session %#x; re-registering and re-installing watches", self._session_id() or 0)
+        with self._registration_lock:
+            if self._registration is not None and not self._registered.is_set():
+                self._try_register()
+        with self._watches_lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.refresh()
+
+    def on_session_expired(self, callback: Callable[[], None]) -> None:
+        self._expiry_callbacks.append(callback)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._client.remove_listener(self._on_state)
+        try:
+            self._client.stop()  # closes the session: ephemeral nodes go now
+        finally:
+            self._client.close()
+            self._events.put(None)
+            if threading.current_thread() is not self._event_thread:
+                self._event_thread.join(timeout=5)
+
+    def __enter__(self) -> ZooKeeperMetadataStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Brokers -------------------------------------------------------------------------------
+
+    def register_broker(self, endpoint: BrokerEndpoint) -> None:
+        """Create /brokers/ids/<id> (ephemeral), kept across session expiries until close().
+
+        If the node is left over from an earlier session of this broker (restarted before
+        ZooKeeper expired it), wait for it to go; DUPLICATE_BROKER_REGISTRATION if it is
+        still there after 1.5 session timeouts (another live broker with this id).
+        """
+        with self._registration_lock:
+            self._registration = endpoint
+            self._registered.clear()
+            done = self._retry(self._try_register)
+        if done:
+            return
+        wait = 1.5 * self.session_timeout_s + 2.0
+        if not self._registered.wait(wait):
+            with self._registration_lock:
+                if not self._registered.is_set():
+                    self._registration = None
+                    raise KafkaError(
+                        ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                        f"{BROKER_IDS}/{endpoint.broker_id} is held by another session for more than {wait:.0f}s",
+                    )
+
+    def _try_register(self) -> bool:
+        """Create this broker's node; False if another session's node is in the way (a watch
+        on it tries again when it goes)."""
+        with self._registration_lock:
+            endpoint = self._registration
+            if endpoint is None:
+                return True
+            path = f"{BROKER_IDS}/{endpoint.broker_id}"
+            while True:
+                try:
+                    self._client.create(path, broker_document(endpoint), ephemeral=True, makepath=True)
+                    break
+                except NodeExistsError:
+                    pass
+                try:
+                    _, stat = self._client.get(path)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self._session_id():
+                    break  # ours: a create whose reply was lost
+                log.warning(
+                    "%s exists, owned by session %#x; waiting for it to expire", path, stat.ephemeralOwner
+                )
+                if self._client.exists(path, watch=self._on_registration_event) is None:
+                    continue
+                return False
+            self._registered.set()
+            return True
+
+    def _on_registration_event(self, event: WatchedEvent) -> None:
+        if event.type == EventType.DELETED:
+            self._submit(self._try_register)
+
+    def brokers(self) -> dict[int, BrokerEndpoint]:
+        return self._retry(self._read_brokers)
+
+    def _read_brokers(self) -> dict[int, BrokerEndpoint]:
+        ids = self._client.get_children(BROKER_IDS)
+        pending = {int(i): self._client.get_async(f"{BROKER_IDS}/{i}") for i in ids if i.isdigit()}
+        result = {}
+        for broker_id, reply in sorted(pending.items()):
+            try:
+                raw, _ = reply.get()
+            except NoNodeError:
+                continue
+            result[broker_id] = parse_broker(broker_id, raw)
+        return result
+
+    # The controller ----------------------------------------------------------------------------
+
+    def elect_controller(self, broker_id: int) -> int | None:
+        """Create /controller and bump /controller_epoch in one transaction; None if another
+        broker (or this one, earlier) holds /controller."""
+        document = _dumps({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+        while True:
+            if self._retry(self._client.exists, CONTROLLER) is not None:
+                return None
+            epoch, version = self._retry(self._read_epoch)
+            tx = self._client.transaction()
+            tx.create(CONTROLLER, document, ephemeral=True)
+            if version is None:
+                tx.create(CONTROLLER_EPOCH, str(epoch + 1).encode())
+            else:
+                tx.set_data(CONTROLLER_EPOCH, str(epoch + 1).encode(), version=version)
+            try:
+                results = tx.commit()
+            except ConnectionLoss:
+                # Did it commit? Then /controller is ours (this session's).
+                try:
+                    _, stat = self._retry(self._client.get, CONTROLLER)
+                except NoNodeError:
+                    continue
+                if stat.ephemeralOwner == self._session_id():
+                    return self._retry(self._read_epoch)[0]
+                return None
+            except SessionExpiredError:
+                continue
+            if not any(isinstance(r, Exception) for r in results):
+                log.info("broker %d elected controller with epoch %d", broker_id, epoch + 1)
+                return epoch + 1
+            if isinstance(results[0], NodeExistsError):
+                return None
+            # The epoch moved on (another broker won and maybe already resigned): look again.
+
+    def _read_epoch(self) -> tuple[int, int | None]:
+        try:
+            raw, stat = self._client.get(CONTROLLER_EPOCH)
+        except NoNodeError:
+            return 0, None
+        return int(raw.decode().strip() or 0), stat.version
+
+    def controller_epoch(self) -> int:
+        return self._retry(self._read_epoch)[0]
+
+    def controller_id(self) -> int | None:
+        try:
+            raw, _ = self._retry(self._client.get, CONTROLLER)
+        except NoNodeError:
+            return None
+        return int(json.loads(raw)["brokerid"])
+
+    # Topics -----------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, TopicDescription]:
+        return self._retry(self._read_topics)
+
+    def _read_topics(self) -> dict[str, TopicDescription]:
+        names = self._client.get_children(TOPICS)
+        pending = {
+            n: (self._client.get_async(topic_path(n)), self._client.get_async(f"{CONFIG_TOPICS}/{n}")) for n in names
+        }
+        result = {}
+        for name, (topic_reply, config_reply) in sorted(pending.items()):
+            try:
+                raw, _ = topic_reply.get()
+            except NoNodeError:
+                continue
+            try:
+                config = json.loads(config_reply.get()[0]).get("config", {})
+            except NoNodeError:
+                config = {}
+            doc = json.loads(raw)
+            result[name] = TopicDescription(
+                name=name,
+                topic_id=doc.get("topic_id") or "",
+                assignment={int(p): tuple(r) for p, r in doc.get("partitions", {}).items()},
+                config={str(k): str(v) for k, v in config.items()},
+            )
+        return result
+
+    def create_topic(self, topic: TopicDescription, states: dict[int, PartitionState]) -> None:
+        """Create the topic, its config and partition states in one transaction."""
+        while True:
+            if self._retry(self._client.exists, topic_path(topic.name)) is not None:
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+            config_exists = self._retry(self._client.exists, f"{CONFIG_TOPICS}/{topic.name}") is not None
+            tx = self._client.transaction()
+            tx.create(topic_path(topic.name), topic_document(topic))
+            self._write_config(tx, topic, config_exists)
+            tx.create(f"{topic_path(topic.name)}/partitions", b"")
+            for p, state in sorted(states.items()):
+                tx.create(partition_path(topic.name, p), b"")
+                tx.create(state_path(topic.name, p), state_document(state))
+            results = self._commit(tx, topic_path(topic.name))
+            if results is None or not any(isinstance(r, Exception) for r in results):
+                return
+            if isinstance(results[0], NodeExistsError):
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+            # The config node came or went meanwhile: try again.
+
+    def update_topic(self, topic: TopicDescription, new_states: dict[int, PartitionState]) -> None:
+        """Rewrite the assignment and config; add (or overwrite) the given partition states."""
+        while True:
+            if self._retry(self._client.exists, topic_path(topic.name)) is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
+            config_exists = self._retry(self._client.exists, f"{CONFIG_TOPICS}/{topic.name}") is not None
+            existing = self._retry(self._existing_partitions, topic.name)
+            tx = self._client.transaction()
+            tx.set_data(topic_path(topic.name), topic_document(topic))
+            self._write_config(tx, topic, config_exists)
+            if existing is None:
+                tx.create(f"{topic_path(topic.name)}/partitions", b"")
+                existing = {}
+            for p, state in sorted(new_states.items()):
+                if p not in existing:
+                    tx.create(partition_path(topic.name, p), b"")
+                if existing.get(p):
+                    tx.set_data(state_path(topic.name, p), state_document(state))
+                else:
+                    tx.create(state_path(topic.name, p), state_document(state))
+            results = self._commit(tx, None)
+            if results is None or not any(isinstance(r, Exception) for r in results):
+                return
+            if isinstance(results[0], NoNodeError):
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
+            # Raced with another writer: look again.
+
+    def _existing_partitions(self, topic: str) -> dict[int, bool] | None:
+        """Partition -> whether it has a state node; None if there is no partitions node."""
+        try:
+            children = self._client.get_children(f"{topic_path(topic)}/partitions")
+        except NoNodeError:
+            return None
+        replies = {int(p): self._client.exists_async(state_path(topic, int(p))) for p in children if p.isdigit()}
+        return {p: reply.get() is not None for p, reply in replies.items()}
+
+    def _write_config(self, tx: Any, topic: TopicDescription, exists: bool) -> None:
+        path = f"{CONFIG_TOPICS}/{topic.name}"
+        if exists:
+            tx.set_data(path, config_document(topic.config))
+        else:
+            tx.create(path, config_document(topic.config))
+
+    def _commit(self, tx: Any, created: str | None) -> list | None:
+        """Commit; after a lost connection, None if `created` shows that it went through
+        (so the caller stops), else the results of committing again (which raise or retry)."""
+        try:
+            return tx.commit()
+        except (ConnectionLoss, SessionExpiredError):
+            if created is not None and self._retry(self._client.exists, created) is not None:
+                return None
+            return [ConnectionLoss()]
+
+    def delete_topic(self, name: str) -> None:
+        """The controller's last step: remove /brokers/topics/<t> (with its partitions),
+        /config/topics/<t> and /admin/delete_topics/<t>, in that order."""
+        existed = self._retry(self._client.exists, topic_path(name)) is not None
+        for path in (topic_path(name), f"{CONFIG_TOPICS}/{name}", f"{DELETE_TOPICS}/{name}"):
+            self._retry(self._delete_recursive, path)
+        if not existed:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+    def _delete_recursive(self, path: str) -> None:
+        while True:
+            try:
+                self._client.delete(path, recursive=True)
+                return
+            except NoNodeError:
+                return
+            except NotEmptyError:
+                continue  # a child appeared meanwhile
+
+    def partition_states(self, topic: str) -> dict[int, PartitionState]:
+        return self._retry(self._read_states, topic)
+
+    def _read_states(self, topic: str) -> dict[int, PartitionState]:
+        try:
+            children = self._client.get_children(f"{topic_path(topic)}/partitions")
+        except NoNodeError:
+            return {}
+        replies = {int(p): self._client.get_async(state_path(topic, int(p))) for p in children if p.isdigit()}
+        states = {}
+        for p, reply in sorted(replies.items()):
+            try:
+                raw, stat = reply.get()
+            except NoNodeError:
+                continue
+            states[p] = parse_state(raw, stat.version)
+        return states
+
+    def update_partition_state(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> PartitionState | None:
+        path = state_path(topic, partition)
+        document = state_document(state)
+        try:
+            stat = self._retry(self._client.set, path, document, version=expected_version)
+        except NoNodeError:
+            return None
+        except BadVersionError:
+            # Lost the race, unless it was this very write retried after a lost reply.
+            try:
+                raw, stat = self._retry(self._client.get, path)
+            except NoNodeError:
+                return None
+            if stat.version != expected_version + 1 or raw != document:
+                return None
+        return replace(state, version=stat.version)
+
+    # Deletion requests --------------------------------------------------------------------------
+
+    def request_topic_deletion(self, name: str) -> None:
+        if self._retry(self._client.exists, topic_path(name)) is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        try:
+            self._retry(self._client.create, f"{DELETE_TOPICS}/{name}", b"", makepath=True)
+        except NodeExistsError:
+            pass  # already requested
+
+    def pending_topic_deletions(self) -> list[str]:
+        return sorted(self._retry(self._client.get_children, DELETE_TOPICS))
+
+    # Producer ids ---------------------------------------------------------------------------------
+
+    def allocate_producer_id_block(self, broker_id: int, size: int) -> int:
+        """Reserve [start, start + size) by a compare-and-set of /latest_producer_id_block
+        (block_end is inclusive, as in Kafka); a block lost to a dropped reply is skipped."""
+        return self._retry(self._allocate_block, broker_id, size)
+
+    def _allocate_block(self, broker_id: int, size: int) -> int:
+        while True:
+            try:
+                raw, stat = self._client.get(PRODUCER_ID_BLOCK)
+                start, version = int(json.loads(raw)["block_end"]) + 1, stat.version
+            except NoNodeError:
+                start, version = 0, None
+            doc = _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(start + size - 1)})
+            try:
+                if version is None:
+                    self._client.create(PRODUCER_ID_BLOCK, doc)
+                else:
+                    self._client.set(PRODUCER_ID_BLOCK, doc, version=version)
+            except (NodeExistsError, BadVersionError):
+                continue
+            return start
+
+    # Watches -------------------------------------------------------------------------------------
+
+    def _add_watch(self, read: Callable, deliver: Callable[[Any], Any], callback: Callable[[Any], None]) -> None:
+        watch = _Watch(self, read, deliver, callback)
+        with self._watches_lock:
+            self._watches.append(watch)
+        self._retry(watch.refresh)
+
+    def _children_reader(self, path: str) -> Callable:
+        def read(watcher: Callable[[WatchedEvent], None]) -> list[str]:
+            while True:
+                try:
+                    return sorted(self._client.get_children(path, watch=watcher))
+                except NoNodeError:
+                    self._client.ensure_path(path)
+
+        return read
+
+    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
+        read = self._children_reader(BROKER_IDS)
+        self._add_watch(read, lambda ids: {int(i) for i in ids if i.isdigit()}, callback)
+
+    def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
+        self._add_watch(self._children_reader(TOPICS), set, callback)
+
+    def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
+        self._add_watch(self._children_reader(DELETE_TOPICS), list, callback)
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> None:
+        def read(watcher: Callable[[WatchedEvent], None]) -> tuple[int | None, int | None]:
+            while True:
+                try:
+                    raw, stat = self._client.get(CONTROLLER, watch=watcher)
+                except NoNodeError:
+                    if self._client.exists(CONTROLLER, watch=watcher) is None:
+                        return None, None
+                    continue  # created meanwhile
+                # The node's creation zxid tells elections apart, even by the same broker.
+                return int(json.loads(raw)["brokerid"]), stat.czxid
+
+        self._add_watch(read, lambda value: value[0], callback)
