@@ -1,14 +1,27 @@
 """One partition replica on this broker: its log plus the replication state around it.
 
-The leader keeps each replica's log end offset (LEO); the high watermark (HW) is the
-smallest LEO in the ISR, and consumers never read past it. With a single replica the
-ISR is the leader alone, so HW follows the leader's LEO.
+As leader, the partition keeps each follower's state (Kafka's `Replica`): its log end
+offset (LEO, the offset of its last fetch), when it last fetched, and when it was last
+caught up. The high watermark (HW) is the smallest LEO in the ISR, and consumers never
+read past it. With a single replica the ISR is the leader alone, so HW follows the
+leader's LEO.
+
+ISR changes are decided here and written by the caller (the replica manager) through a
+compare-and-set on the partition state (/brokers/topics/<t>/partitions/<p>/state):
+`propose_isr()` builds the new state, `complete_isr_update()` applies what was written.
+A failed write changes nothing locally; the leader waits for the controller's next
+LeaderAndIsr, as Kafka's ZooKeeper-era leader did.
+
+As follower, the partition's log is appended to by the replica fetcher, and its HW is
+min(leader's HW, own LEO).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from loglake.config import LogConfig
 from loglake.coordination.model import PartitionState
@@ -16,6 +29,44 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.storage.log import Log, LogAppendInfo
 
 ACKS_ALL = -1
+
+# Writes a new partition state (same leader and leader epoch, a new ISR) if the stored
+# version still is `state.version`; returns the stored state (new version) or None.
+AlterIsr = Callable[[str, int, PartitionState], "PartitionState | None"]
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class ReplicaState:
+    """The leader's view of one follower (Kafka's Replica).
+
+    `last_caught_up_time_ms` follows Kafka's rule: a fetch at or past the leader's LEO
+    (at the time of that fetch) means caught up now; a fetch at or past the leader's LEO
+    at the time of the *previous* fetch means it was caught up then.
+    """
+
+    broker_id: int
+    log_end_offset: int = -1
+    last_fetch_leader_log_end_offset: int = -1
+    last_fetch_time_ms: int = 0
+    last_caught_up_time_ms: int = 0
+
+    def update_fetch_state(self, fetch_offset: int, fetch_time_ms: int, leader_end_offset: int) -> None:
+        if fetch_offset >= leader_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, fetch_time_ms)
+        elif fetch_offset >= self.last_fetch_leader_log_end_offset:
+            self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, self.last_fetch_time_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_log_end_offset = leader_end_offset
+        self.last_fetch_time_ms = fetch_time_ms
+
+    def reset_last_caught_up_time(self, leader_end_offset: int, now_ms: int, last_caught_up_time_ms: int) -> None:
+        self.last_fetch_leader_log_end_offset = leader_end_offset
+        self.last_fetch_time_ms = now_ms
+        self.last_caught_up_time_ms = last_caught_up_time_ms
 
 
 class Partition:
@@ -27,6 +78,7 @@ class Partition:
         log: Log,
         broker_id: int,
         on_high_watermark_change: Callable[[Partition], None] = lambda p: None,
+        high_watermark: int = 0,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -37,8 +89,15 @@ class Partition:
         self.leader_epoch = -1
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
-        self._high_watermark = 0
-        self._replica_leos: dict[int, int] = {}
+        # The partition state as last known from the controller or our own ISR writes;
+        # its version is the expected version of the next compare-and-set.
+        self.state: PartitionState | None = None
+        # Where the current leader epoch began in our log (leaders only).
+        self.leader_epoch_start_offset: int | None = None
+        # An ISR write is in flight (async writers): no second one until it completes.
+        self.isr_update_in_flight = False
+        self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        self._followers: dict[int, ReplicaState] = {}
         self._lock = threading.Lock()
         self._on_high_watermark_change = on_high_watermark_change
 
@@ -65,17 +124,110 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def make_leader(self, state: PartitionState, replicas: tuple[int, ...], high_watermark: int) -> None:
-        """Become leader at `state.leader_epoch`; the HW starts from the checkpointed value."""
+    @property
+    def followers(self) -> dict[int, ReplicaState]:
+        """The leader's state of each follower (empty on a follower)."""
+        return self._followers
+
+    def check_leader_epoch(self, requested: int) -> None:
+        """KIP-320: a request that knows a newer epoch reached us before the controller's
+        LeaderAndIsr did (retriable); one with an older epoch comes from a fenced replica
+        or client. -1 skips the check."""
+        if requested < 0 or requested == self.leader_epoch:
+            return
+        if requested > self.leader_epoch:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_LEADER_EPOCH,
+                f"leader epoch {requested} of {self.topic}-{self.partition} is newer than ours ({self.leader_epoch})",
+            )
+        raise KafkaError(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"leader epoch {requested} of {self.topic}-{self.partition} is older than ours ({self.leader_epoch})",
+        )
+
+    # Becoming leader or follower -----------------------------------------------------------
+
+    def make_leader(
+        self,
+        state: PartitionState,
+        replicas: tuple[int, ...],
+        high_watermark: int | None = None,
+        now_ms: int | None = None,
+    ) -> bool:
+        """Lead at `state.leader_epoch`. Returns whether this is a new leader epoch here.
+
+        A new epoch starts at the LEO in the leader-epoch cache. Followers' LEOs are
+        unknown until they fetch (so the HW cannot move before they do); ISR members count
+        as caught up now, others as never. `high_watermark` (e.g. a checkpointed value)
+        replaces the current HW when given.
+        """
+        now = monotonic_ms() if now_ms is None else now_ms
         with self._lock:
+            new_epoch = not self.is_leader or state.leader_epoch != self.leader_epoch
+            was_leader = self.is_leader
             self.leader_id = state.leader
             self.leader_epoch = state.leader_epoch
-            self.replicas = replicas
-            self.isr = state.isr
-            self._replica_leos = {r: -1 for r in replicas if r != self.broker_id}
-            self._high_watermark = min(max(high_watermark, self.log.log_start_offset), self.log.log_end_offset)
-            self.log.assign_leader_epoch(state.leader_epoch, self.log.log_end_offset)
+            self.replicas = tuple(replicas)
+            self.isr = tuple(state.isr)
+            self.state = state
+            if high_watermark is not None:
+                self._high_watermark = min(max(high_watermark, self.log.log_start_offset), self.log.log_end_offset)
+            if new_epoch:
+                self.isr_update_in_flight = False
+                start = self.log.log_end_offset
+                self.leader_epoch_start_offset = start
+                self.log.assign_leader_epoch(state.leader_epoch, start)
+                old = self._followers if was_leader else {}
+                self._followers = {}
+                for r in self.replicas:
+                    if r == self.broker_id:
+                        continue
+                    follower = old.get(r) or ReplicaState(r)
+                    follower.reset_last_caught_up_time(start, now, now if r in self.isr else 0)
+                    self._followers[r] = follower
+            else:
+                # The same epoch again (e.g. a config change): keep what the followers told us.
+                self._followers = {
+                    r: self._followers.get(r) or ReplicaState(r, last_fetch_time_ms=now)
+                    for r in self.replicas
+                    if r != self.broker_id
+                }
             self._maybe_increment_high_watermark()
+            return new_epoch
+
+    def make_follower(self, state: PartitionState, replicas: tuple[int, ...]) -> bool:
+        """Follow `state.leader` at `state.leader_epoch`. Returns whether the leader or the
+        epoch changed (the fetcher must then truncate and start over)."""
+        with self._lock:
+            changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+            self.leader_id = state.leader
+            self.leader_epoch = state.leader_epoch
+            self.replicas = tuple(replicas)
+            self.isr = tuple(state.isr)
+            self.state = state
+            self.leader_epoch_start_offset = None
+            self.isr_update_in_flight = False
+            self._followers = {}
+            return changed
+
+    def update_state_if_newer(self, state: PartitionState, replicas: tuple[int, ...]) -> None:
+        """A LeaderAndIsr with our current epoch: take its ISR only if its version is
+        newer than the one we know (our own ISR writes are newer than a resent state)."""
+        with self._lock:
+            self.replicas = tuple(replicas)
+            if self.state is None or state.version > self.state.version:
+                self.isr = tuple(state.isr)
+                self.state = state
+            if self.is_leader:
+                now = monotonic_ms()
+                self._followers = {
+                    r: self._followers.get(r) or ReplicaState(r, last_fetch_time_ms=now)
+                    for r in self.replicas
+                    if r != self.broker_id
+                }
+                self._maybe_increment_high_watermark()
+
+    # Leader: appends, follower fetches, HW and ISR ----------------------------------------
 
     def append_records_to_leader(self, records: bytes | bytearray | memoryview, required_acks: int) -> LogAppendInfo:
         """Validate, assign offsets and append one request's batches for this partition."""
@@ -95,12 +247,143 @@ class Partition:
             self._maybe_increment_high_watermark()
             return info
 
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower fetched from `fetch_offset`: that is its LEO now. Moves the HW if it
+        can; returns whether the follower should join the ISR (it is out of it and has
+        reached both the HW and the start of the current leader epoch)."""
+        with self._lock:
+            if not self.is_leader:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}",
+                )
+            follower = self._followers.get(replica_id)
+            if follower is None:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                    f"broker {replica_id} is not a follower of {self.topic}-{self.partition} "
+                    f"(replicas {list(self.replicas)})",
+                )
+            follower.update_fetch_state(fetch_offset, now_ms, self.log.log_end_offset)
+            self._maybe_increment_high_watermark()
+            return (
+                replica_id not in self.isr
+                and not self.isr_update_in_flight
+                and self._is_follower_in_sync(follower)
+            )
+
+    def _is_follower_in_sync(self, follower: ReplicaState) -> bool:
+        start = self.leader_epoch_start_offset
+        leo = follower.log_end_offset
+        return leo >= self._high_watermark and start is not None and leo >= start
+
+    def maybe_shrink_isr(self, now_ms: int, replica_lag_time_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR without the followers that have not caught up to the leader's LEO within
+        `replica_lag_time_max_ms` (Kafka's out-of-sync rule); None if nobody is out."""
+        with self._lock:
+            if not self.is_leader or self.isr_update_in_flight:
+                return None
+            leo = self.log.log_end_offset
+            out = set()
+            for r in self.isr:
+                if r == self.broker_id:
+                    continue
+                follower = self._followers.get(r)
+                if follower is None:
+                    out.add(r)
+                elif follower.log_end_offset != leo and now_ms - follower.last_caught_up_time_ms > replica_lag_time_max_ms:
+                    out.add(r)
+            if not out:
+                return None
+            return tuple(r for r in self.isr if r not in out)
+
+    def isr_with(self, replica_id: int) -> tuple[int, ...]:
+        return (*self.isr, replica_id) if replica_id not in self.isr else self.isr
+
+    def propose_isr(self, isr: tuple[int, ...]) -> PartitionState:
+        """The state to compare-and-set for a new ISR: same leader and epoch, the version
+        we last knew as the expected one. Marks an ISR update in flight."""
+        with self._lock:
+            base = self.state or PartitionState(self.broker_id, self.leader_epoch, self.isr, 0)
+            self.isr_update_in_flight = True
+            return PartitionState(self.broker_id, self.leader_epoch, tuple(isr), base.controller_epoch, base.version)
+
+    def complete_isr_update(self, proposed: PartitionState, written: PartitionState | None) -> bool:
+        """Apply an ISR write's outcome: `written` is the stored state (None: the version
+        moved on, nothing changes here). Returns whether the new ISR was applied."""
+        with self._lock:
+            self.isr_update_in_flight = False
+            if written is None:
+                return False
+            if not self.is_leader or proposed.leader_epoch != self.leader_epoch:
+                return False  # leadership changed while the write was in flight
+            self.isr = tuple(written.isr)
+            self.state = written
+            self._maybe_increment_high_watermark()
+            return True
+
+    def update_isr(self, isr: tuple[int, ...], alter_isr: AlterIsr | None) -> bool:
+        """Write a new ISR synchronously through `alter_isr` (None: apply locally only)."""
+        proposed = self.propose_isr(isr)
+        written = proposed if alter_isr is None else alter_isr(self.topic, self.partition, proposed)
+        return self.complete_isr_update(proposed, written)
+
     def _maybe_increment_high_watermark(self) -> None:
-        leos = [self.log.log_end_offset] + [self._replica_leos.get(r, -1) for r in self.isr if r != self.broker_id]
-        new_hw = min(leos)
-        if new_hw > self._high_watermark:
+        leo = self.log.log_end_offset
+        new_hw = leo
+        followers = self._followers
+        for r in self.isr:
+            if r != self.broker_id:
+                follower = followers.get(r)
+                follower_leo = -1 if follower is None else follower.log_end_offset
+                if follower_leo < new_hw:
+                    new_hw = follower_leo
+        start = self.leader_epoch_start_offset
+        # Kafka's rule: nothing is committed in a new epoch before the ISR reaches its start.
+        if new_hw > self._high_watermark and (start is None or new_hw >= start):
             self._high_watermark = new_hw
             self._on_high_watermark_change(self)
+
+    # Follower ----------------------------------------------------------------------------
+
+    def append_records_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        with self._lock:
+            if self.is_leader:
+                raise KafkaError(
+                    ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} leads {self.topic}-{self.partition}"
+                )
+            return self.log.append_as_follower(records)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """HW = min(leader's HW, own LEO), never below the log start."""
+        with self._lock:
+            log = self.log
+            hw = max(min(leader_high_watermark, log.log_end_offset), log.log_start_offset)
+            if hw != self._high_watermark:
+                self._high_watermark = hw
+                self._on_high_watermark_change(self)
+
+    def maybe_increment_log_start_offset(self, leader_log_start_offset: int) -> None:
+        """Follow the leader's log start (DeleteRecords, retention) within our log."""
+        with self._lock:
+            if self.log.log_start_offset < leader_log_start_offset <= self.log.log_end_offset:
+                self.log.increment_log_start_offset(leader_log_start_offset)
+                if self._high_watermark < leader_log_start_offset:
+                    self._high_watermark = leader_log_start_offset
+
+    def truncate_to(self, offset: int) -> bool:
+        """Drop our log from `offset` on (a divergent tail); the HW follows if above it."""
+        with self._lock:
+            truncated = self.log.truncate_to(offset)
+            self._high_watermark = max(min(self._high_watermark, self.log.log_end_offset), self.log.log_start_offset)
+            return truncated
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        with self._lock:
+            self.log.truncate_fully_and_start_at(offset)
+            self._high_watermark = offset
+
+    # Reads -------------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, committed_only: bool = True, min_one_message: bool = True):
         """Whole batches from `offset`; consumers stop at the HW, replicas at the log end."""
@@ -130,3 +413,4 @@ class Partition:
                 )
             self.log.increment_log_start_offset(target)
             return self.log.log_start_offset
+
