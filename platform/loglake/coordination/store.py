@@ -9,8 +9,8 @@ Watches take plain callbacks, called on whatever thread the store delivers event
 the ZooKeeper store's single event thread (a kazoo watch hops onto it), or, for the
 embedded store, the thread of the call that made the change. A caller on an asyncio
 loop hops back with `loop.call_soon_threadsafe` (safe from any thread, the loop's own
-included). A callback is first called from within the `watch_*` method with the current
-value, then on every change, one call at a time per watch; it should be quick.
+included). A callback gets the current value as it is installed (normally from within
+the `watch_*` call), then every change, one call at a time per watch; it should be quick.
 """
 
 from __future__ import annotations

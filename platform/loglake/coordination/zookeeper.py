@@ -207,13 +207,16 @@ class ZooKeeperMetadataStore(MetadataStore):
     def __init__(self, connect: str, session_timeout_ms: int = 18000, connection_timeout_s: float = 30.0) -> None:
         self.connect = connect
         self.session_timeout_s = session_timeout_ms / 1000.0
+        # Operations retry through connection loss for up to two session timeouts; a
+        # KazooRetry counts attempts in itself, so every call gets a copy (see _retry).
+        self._command_retry = KazooRetry(
+            max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=max(2 * self.session_timeout_s, 10.0)
+        )
         self._client = KazooClient(
             hosts=connect,
             timeout=self.session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
-            command_retry=KazooRetry(
-                max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=max(2 * self.session_timeout_s, 10.0)
-            ),
+            command_retry=self._command_retry.copy(),
         )
         self._closed = False
         self._session_lost = False
@@ -232,9 +235,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             warnings.simplefilter("ignore", UserWarning)
             self._client.start(timeout=connection_timeout_s)
         try:
-            self._client.ensure_path("/")
-            for path in PERSISTENT_ROOTS:
-                self._client.retry(self._client.ensure_path, path)
+            for path in ("/", *PERSISTENT_ROOTS):  # "/" is the chroot, if any
+                self._retry(self._client.ensure_path, path)
         except BaseException:
             self._client.stop()
             self._client.close()
@@ -248,7 +250,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         return self._client
 
     def _retry(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return self._client.retry(func, *args, **kwargs)
+        return self._command_retry.copy()(func, *args, **kwargs)
 
     def _session_id(self) -> int | None:
         client_id = self._client.client_id
@@ -307,7 +309,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         with self._watches_lock:
             watches = list(self._watches)
         for watch in watches:
-            watch.refresh()
+            try:
+                watch.refresh()
+            except _CONNECTION_ERRORS:
+                raise  # disconnected again: the next reconnection redoes all of this
+            except Exception:
+                log.exception("error in a ZooKeeper watch callback")
 
     def on_session_expired(self, callback: Callable[[], None]) -> None:
         self._expiry_callbacks.append(callback)
@@ -375,7 +382,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                 except NoNodeError:
                     continue
                 if stat.ephemeralOwner == self._session_id():
-                    break  # ours: a create whose reply was lost
+                    # Ours: registered again, or a create whose reply was lost.
+                    self._client.set(path, broker_document(endpoint))
+                    break
                 log.warning(
                     "%s exists, owned by session %#x; waiting for it to expire", path, stat.ephemeralOwner
                 )
