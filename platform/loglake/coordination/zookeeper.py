@@ -41,7 +41,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -230,19 +229,18 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         self._events: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._event_thread = threading.Thread(target=self._run_events, name="loglake-zk-events", daemon=True)
-        with warnings.catch_warnings():
-            # kazoo warns when the chroot does not exist yet; it is created just below.
-            warnings.simplefilter("ignore", UserWarning)
-            self._client.start(timeout=connection_timeout_s)
+        self._event_thread.start()
+        self._client.add_listener(self._on_state)
         try:
+            with warnings.catch_warnings():
+                # kazoo warns when the chroot does not exist yet; it is created just below.
+                warnings.simplefilter("ignore", UserWarning)
+                self._client.start(timeout=connection_timeout_s)
             for path in ("/", *PERSISTENT_ROOTS):  # "/" is the chroot, if any
                 self._retry(self._client.ensure_path, path)
         except BaseException:
-            self._client.stop()
-            self._client.close()
+            self.close()
             raise
-        self._event_thread.start()
-        self._client.add_listener(self._on_state)
 
     @property
     def client(self) -> KazooClient:
