@@ -422,3 +422,15 @@ def test_a_paused_broker_loses_its_session_and_comes_back(make_store, zk_connect
         proc.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait()
+
+
+def test_zookeeper_process_config_and_health(zookeeper) -> None:
+    from ingest_gateway.zookeeper_process import four_letter_word, read_properties
+
+    props = read_properties(zookeeper.config_file)
+    assert props["clientPort"] == str(zookeeper.port) and props["tickTime"] == "500"
+    assert props["dataDir"] == str(zookeeper.data_dir / "data")
+    assert props["admin.enableServer"] == "false" and props["maxSessionTimeout"] == "60000"
+    assert four_letter_word(zookeeper.host, zookeeper.port, "ruok") == "imok"
+    assert "Mode: standalone" in four_letter_word(zookeeper.host, zookeeper.port, "srvr")
+    assert zookeeper.is_serving()
