@@ -27,6 +27,8 @@ from loglake.protocol import (
     encode_response,
 )
 
+from ingest_gateway.kafka_server import CloseConnection
+
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
 
@@ -40,7 +42,7 @@ Body = dict[str, Any]
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: (3, 9),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),  # 7 adds the max-timestamp query (-3)
+    ApiKey.LIST_OFFSETS: (1, 7),  # 7 adds the max-timestamp query (-3); 8 the local-log start (-4)
     ApiKey.METADATA: (0, 12),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.API_VERSIONS: (0, 3),
@@ -56,6 +58,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -217,6 +220,13 @@ class KafkaApis:
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         for topic in body["topic_data"]:
             name = topic["name"]
+            if name in INTERNAL_TOPICS:
+                # As Kafka: only the broker writes there. A client's record in
+                # __consumer_offsets that the coordinator cannot decode would stop it
+                # loading that partition, and so serving its groups.
+                for p in topic["partition_data"]:
+                    errors[(name, p["index"])] = (ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {name}")
+                continue
             if name not in self.broker.image.topics:
                 error = self._maybe_auto_create(name)
                 if error is not None:
@@ -234,7 +244,14 @@ class KafkaApis:
             entries = {}
         results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
         if acks == 0:
-            # No response at all: the client does not wait for one.
+            # No response at all: the client does not wait for one. On an error Kafka
+            # closes the connection instead, so that the producer notices and refreshes
+            # its metadata.
+            failed = dict(errors) | {
+                k: (r.error.code, r.error.message) for k, r in results.items() if r.error is not None
+            }
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {_summary(failed)}")
             return None
         by_topic: dict[str, list[Body]] = {}
         for (name, p), result in results.items():
@@ -332,6 +349,10 @@ class KafkaApis:
                         entry["offset"] = partition.high_watermark
                     elif ts == EARLIEST_TIMESTAMP:
                         entry["offset"] = partition.log_start_offset
+                    elif ts == MAX_TIMESTAMP:
+                        found = _max_timestamp_offset(partition)
+                        if found is not None:
+                            entry["offset"], entry["timestamp"] = found
                     else:
                         found = partition.offset_for_timestamp(ts)
                         if found is not None:
@@ -559,6 +580,19 @@ class KafkaApis:
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
+    """KIP-734: (offset, timestamp) of the first record holding the partition's largest
+    timestamp, or None for an empty partition."""
+    largest = max((s.max_timestamp for s in partition.log.segments), default=-1)
+    if largest < 0:
+        return None
+    return partition.offset_for_timestamp(largest)
+
+
+def _summary(failed: dict[tuple[str, int], tuple[int, str | None]]) -> str:
+    return ", ".join(f"{t}-{p}: {ErrorCode(code).name} ({message})" for (t, p), (code, message) in sorted(failed.items()))
 
 
 def _check_leader_epoch(ours: int, theirs: int) -> None:

@@ -29,6 +29,11 @@ class ConnectionClosed(Exception):
     pass
 
 
+class CloseConnection(Exception):
+    """Raised by a request handler: close the connection without a response (as Kafka
+    does for a failed acks=0 produce)."""
+
+
 class KafkaServer:
     def __init__(self, host: str, port: int, handler: RequestHandler, max_request_bytes: int) -> None:
         self.host = host
@@ -84,6 +89,8 @@ class KafkaServer:
                     await _send_chunks(loop, conn, chunks)
         except ConnectionClosed:
             pass
+        except CloseConnection as exc:
+            log.info("closing connection from %s: %s", peer, exc)
         except ProtocolDecodeError as exc:
             # Kafka closes a connection whose bytes it cannot parse; nothing was applied.
             log.warning("closing connection from %s: %s", peer, exc)

@@ -388,6 +388,75 @@ def test_offsets_for_times(broker, topic):
         c.close()
 
 
+def test_list_offsets_max_timestamp(broker, topic):
+    """KIP-734 (ListOffsets v7, timestamp -3): the record with the largest timestamp, not
+    the first record at or after the timestamp -3."""
+    from confluent_kafka.admin import OffsetSpec
+
+    create_topic(broker.bootstrap, topic, partitions=2)
+    base = int(time.time() * 1000) - 100_000
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
+    # Partition 0: out-of-order timestamps, the largest at offset 2 (in a later batch than
+    # the first record). Partition 1: empty.
+    for i, delta in enumerate([5000, 1000, 9000, 3000]):
+        p.produce(topic, value=b"%d" % i, partition=0, timestamp=base + delta)
+        p.flush(10)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def offsets(spec):
+        futures = admin.list_offsets({TopicPartition(topic, 0): spec, TopicPartition(topic, 1): spec}, request_timeout=10)
+        return {tp.partition: (r.offset, r.timestamp) for tp, f in futures.items() for r in [f.result(timeout=20)]}
+
+    assert offsets(OffsetSpec.max_timestamp()) == {0: (2, base + 9000), 1: (-1, -1)}
+    assert offsets(OffsetSpec.latest())[0][0] == 4
+    assert offsets(OffsetSpec.earliest())[0][0] == 0
+    # By timestamp: the earliest offset whose timestamp is at least the one asked for.
+    assert offsets(OffsetSpec.for_timestamp(base + 4000))[0] == (0, base + 5000)
+    assert offsets(OffsetSpec.for_timestamp(base + 6000))[0] == (2, base + 9000)
+    assert offsets(OffsetSpec.for_timestamp(base + 9001))[0] == (-1, -1)
+    # The same as a raw ListOffsets v7.
+    body = {
+        "replica_id": -1,
+        "topics": [{"name": topic, "partitions": [{"partition_index": 0, "timestamp": -3}]}],
+    }
+    (part,) = raw_request(broker.bootstrap, ApiKey.LIST_OFFSETS, 7, body)["topics"][0]["partitions"]
+    assert (part["error_code"], part["offset"], part["timestamp"]) == (0, 2, base + 9000)
+
+
+def test_clients_cannot_write_to_consumer_offsets(broker, topic):
+    """Only the broker appends to __consumer_offsets (as Kafka): a client's record there that
+    the coordinator cannot decode would stop it loading the partition after a restart."""
+    # Make sure the internal topic exists: a group lookup creates it.
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-g"})
+    c.committed([TopicPartition("anything", 0)], timeout=20)
+    c.close()
+    errors = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0, "message.timeout.ms": 10000})
+    p.produce("__consumer_offsets", key=b"\x00\x01\x00\x05gde", value=b"x", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.flush(20)
+    assert len(errors) == 1 and errors[0] is not None and errors[0].code() == 17, errors  # INVALID_TOPIC_EXCEPTION
+    # kcat -P fails too.
+    proc = kcat(broker.bootstrap, "-P", "-t", "__consumer_offsets", "-p", "1", input=b"junk\n", check=False)
+    assert b"Broker: Invalid topic" in proc.stderr, proc.stderr
+    # And a raw Produce gets the error for every partition named.
+    from loglake.record.batch import encode_batch
+
+    records = encode_batch([(b"\x00\x01\x00", b"x", [], None)], int(time.time() * 1000))
+    body = {
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": "__consumer_offsets", "partition_data": [{"index": i, "records": records} for i in range(4)]}],
+    }
+    (t,) = raw_request(broker.bootstrap, ApiKey.PRODUCE, 9, body)["responses"]
+    assert sorted((r["index"], r["error_code"]) for r in t["partition_responses"]) == [(i, 17) for i in range(4)]
+    # Group offsets are unaffected.
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-g", "enable.auto.commit": False})
+    create_topic(broker.bootstrap, topic)
+    c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    assert c.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 0
+    c.close()
+
+
 def test_fetch_long_poll_returns_promptly_when_data_arrives(broker, topic):
     create_topic(broker.bootstrap, topic, partitions=1)
     produce_round_robin(broker.bootstrap, topic, 1, "old", 3)

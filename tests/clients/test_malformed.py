@@ -361,17 +361,34 @@ def test_produce_with_records_not_matching_header(broker, topic, case):
     assert r["error_code"] in (CORRUPT_MESSAGE, INVALID_RECORD), r
 
 
-def test_produce_acks_zero_with_bad_crc_stores_nothing(broker, topic):
-    """acks=0 gets no response either way; the corrupt batch is still not stored."""
+def test_produce_acks_zero_with_bad_crc_closes_connection(broker, topic):
+    """acks=0 gets no response; on an error the broker closes the connection instead (as
+    Kafka does, so the producer notices), and the corrupt batch is not stored."""
     create_topic(broker.bootstrap, topic)
+    good = encode_batch(_rows(3, "ok"), int(time.time() * 1000))
     bad = bytearray(encode_batch(_rows(3, "x"), int(time.time() * 1000)))
     bad[-2] ^= 0x10
-    body = _produce_body(topic, bytes(bad))
+    with connect(broker.bootstrap) as s:
+        # A good acks=0 produce: no response, the connection stays open.
+        body = _produce_body(topic, good)
+        body["acks"] = 0
+        s.sendall(encode_request(ApiKey.PRODUCE, 9, 1, "raw", body))
+        api_versions_on(s, correlation_id=2)  # the next response is for the next request
+        # A corrupt one: closed.
+        body = _produce_body(topic, bytes(bad))
+        body["acks"] = 0
+        s.sendall(encode_request(ApiKey.PRODUCE, 9, 3, "raw", body))
+        assert_closed_by_broker(s)
+    assert [r[3] for r in read_all(broker.bootstrap, topic)] == [b"ok-0", b"ok-1", b"ok-2"]
+
+
+def test_produce_acks_zero_to_unknown_partition_closes_connection(broker, topic):
+    create_topic(broker.bootstrap, topic)
+    body = _produce_body(topic, encode_batch(_rows(1, "x"), int(time.time() * 1000)), partition=7)
     body["acks"] = 0
     with connect(broker.bootstrap) as s:
         s.sendall(encode_request(ApiKey.PRODUCE, 9, 1, "raw", body))
-        api_versions_on(s, correlation_id=2)  # the next response is for the next request
-    assert read_all(broker.bootstrap, topic) == []
+        assert_closed_by_broker(s)
 
 
 def test_pipelined_requests_answered_in_order(broker):
