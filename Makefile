@@ -1,7 +1,7 @@
 # The two commands of the README: `make demo` and `make test`. Both set up first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-fast bench
+.PHONY: setup demo test test-fast bench cluster cluster-down cluster-status
 
 setup:
 	bash scripts/setup.sh
@@ -15,7 +15,20 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not slow"
 
+cluster: setup
+	$(PY) scripts/cluster.py up
+
+cluster-down:
+	$(PY) scripts/cluster.py down
+
+cluster-status:
+	$(PY) scripts/cluster.py status
+
 bench: setup
 	$(PY) bench/append.py
 	$(PY) bench/read.py
 	$(PY) bench/http_produce.py
+	$(PY) -m bench.kafka_produce
+	$(PY) -m bench.kafka_consume
+	$(PY) -m bench.latency
+	$(PY) -m bench.replicated_produce

@@ -66,7 +66,7 @@ def mock_cluster() -> Iterator[str]:
 MOCK_PARTITIONS = 4
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, mock: bool = False) -> int:
+def create_topic(bootstrap: str, name: str, partitions: int, mock: bool = False, replication: int = 1) -> int:
     """Create `name`; returns its partition count. The mock cluster does not answer
     CreateTopics, so there the topic is auto-created with its fixed default (4 partitions)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -76,7 +76,7 @@ def create_topic(bootstrap: str, name: str, partitions: int, mock: bool = False)
         producer.flush(30)
         partitions = MOCK_PARTITIONS
     else:
-        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        for future in admin.create_topics([NewTopic(name, partitions, replication)]).values():
             future.result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -1,7 +1,9 @@
 """The broker: storage, partitions, the controller and the listeners in one process.
 
 Without `zookeeper.connect` it runs embedded: the same controller code over a metadata
-file in the log dir, electing itself, so a single node needs no ZooKeeper.
+file in the log dir, electing itself, so a single node needs no ZooKeeper. With it, the
+broker registers in ZooKeeper, competes for /controller, and when elected sends its
+decisions to the other brokers over the Kafka protocol (ControllerChannelManager).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 import uvicorn
 
+from ingest_gateway.controller_apis import register_controller_apis
+from ingest_gateway.controller_channel import ControllerChannelManager
 from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_server import KafkaServer
@@ -19,8 +23,10 @@ from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
-from loglake.coordination.controller import Controller
+from loglake.coordination.controller import BrokerChannel, Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.store import MetadataStore
+from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, TopicDescription
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
@@ -37,8 +43,16 @@ class Broker:
         self.config = config
         self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id)
         self.replica_manager = ReplicaManager(config.broker_id, self.log_manager, config.log_defaults)
-        self.store = EmbeddedMetadataStore(config.log_dirs[0])
-        self.controller = Controller(self.store, config.broker_id, self)
+        self.clustered = bool(config.zookeeper_connect)
+        self.store: MetadataStore
+        self.channel: BrokerChannel
+        if self.clustered:
+            self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+            self.channel = ControllerChannelManager(self)
+        else:
+            self.store = EmbeddedMetadataStore(config.log_dirs[0])
+            self.channel = self
+        self.controller = Controller(self.store, config.broker_id, self.channel)
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager))
@@ -61,9 +75,53 @@ class Broker:
     # Lifecycle ---------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Register, become controller (embedded) and take up the assigned partitions."""
+        """Register, become controller (embedded) and take up the assigned partitions.
+
+        In a cluster, the controller election and the partitions come through ZooKeeper's
+        watches once the event loop runs (`_watch_cluster`)."""
         self.store.register_broker(self.endpoint)
-        self.controller.startup()
+        if not self.clustered:
+            self.controller.startup()
+
+    def _watch_cluster(self) -> None:
+        """Route ZooKeeper events (on kazoo's thread) onto the event loop, where the
+        controller and the replica manager live."""
+        loop = asyncio.get_running_loop()
+
+        def on_loop(fn, *args) -> None:
+            loop.call_soon_threadsafe(fn, *args)
+
+        self.store.watch_controller(lambda holder: on_loop(self._on_controller_change, holder))
+        self.store.watch_brokers(lambda live: on_loop(self.controller.on_brokers_changed, live))
+        self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
+        self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
+        self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
+        register_controller_apis(self.kafka_apis, self)
+        self.track_background(asyncio.create_task(self._preferred_leader_loop()))
+
+    def _on_controller_change(self, holder: int | None) -> None:
+        if holder is None:
+            if self.controller.startup():
+                log.info("broker %d is the controller (epoch %s)", self.config.broker_id, self.controller.epoch)
+        elif holder != self.config.broker_id and self.controller.is_active:
+            log.warning("broker %d is no longer the controller (broker %d is)", self.config.broker_id, holder)
+            self.controller.resign()
+        self.refresh_metadata(self.store.controller_epoch())
+
+    def _on_session_expired(self) -> None:
+        # Our ephemeral nodes are gone: whatever we decided as controller is void.
+        if self.controller.is_active:
+            log.warning("ZooKeeper session expired: broker %d resigns as controller", self.config.broker_id)
+            self.controller.resign()
+
+    async def _preferred_leader_loop(self) -> None:
+        raw = self.config.raw
+        if raw.get("auto.leader.rebalance.enable", "true").lower() != "true":
+            return
+        interval = float(raw.get("leader.imbalance.check.interval.seconds", "300"))
+        while True:
+            await asyncio.sleep(interval)
+            self.controller.elect_preferred_leaders()
 
     async def start(self) -> None:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
@@ -73,6 +131,8 @@ class Broker:
         from ingest_gateway.http_api import create_app
 
         register_group_apis(self.kafka_apis, self.group_coordinator)
+        if self.clustered:
+            self._watch_cluster()
         for p in self._pending_group_loads:
             self.track_background(asyncio.create_task(self.group_coordinator.load_partition(p)))
         self._pending_group_loads.clear()
@@ -118,6 +178,8 @@ class Broker:
             await kafka_server.stop()
         await self.consumer_manager.shutdown()
         await self.group_coordinator.stop()
+        if self.channel is not self:
+            await self.channel.close()
         await asyncio.sleep(0)
         for task in list(self._background):
             if not task.done():
@@ -131,6 +193,7 @@ class Broker:
     def shutdown(self) -> None:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
+        self.store.close()
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
         if topic != OFFSETS_TOPIC:
@@ -156,7 +219,11 @@ class Broker:
         assignment: dict[int, tuple[int, ...]] | None = None,
         validate_only: bool = False,
     ) -> TopicDescription:
-        return self.controller.create_topic(name, num_partitions, replication_factor, config, assignment, validate_only)
+        topic = self.controller.create_topic(name, num_partitions, replication_factor, config, assignment, validate_only)
+        if not validate_only and not self.controller.is_active:
+            # The active controller hears of it through ZooKeeper; answer from the store now.
+            self.refresh_metadata(self.store.controller_epoch())
+        return topic
 
     def group_coordinator_endpoint(self, group_id: str) -> BrokerEndpoint:
         """The broker leading the group's __consumer_offsets partition (created on first use)."""
@@ -193,12 +260,17 @@ class Broker:
             self.replica_manager.stop_replicas(controller_epoch, partitions, delete)
 
     def send_update_metadata(self, controller_epoch: int) -> None:
+        self.refresh_metadata(controller_epoch)
+
+    def refresh_metadata(self, controller_epoch: int) -> None:
+        """Rebuild the metadata image from the store (the source of truth)."""
         topics = self.store.topics()
+        controller_id = self.store.controller_id()
         self.image = MetadataImage(
             brokers=self.store.brokers(),
             topics=topics,
             partition_states={t: self.store.partition_states(t) for t in topics},
-            controller_id=self.config.broker_id,
+            controller_id=-1 if controller_id is None else controller_id,
             controller_epoch=controller_epoch,
             cluster_id=self.log_manager.cluster_id,
         )
@@ -207,6 +279,41 @@ class Broker:
 
     def topic_config(self, topic: str) -> LogConfig:
         return LogConfig.from_properties(self.image.topic(topic).config, self.config.log_defaults)
+
+    def cluster_status(self) -> dict[str, Any]:
+        """Brokers, the controller and its epoch, and every partition's leader, replicas and
+        ISR, read from the store (fresher than this broker's image)."""
+        brokers = self.store.brokers()
+        partitions = []
+        for name, topic in sorted(self.store.topics().items()):
+            states = self.store.partition_states(name)
+            for p, replicas in sorted(topic.assignment.items()):
+                state = states.get(p)
+                if state is None:
+                    continue
+                partitions.append(
+                    {
+                        "topic": name,
+                        "partition": p,
+                        "leader": state.leader,
+                        "leader_epoch": state.leader_epoch,
+                        "replicas": list(replicas),
+                        "isr": list(state.isr),
+                        "under_replicated": len(state.isr) < len(replicas),
+                        "offline": state.leader not in brokers,
+                    }
+                )
+        controller_id = self.store.controller_id()
+        return {
+            "controller": {"broker_id": controller_id, "epoch": self.store.controller_epoch()},
+            "brokers": [
+                {"broker_id": b.broker_id, "kafka": f"{b.host}:{b.port}", "http": f"http://{b.http_host}:{b.http_port}"}
+                for b in sorted(brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "partitions": partitions,
+            "under_replicated_partitions": sum(p["under_replicated"] for p in partitions),
+            "offline_partitions": sum(p["offline"] for p in partitions),
+        }
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         """A topic as kafka-topics.sh --describe shows it, plus offsets for local leaders."""

@@ -95,6 +95,11 @@ def create_app(broker: Broker) -> FastAPI:
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "broker_id": broker.config.broker_id}
 
+    @app.get("/cluster")
+    async def cluster_status() -> dict[str, Any]:
+        """Brokers, controller and epoch, leaders/replicas/ISR, under-replicated and offline partitions."""
+        return broker.cluster_status()
+
     @app.get("/topics")
     async def list_topics() -> list[str]:
         return sorted(t for t in broker.image.topics if not t.startswith("__"))
@@ -109,7 +114,7 @@ def create_app(broker: Broker) -> FastAPI:
         rf = doc.get("replication_factor", broker.config.default_replication_factor)
         if not isinstance(partitions, int) or not isinstance(rf, int):
             raise BadRequest(422, "'partitions' and 'replication_factor' must be integers", 2)
-        broker.controller.create_topic(name, partitions, rf, _configs(doc.get("configs")))
+        broker.create_topic(name, partitions, rf, _configs(doc.get("configs")))
         return broker.describe_topic(name)
 
     @app.get("/topics/{topic}")

@@ -36,12 +36,22 @@ class BrokerChannel(Protocol):
 
 
 class Controller:
+    """Every broker has one; at most one is active (elected through the store).
+
+    Administration that only writes the store (creating a topic, requesting a deletion)
+    works on any broker: the active controller notices through the store's watches and
+    tells the brokers. Everything that must send decisions needs the active controller
+    (NOT_CONTROLLER otherwise).
+    """
+
     def __init__(self, store: MetadataStore, broker_id: int, channel: BrokerChannel) -> None:
         self._store = store
         self._broker_id = broker_id
         self._channel = channel
         self._lock = threading.RLock()
         self.epoch: int | None = None
+        self._live: set[int] = set()
+        self._known_topics: set[str] = set()
 
     @property
     def is_active(self) -> bool:
@@ -53,11 +63,89 @@ class Controller:
             self.epoch = self._store.elect_controller(self._broker_id)
             if self.epoch is None:
                 return False
-            for topic in self._store.topics().values():
+            self._live = set(self._store.brokers())
+            topics = self._store.topics()
+            self._known_topics = set(topics)
+            for topic in topics.values():
                 self._elect_offline_leaders(topic)
+                self._remove_dead_from_isr(topic)
                 self._send_leader_and_isr(topic, range(topic.num_partitions))
             self._channel.send_update_metadata(self.epoch)
+            for name in self._store.pending_topic_deletions():
+                self._delete_topic(name)
             return True
+
+    def resign(self) -> None:
+        """Stop acting as controller (the store session that elected us is gone)."""
+        with self._lock:
+            self.epoch = None
+
+    # Reactions to the store's watches (active controller only) -------------------------
+
+    def on_brokers_changed(self, live: set[int]) -> None:
+        """Brokers joined or left: re-elect leaders of partitions that lost theirs, drop
+        dead replicas from ISRs, and tell joining brokers what they host."""
+        with self._lock:
+            if self.epoch is None:
+                return
+            epoch = self.epoch
+            dead, joined = self._live - live, live - self._live
+            self._live = set(live)
+            if not dead and not joined:
+                return
+            for topic in self._store.topics().values():
+                touched = set(self._elect_offline_leaders(topic)) | set(self._remove_dead_from_isr(topic))
+                if joined:
+                    touched |= {p for p, replicas in topic.assignment.items() if set(replicas) & joined}
+                if touched:
+                    self._send_leader_and_isr(topic, sorted(touched))
+            self._channel.send_update_metadata(epoch)
+
+    def on_topics_changed(self, names: set[str]) -> None:
+        """Topics written to the store by other brokers: bring their partitions online."""
+        with self._lock:
+            if self.epoch is None:
+                return
+            new = names - self._known_topics
+            self._known_topics = set(names)
+            if not new:
+                return
+            topics = self._store.topics()
+            for name in sorted(new):
+                topic = topics.get(name)
+                if topic is not None:
+                    self._send_leader_and_isr(topic, topic.assignment)
+            self._channel.send_update_metadata(self.epoch)
+
+    def on_topic_deletions(self, names: list[str]) -> None:
+        with self._lock:
+            if self.epoch is None:
+                return
+            for name in names:
+                self._delete_topic(name)
+
+    def elect_preferred_leaders(self) -> int:
+        """Move leadership back to each partition's preferred (first) replica where it is
+        alive and in sync (auto.leader.rebalance.enable). Returns how many moved."""
+        with self._lock:
+            if self.epoch is None:
+                return 0
+            moved = 0
+            for topic in self._store.topics().values():
+                changed = []
+                for p, state in self._store.partition_states(topic.name).items():
+                    preferred = topic.assignment[p][0]
+                    if state.leader == preferred or preferred not in self._live or preferred not in state.isr:
+                        continue
+                    new = PartitionState(preferred, state.leader_epoch + 1, state.isr, self.epoch)
+                    if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
+                        changed.append(p)
+                if changed:
+                    moved += len(changed)
+                    self._send_leader_and_isr(topic, changed)
+            if moved:
+                self._channel.send_update_metadata(self.epoch)
+            return moved
 
     def _require_active(self) -> int:
         if self.epoch is None:
@@ -74,7 +162,7 @@ class Controller:
         validate_only: bool = False,
     ) -> TopicDescription:
         with self._lock:
-            epoch = self._require_active()
+            epoch = self.epoch if self.epoch is not None else self._store.controller_epoch()
             validate_topic_name(name)
             config = validate_topic_configs(config or {})
             if name in self._store.topics():
@@ -87,8 +175,10 @@ class Controller:
             if validate_only:
                 return topic
             self._store.create_topic(topic, self._initial_states(assignment, epoch))
-            self._send_leader_and_isr(topic, assignment)
-            self._channel.send_update_metadata(epoch)
+            if self.epoch is not None:
+                self._known_topics.add(name)
+                self._send_leader_and_isr(topic, assignment)
+                self._channel.send_update_metadata(epoch)
             return topic
 
     def _initial_states(self, assignment: dict[int, tuple[int, ...]], epoch: int) -> dict[int, PartitionState]:
@@ -139,12 +229,25 @@ class Controller:
             return altered
 
     def delete_topic(self, name: str) -> None:
+        """Delete a topic: at once on the active controller, else by a deletion request
+        (/admin/delete_topics) that the active controller carries out."""
         with self._lock:
-            epoch = self._require_active()
-            topic = self._topic(name)
+            self._topic(name)
             if name in INTERNAL_TOPICS:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic")
+            if self.epoch is None:
+                self._store.request_topic_deletion(name)
+                return
+            self._delete_topic(name)
+
+    def _delete_topic(self, name: str) -> None:
+        with self._lock:
+            epoch = self._require_active()
+            topic = self._store.topics().get(name)
+            if topic is None:
+                return
             self._store.delete_topic(name)
+            self._known_topics.discard(name)
             by_broker: dict[int, list[tuple[str, int]]] = {}
             for p, replicas in topic.assignment.items():
                 for r in replicas:
@@ -159,22 +262,48 @@ class Controller:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return topic
 
-    def _elect_offline_leaders(self, topic: TopicDescription) -> None:
-        """Give a leader to partitions without one, from the ISR (or any live replica if unclean)."""
+    def _elect_offline_leaders(self, topic: TopicDescription) -> list[int]:
+        """Give a leader to partitions whose leader is gone: the first live replica in the
+        ISR; only if unclean.leader.election.enable, any live replica (which may lose
+        committed records). Without a candidate the partition stays offline (leader -1)
+        until an ISR member returns. Returns the partitions that changed."""
         epoch = self._require_active()
         live = set(self._store.brokers())
         unclean = LogConfig.from_properties(topic.config).unclean_leader_election_enable
+        changed = []
         for p, state in self._store.partition_states(topic.name).items():
             if state.leader in live:
                 continue
             candidates = [r for r in topic.assignment[p] if r in live and r in state.isr]
             if not candidates and unclean:
                 candidates = [r for r in topic.assignment[p] if r in live]
-            if not candidates:
+            if candidates:
+                isr = tuple(r for r in state.isr if r in live) or (candidates[0],)
+                new = PartitionState(candidates[0], state.leader_epoch + 1, isr, epoch)
+            elif state.leader != -1:
+                # Offline: no leader, but the ISR is kept so that one of them must return.
+                new = PartitionState(-1, state.leader_epoch + 1, state.isr, epoch)
+            else:
                 continue
-            isr = tuple(r for r in state.isr if r in live) or (candidates[0],)
-            new = PartitionState(candidates[0], state.leader_epoch + 1, isr, epoch)
-            self._store.update_partition_state(topic.name, p, new, state.version)
+            if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
+                changed.append(p)
+        return changed
+
+    def _remove_dead_from_isr(self, topic: TopicDescription) -> list[int]:
+        """Drop dead followers from the ISR of partitions that still have a live leader."""
+        epoch = self._require_active()
+        live = set(self._store.brokers())
+        changed = []
+        for p, state in self._store.partition_states(topic.name).items():
+            if state.leader not in live:
+                continue
+            isr = tuple(r for r in state.isr if r in live)
+            if isr == state.isr:
+                continue
+            new = PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
+            if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
+                changed.append(p)
+        return changed
 
     def _send_leader_and_isr(self, topic: TopicDescription, partitions) -> None:
         epoch = self._require_active()
