@@ -277,6 +277,38 @@ class KafkaApis:
 
     async def fetch(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
+        replica_id = body.get("replica_id", -1)
+        if replica_id >= 0:
+            # A follower: the replica manager reads up to the log end and records its
+            # position (KIP-392 consumers of followers are not supported).
+            from ingest_gateway.replica_manager import FollowerFetchPartition
+
+            requests = [
+                FollowerFetchPartition(
+                    t["topic"], p["partition"], p["fetch_offset"], p.get("current_leader_epoch", -1), p["partition_max_bytes"]
+                )
+                for t in body["topics"]
+                for p in t["partitions"]
+            ]
+            results = await rm.fetch_for_follower(
+                replica_id, requests, body["max_wait_ms"], body["min_bytes"], body.get("max_bytes") or 0x7FFFFFFF
+            )
+            by_topic: dict[str, list[Body]] = {}
+            for r in results:
+                by_topic.setdefault(r.topic, []).append(
+                    {
+                        "partition_index": r.partition,
+                        "error_code": r.error,
+                        "high_watermark": r.high_watermark,
+                        "last_stable_offset": r.high_watermark,
+                        "log_start_offset": r.log_start_offset,
+                        "aborted_transactions": None,
+                        "preferred_read_replica": -1,
+                        "records": r.records if r.records is not None else b"",
+                    }
+                )
+            responses = [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]
+            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, body["max_wait_ms"]) / 1000
         min_bytes = body["min_bytes"]
@@ -371,8 +403,12 @@ class KafkaApis:
             for ep in t["partitions"]:
                 entry: Body = {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
                 try:
+                    # The epoch before leadership (as Kafka): a follower that already knows
+                    # a newer epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
+                    local = rm.partitions.get((t["topic"], ep["partition"]))
+                    if local is not None:
+                        _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
                     partition = rm.leader_partition(t["topic"], ep["partition"])
-                    _check_leader_epoch(partition.leader_epoch, ep.get("current_leader_epoch", -1))
                     entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
                 except KafkaError as exc:
                     entry["error_code"] = exc.code
