@@ -6,9 +6,11 @@ plain results; the group logic itself lives in the coordinator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ingest_gateway.kafka_apis import KafkaApis
+from loglake.errors import ErrorCode
 from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, TopicPartition
 from loglake.protocol import ApiKey, RequestHeader
 
@@ -31,9 +33,16 @@ GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 
 
 class GroupApis:
-    def __init__(self, coordinator: GroupCoordinator, client_host: str = "/127.0.0.1") -> None:
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        client_host: str = "/127.0.0.1",
+        partition_exists: Callable[[str, int], bool] | None = None,
+    ) -> None:
         self.coordinator = coordinator
         self._client_host = client_host
+        # Whether the cluster has this partition (None: take every commit).
+        self._partition_exists = partition_exists
 
     async def join_group(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
@@ -104,16 +113,22 @@ class GroupApis:
         }
 
     async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
-        offsets = {
-            TopicPartition(t["name"], p["partition_index"]): OffsetCommitData(
-                p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+        offsets = {}
+        errors: dict[TopicPartition, int] = {}
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                tp = TopicPartition(t["name"], p["partition_index"])
+                if self._partition_exists is not None and not self._partition_exists(tp.topic, tp.partition):
+                    # As Kafka: no offsets are kept for partitions the cluster lacks.
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = OffsetCommitData(
+                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+                )
+        if offsets:
+            errors |= await self.coordinator.commit_offsets(
+                body["group_id"], body.get("member_id", ""), body.get("generation_id_or_member_epoch", -1), offsets
             )
-            for t in body["topics"]
-            for p in t["partitions"]
-        }
-        errors = await self.coordinator.commit_offsets(
-            body["group_id"], body.get("member_id", ""), body.get("generation_id_or_member_epoch", -1), offsets
-        )
         return {
             "throttle_time_ms": 0,
             "topics": [
@@ -213,7 +228,11 @@ class GroupApis:
 
 
 def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> GroupApis:
-    groups = GroupApis(coordinator)
+    def partition_exists(topic: str, partition: int) -> bool:
+        description = apis.broker.image.topics.get(topic)
+        return description is not None and partition in description.assignment
+
+    groups = GroupApis(coordinator, partition_exists=partition_exists)
     handlers = {
         ApiKey.JOIN_GROUP: groups.join_group,
         ApiKey.SYNC_GROUP: groups.sync_group,

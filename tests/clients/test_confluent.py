@@ -353,6 +353,38 @@ def test_committed_offsets_and_describe_via_admin(broker, topic):
     assert group in {g.group_id for g in listed.valid}
 
 
+def test_commit_for_unknown_partitions_is_refused(broker, topic):
+    """As Kafka: offsets for topics or partitions the cluster lacks are answered
+    UNKNOWN_TOPIC_OR_PARTITION and not kept; the others in the request are committed."""
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = f"{topic}-g"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        with pytest.raises(KafkaException) as e:
+            c.commit(
+                offsets=[TopicPartition(f"{topic}-missing", 0, 5), TopicPartition(topic, 7, 3), TopicPartition(topic, 1, 4)],
+                asynchronous=False,
+            )
+        assert e.value.args[0].code() == 3  # UNKNOWN_TOPIC_OR_PART
+        got = c.committed([TopicPartition(f"{topic}-missing", 0), TopicPartition(topic, 7), TopicPartition(topic, 1)], timeout=10)
+        assert [tp.offset for tp in got] == [-1001, -1001, 4]  # OFFSET_INVALID: nothing kept
+    finally:
+        c.close()
+    # The per-partition codes of a raw OffsetCommit v6 (a simple commit: no generation).
+    body = {
+        "group_id": group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1}, {"partition_index": 2, "committed_offset": 1}]},
+            {"name": f"{topic}-missing", "partitions": [{"partition_index": 0, "committed_offset": 1}]},
+        ],
+    }
+    response = raw_request(broker.bootstrap, ApiKey.OFFSET_COMMIT, 6, body)
+    codes = {(t["name"], p["partition_index"]): p["error_code"] for t in response["topics"] for p in t["partitions"]}
+    assert codes == {(topic, 0): 0, (topic, 2): 3, (f"{topic}-missing", 0): 3}
+
+
 # Offsets by timestamp, long-poll, DeleteRecords, auto-creation --------------------------
 
 
