@@ -24,20 +24,30 @@ CLUSTER_CONF = ROOT / "conf" / "cluster"
 
 
 class LocalCluster:
-    def __init__(self, base_dir: str | Path, size: int = 3, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: str | Path,
+        size: int = 3,
+        overrides: dict[str, str] | None = None,
+        zookeeper_connect: str | None = None,
+    ) -> None:
+        """With `zookeeper_connect` (e.g. a chroot of a shared test ZooKeeper) no ZooKeeper
+        of its own is started."""
         self.base_dir = Path(base_dir)
         self.size = size
         self.overrides = overrides or {}
-        self.zookeeper = ZooKeeperProcess(self.base_dir / "zookeeper")
+        self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper")
+        self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
         self.brokers: dict[int, BrokerProcess] = {}
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        self.zookeeper.start()
+        if self.zookeeper is not None:
+            self.zookeeper.start()
         for broker_id in range(1, self.size + 1):
             broker = BrokerProcess(
                 self.base_dir / f"broker-{broker_id}" / "logs",
                 config=CLUSTER_CONF / f"broker-{broker_id}.properties",
-                overrides={"zookeeper.connect": self.zookeeper.connect, **self.overrides},
+                overrides={"zookeeper.connect": self.zookeeper_connect, **self.overrides},
                 broker_id=broker_id,
             )
             self.brokers[broker_id] = broker
@@ -51,7 +61,8 @@ class LocalCluster:
             if broker.proc is not None:
                 self.resume(broker_id)
                 broker.stop()
-        self.zookeeper.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -61,7 +72,8 @@ class LocalCluster:
             if broker.proc is not None:
                 os.kill(broker.proc.pid, signal.SIGCONT)
                 broker.kill()
-        self.zookeeper.stop()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
 
     # Faults --------------------------------------------------------------------------------
 
@@ -98,9 +110,9 @@ class LocalCluster:
     def http_url(self, broker_id: int) -> str:
         return self.brokers[broker_id].http_url
 
-    def status(self, via: int | None = None) -> dict[str, Any]:
-        """/cluster from `via`, or from any broker that answers."""
-        candidates = [via] if via is not None else self.live()
+    def status(self, via: int | None = None, exclude: tuple[int, ...] = ()) -> dict[str, Any]:
+        """/cluster from `via`, or from any live broker not in `exclude` that answers."""
+        candidates = [via] if via is not None else [b for b in self.live() if b not in exclude]
         last: Exception | None = None
         for broker_id in candidates:
             try:
@@ -117,13 +129,16 @@ class LocalCluster:
                 return p
         raise KeyError(f"{topic}-{partition}")
 
-    def wait_for(self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
-        """Poll /cluster until `predicate(status)` holds; returns that status."""
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0, exclude: tuple[int, ...] = ()
+    ) -> dict[str, Any]:
+        """Poll /cluster (from brokers not in `exclude`, e.g. paused ones) until
+        `predicate(status)` holds; returns that status."""
         deadline = time.monotonic() + timeout
         status: dict[str, Any] = {}
         while time.monotonic() < deadline:
             try:
-                status = self.status()
+                status = self.status(exclude=exclude)
                 if predicate(status):
                     return status
             except (RuntimeError, KeyError):

@@ -1,0 +1,173 @@
+"""The controller over a real ZooKeeper with broker processes: election, failover after a
+SIGSTOP (the seeds' split-brain story) and fencing of the deposed controller, leader
+election on broker loss, offline partitions without unclean election."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ingest_gateway.kafka_client import KafkaClient
+from ingest_gateway.local_cluster import LocalCluster
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+FAST = {
+    "zookeeper.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "3000",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+    "auto.leader.rebalance.enable": "false",
+}
+
+
+def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
+    host, port = bootstrap.split(":")
+
+    async def go() -> dict:
+        client = KafkaClient(host, int(port))
+        try:
+            return await client.request(api_key, version, body)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def create_topic(cluster: LocalCluster, via: int, name: str, partitions: int, rf: int, configs: dict | None = None) -> None:
+    r = httpx.post(
+        f"{cluster.http_url(via)}/topics",
+        json={"name": name, "partitions": partitions, "replication_factor": rf, "configs": configs or {}},
+        timeout=30,
+    )
+    r.raise_for_status()
+    cluster.wait_for(lambda s: sum(p["topic"] == name for p in s["partitions"]) == partitions)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str):
+    with LocalCluster(tmp_path, 3, FAST, zookeeper_connect=zk_connect) as c:
+        yield c
+
+
+@pytest.mark.timeout(180)
+def test_paused_controller_is_replaced_and_its_stale_commands_change_nothing(cluster: LocalCluster) -> None:
+    create_topic(cluster, 1, "fenced", 3, 3)
+    before = cluster.status()
+    old, old_epoch = before["controller"]["broker_id"], before["controller"]["epoch"]
+
+    cluster.pause(old)  # past the ZooKeeper session timeout: its /controller znode expires
+    others = tuple(b for b in cluster.brokers if b != old)
+    after = cluster.wait_for(
+        lambda s: s["controller"]["broker_id"] not in (None, old) and s["controller"]["epoch"] > old_epoch,
+        timeout=60,
+        exclude=(old,),
+    )
+    new_epoch = after["controller"]["epoch"]
+    # The new controller moved leadership away from the paused broker.
+    cluster.wait_for(
+        lambda s: all(p["leader"] != old for p in s["partitions"] if p["topic"] == "fenced"), timeout=60, exclude=(old,)
+    )
+    cluster.resume(old)
+    # The old controller learns it lost its session, re-registers and follows the new one.
+    cluster.wait_for(lambda s: len(s["brokers"]) == 3 and s["controller"]["epoch"] == new_epoch, timeout=60, exclude=(old,))
+    via_old = cluster.wait_for(lambda s: s["controller"]["broker_id"] != old, timeout=30, exclude=others)
+    assert via_old["controller"]["epoch"] == new_epoch
+
+    # A command stamped with the old epoch, as the deposed controller would send: refused.
+    target = others[0]
+    partition_states = cluster.status()["partitions"]
+    stale = call(
+        cluster.brokers[target].bootstrap,
+        ApiKey.LEADER_AND_ISR,
+        5,
+        {
+            "controller_id": old,
+            "controller_epoch": old_epoch,
+            "type": 0,
+            "topic_states": [
+                {
+                    "topic_name": "fenced",
+                    "topic_id": uuid.uuid4(),
+                    "partition_states": [
+                        {
+                            "partition_index": 0,
+                            "controller_epoch": old_epoch,
+                            "leader": old,
+                            "leader_epoch": 999,
+                            "isr": [old],
+                            "partition_epoch": 0,
+                            "replicas": [1, 2, 3],
+                        }
+                    ],
+                }
+            ],
+            "live_leaders": [],
+        },
+    )
+    assert stale["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+    stale_metadata = call(
+        cluster.brokers[target].bootstrap,
+        ApiKey.UPDATE_METADATA,
+        7,
+        {"controller_id": old, "controller_epoch": old_epoch, "live_brokers": []},
+    )
+    assert stale_metadata["error_code"] == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert cluster.status()["partitions"] == partition_states, "the stale commands changed nothing"
+
+
+@pytest.mark.timeout(180)
+def test_broker_loss_moves_leaders_within_the_isr_and_offline_partitions_wait(cluster: LocalCluster) -> None:
+    create_topic(cluster, 1, "two", 1, 2)
+    p = cluster.partition("two", 0)
+    leader, follower = p["replicas"]
+    third = next(b for b in cluster.brokers if b not in p["replicas"])
+    cluster.kill(follower)
+    cluster.wait_for(lambda s: _p(s, "two")["isr"] == [leader], exclude=(follower,))
+    cluster.kill(leader)
+    state = cluster.wait_for(lambda s: _p(s, "two")["leader"] == -1, exclude=(leader, follower))
+    assert _p(state, "two")["offline"] and _p(state, "two")["isr"] == [leader]
+    assert state["offline_partitions"] >= 1
+
+    # The follower was not in the ISR: without unclean election it must not lead.
+    cluster.restart(follower)
+    time.sleep(3)
+    assert _p(cluster.status(via=third), "two")["leader"] == -1
+    cluster.restart(leader)
+    cluster.wait_for(lambda s: _p(s, "two")["leader"] == leader)
+
+
+@pytest.mark.timeout(180)
+def test_unclean_election_brings_a_stale_replica_back_and_loses_what_it_missed(cluster: LocalCluster) -> None:
+    create_topic(cluster, 1, "unclean", 1, 2, {"unclean.leader.election.enable": "true", "min.insync.replicas": "1"})
+    p = cluster.partition("unclean", 0)
+    leader, follower = p["replicas"]
+    cluster.kill(follower)
+    cluster.wait_for(lambda s: _p(s, "unclean")["isr"] == [leader], exclude=(follower,))
+    records = [{"value": {"n": i}} for i in range(10)]
+    r = httpx.post(
+        f"{cluster.http_url(leader)}/topics/unclean",
+        json={"records": records},
+        headers={"content-type": "application/vnd.kafka.json.v2+json"},
+        params={"acks": "all"},
+        timeout=30,
+    )
+    r.raise_for_status()
+    assert [o["offset"] for o in r.json()["offsets"]] == list(range(10)), "acknowledged by the only ISR member"
+    cluster.kill(leader)
+    cluster.restart(follower)
+    # The stale replica leads: the trade-off unclean.leader.election.enable makes.
+    cluster.wait_for(lambda s: _p(s, "unclean")["leader"] == follower, exclude=(leader,))
+    end = httpx.get(f"{cluster.http_url(follower)}/topics/unclean/partitions/0/offsets", timeout=10).json()["end_offset"]
+    assert end == 0, "the ten acknowledged records are gone"
+
+
+def _p(status: dict, topic: str, partition: int = 0) -> dict:
+    return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)
