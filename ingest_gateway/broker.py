@@ -27,7 +27,7 @@ from loglake.coordination.controller import BrokerChannel, Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.store import MetadataStore
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
@@ -42,7 +42,14 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id)
-        self.replica_manager = ReplicaManager(config.broker_id, self.log_manager, config.log_defaults)
+        self.replica_manager = ReplicaManager(
+            config.broker_id,
+            self.log_manager,
+            config.log_defaults,
+            isr_writer=self._write_isr,
+            endpoint_of=self._kafka_endpoint_of,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+        )
         self.clustered = bool(config.zookeeper_connect)
         self.store: MetadataStore
         self.channel: BrokerChannel
@@ -57,6 +64,7 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager))
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
         self.kafka_apis = KafkaApis(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
         self._background: set[asyncio.Task] = set()
@@ -137,6 +145,7 @@ class Broker:
             self.track_background(asyncio.create_task(self.group_coordinator.load_partition(p)))
         self._pending_group_loads.clear()
         await self.group_coordinator.start()
+        self.replica_manager.start()
         for listener in self.config.listeners:
             server = KafkaServer(listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes)
             await server.start()
@@ -194,6 +203,16 @@ class Broker:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.store.close()
+
+    def _write_isr(self, topic: str, partition: int, state: PartitionState):
+        """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
+        if self.clustered:
+            return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
+        return self.store.update_partition_state(topic, partition, state, state.version)
+
+    def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
         if topic != OFFSETS_TOPIC:
