@@ -189,6 +189,7 @@ class ReplicaManager:
                     partition.update_state_if_newer(state, entry.replicas)
                 else:
                     partition.make_leader(state, entry.replicas, now_ms=self.clock())
+                self._wake(key)  # acks=all waits re-check the ISR against min.insync.replicas
                 if not was_leader:
                     self._notify_leadership(key, True)
             else:
@@ -261,7 +262,7 @@ class ReplicaManager:
             if log_end_waiters and key in log_end_waiters:
                 self._wake_log_end(key)
             if required_acks == ACKS_ALL:
-                pending[key] = (info.last_offset + 1, partition.leader_epoch)
+                pending[key] = (info.last_offset + 1, partition.leader_generation)
         if pending:
             await self._await_replication(pending, results, timeout_ms)
         return results
@@ -278,9 +279,11 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while pending:
-            for key, (required, epoch) in list(pending.items()):
+            for key, (required, generation) in list(pending.items()):
                 partition = self.partitions.get(key)
-                if partition is None or not partition.is_leader or partition.leader_epoch != epoch:
+                # A new leader epoch with the same leader (the controller shrank the ISR)
+                # keeps the wait; having been a follower in between does not.
+                if partition is None or not partition.is_leader or partition.leader_generation != generation:
                     results[key] = ProduceResult(
                         error=KafkaError(
                             ErrorCode.NOT_LEADER_OR_FOLLOWER,

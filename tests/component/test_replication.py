@@ -275,6 +275,32 @@ async def test_leader_change_old_leader_follows_and_truncates(cluster: Cluster) 
 
 
 @cluster_test
+async def test_acks_all_wait_survives_a_new_epoch_of_the_same_leader_not_a_leader_change(cluster: Cluster) -> None:
+    for i in (1, 2, 3):
+        await cluster.start_node(i)
+    cluster.create_topic(T, (1, 2, 3), {"min.insync.replicas": "2"})
+    leader = cluster.client(1)
+    for n in (2, 3):
+        cluster.nodes[n].rm.fetcher_manager.remove_fetcher_partitions([(T, 0)])
+    waiting = asyncio.create_task(produce(leader, T, [b"m0"]))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    # The controller bumps the epoch, same leader (as when it drops a dead broker from
+    # the ISR): the followers start over at the new epoch and the wait completes.
+    cluster.elect(T, 1, (1, 2, 3))
+    r = await waiting
+    assert r["error_code"] == 0 and r["base_offset"] == 0
+
+    for n in (2, 3):
+        cluster.nodes[n].rm.fetcher_manager.remove_fetcher_partitions([(T, 0)])
+    waiting = asyncio.create_task(produce(leader, T, [b"m1"]))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    cluster.elect(T, 2, (2, 3))  # leadership moves while the produce waits
+    assert (await waiting)["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+@cluster_test
 async def test_follower_behind_the_leaders_log_start_restarts_there(cluster: Cluster) -> None:
     """OFFSET_OUT_OF_RANGE below the leader's log start: the follower's log restarts at
     it (here inside a batch: the follower starts at the batch, as Kafka's does)."""

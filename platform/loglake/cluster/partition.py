@@ -96,6 +96,9 @@ class Partition:
         self.leader_epoch_start_offset: int | None = None
         # An ISR write is in flight (async writers): no second one until it completes.
         self.isr_update_in_flight = False
+        # Counts the times this broker became leader (not re-elections at a new epoch):
+        # an acks=all wait that spans a loss of leadership must not succeed.
+        self.leader_generation = 0
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         self._followers: dict[int, ReplicaState] = {}
         self._lock = threading.Lock()
@@ -165,6 +168,8 @@ class Partition:
         with self._lock:
             new_epoch = not self.is_leader or state.leader_epoch != self.leader_epoch
             was_leader = self.is_leader
+            if not was_leader:
+                self.leader_generation += 1
             self.leader_id = state.leader
             self.leader_epoch = state.leader_epoch
             self.replicas = tuple(replicas)
