@@ -206,6 +206,10 @@ class ReplicaFetcher:
             pass
 
     def _connect(self) -> KafkaClient:
+        # The endpoint is looked up only to (re)connect: a leader that moved breaks the
+        # connection first.
+        if self._client is not None and self._client.connected:
+            return self._client
         endpoint = self._endpoint_of(self.leader_id)
         if endpoint is None:
             raise KafkaConnectionError(f"no endpoint known for broker {self.leader_id}")
