@@ -165,6 +165,11 @@ def _utf16_length(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
+def offsets_partition_for(group_id: str, num_partitions: int) -> int:
+    """The `__consumer_offsets` partition holding a group: abs(hashCode) % partitions, as Kafka."""
+    return _kafka_abs(java_string_hash(group_id)) % num_partitions
+
+
 class GroupCoordinator:
     """Serves the groups of the `__consumer_offsets` partitions it has loaded.
 
@@ -192,7 +197,7 @@ class GroupCoordinator:
 
     def partition_for(self, group_id: str) -> int:
         """The `__consumer_offsets` partition of a group: abs(hashCode) % partitions, as Kafka."""
-        return _kafka_abs(java_string_hash(group_id)) % self._config.offsets_topic_num_partitions
+        return offsets_partition_for(group_id, self._config.offsets_topic_num_partitions)
 
     async def start(self) -> None:
         """Start expiring offsets every offsets.retention.check.interval.ms."""
