@@ -18,6 +18,7 @@ from ingest_gateway.controller_apis import register_controller_apis
 from ingest_gateway.controller_channel import ControllerChannelManager
 from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
+from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
 from ingest_gateway.replica_manager import ReplicaManager
@@ -31,11 +32,18 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
+from loglake.protocol import ApiKey
 from loglake.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 5.0
+
+
+def _raise_for(result: dict[str, Any]) -> None:
+    if result["error_code"]:
+        code = ErrorCode(result["error_code"])
+        raise KafkaError(code, result.get("error_message") or code.name)
 
 
 class Broker:
@@ -243,6 +251,60 @@ class Broker:
             # The active controller hears of it through ZooKeeper; answer from the store now.
             self.refresh_metadata(self.store.controller_epoch())
         return topic
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        """Grow a topic; a cluster broker that is not the controller forwards the request
+        to the controller (which must send the new partitions' LeaderAndIsr)."""
+        if self.controller.is_active or not self.clustered:
+            self.controller.create_partitions(name, total, validate_only)
+            return
+        response = await self._forward_to_controller(
+            ApiKey.CREATE_PARTITIONS,
+            3,
+            {"topics": [{"name": name, "count": total, "assignments": None}], "timeout_ms": 30000, "validate_only": validate_only},
+        )
+        _raise_for(response["results"][0])
+        self.refresh_metadata(self.store.controller_epoch())
+
+    async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:
+        """Change a topic's overrides ("" removes one); forwarded to the controller like
+        `create_partitions`, as an AlterConfigs of the whole resulting set."""
+        if self.controller.is_active or not self.clustered:
+            self.controller.alter_topic_config(name, config, validate_only)
+            return
+        current = self.store.topics().get(name)
+        if current is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        merged = {k: v for k, v in {**current.config, **config}.items() if v != ""}
+        response = await self._forward_to_controller(
+            ApiKey.ALTER_CONFIGS,
+            2,
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": name,
+                        "configs": [{"name": k, "value": v} for k, v in merged.items()],
+                    }
+                ],
+                "validate_only": validate_only,
+            },
+        )
+        _raise_for(response["responses"][0])
+        self.refresh_metadata(self.store.controller_epoch())
+
+    async def _forward_to_controller(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        controller_id = self.store.controller_id()
+        endpoint = None if controller_id is None else self.store.brokers().get(controller_id)
+        if endpoint is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
+        client = KafkaClient(endpoint.host, endpoint.port)
+        try:
+            return await client.request(api_key, version, body)
+        except (ConnectionError, TimeoutError) as exc:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}") from exc
+        finally:
+            await client.close()
 
     def group_coordinator_endpoint(self, group_id: str) -> BrokerEndpoint:
         """The broker leading the group's __consumer_offsets partition (created on first use)."""

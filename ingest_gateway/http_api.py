@@ -126,12 +126,12 @@ def create_app(broker: Broker) -> FastAPI:
         doc = await _json_body(request)
         broker.image.topic(topic)
         if "configs" in doc:
-            broker.controller.alter_topic_config(topic, _configs(doc["configs"]))
+            await broker.alter_topic_config(topic, _configs(doc["configs"]))
         partitions = doc.get("partitions", doc.get("partitions_count"))
         if partitions is not None:
             if not isinstance(partitions, int):
                 raise BadRequest(422, "'partitions' must be an integer", 2)
-            broker.controller.create_partitions(topic, partitions)
+            await broker.create_partitions(topic, partitions)
         return broker.describe_topic(topic)
 
     @app.delete("/topics/{topic}", status_code=204)

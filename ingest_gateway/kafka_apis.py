@@ -490,7 +490,7 @@ class KafkaApis:
             try:
                 if t["assignments"] is not None:
                     raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual assignment of new partitions is not supported")
-                self.broker.controller.create_partitions(t["name"], t["count"], body["validate_only"])
+                await self.broker.create_partitions(t["name"], t["count"], body["validate_only"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
@@ -567,7 +567,7 @@ class KafkaApis:
                 # AlterConfigs replaces the whole set: keys not named go back to defaults.
                 wanted = {c["name"]: c["value"] for c in r["configs"] if c["value"] is not None}
                 change = {k: "" for k in topic.config if k not in wanted} | wanted
-                self.broker.controller.alter_topic_config(topic.name, change, body["validate_only"])
+                await self.broker.alter_topic_config(topic.name, change, body["validate_only"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)

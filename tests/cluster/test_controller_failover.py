@@ -171,3 +171,37 @@ def test_unclean_election_brings_a_stale_replica_back_and_loses_what_it_missed(c
 
 def _p(status: dict, topic: str, partition: int = 0) -> dict:
     return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)
+
+
+@pytest.mark.timeout(180)
+def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path, zk_connect: str) -> None:
+    overrides = {**FAST, "auto.leader.rebalance.enable": "true", "leader.imbalance.check.interval.seconds": "1"}
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        controller = cluster.status()["controller"]["broker_id"]
+        other = next(b for b in cluster.brokers if b != controller)
+        create_topic(cluster, other, "admin", 2, 3)
+        # Adding partitions and changing configs on a broker that is not the controller.
+        r = httpx.patch(
+            f"{cluster.http_url(other)}/topics/admin", json={"partitions": 3, "configs": {"retention.ms": "60000"}}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+        state = cluster.wait_for(lambda s: sum(p["topic"] == "admin" and p["leader"] >= 0 for p in s["partitions"]) == 3)
+        assert _p(state, "admin", 2)["replicas"] == [3, 1, 2], "partition i leads on broker i % n"
+        assert httpx.get(f"{cluster.http_url(controller)}/topics/admin", timeout=10).json()["configs"] == {"retention.ms": "60000"}
+
+        # The preferred leader of partition 0 (its first replica) comes back after a restart.
+        preferred = _p(cluster.status(), "admin", 0)["replicas"][0]
+        cluster.kill(preferred)
+        cluster.wait_for(lambda s: _p(s, "admin", 0)["leader"] not in (-1, preferred), exclude=(preferred,))
+        cluster.restart(preferred)
+        cluster.wait_for(lambda s: _p(s, "admin", 0)["leader"] == preferred and len(_p(s, "admin", 0)["isr"]) == 3, 60)
+
+        # Deleting through a non-controller goes by /admin/delete_topics; every replica's log goes.
+        controller = cluster.status()["controller"]["broker_id"]
+        other = next(b for b in cluster.brokers if b != controller)
+        assert httpx.delete(f"{cluster.http_url(other)}/topics/admin", timeout=30).status_code == 204
+        cluster.wait_for(lambda s: not any(p["topic"] == "admin" for p in s["partitions"]))
+        deadline = time.monotonic() + 30
+        while any((b.log_dir / "admin-0").exists() for b in cluster.brokers.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any((b.log_dir / f"admin-{p}").exists() for b in cluster.brokers.values() for p in range(3))
