@@ -125,59 +125,70 @@ def test_balanced_group_consumes_everything_then_resumes_from_commits(broker, to
     assert sorted(got) == [f"{p}:25:b{p}" for p in range(4)]
 
 
+class _KcatMember:
+    """A `kcat -G` process; threads collect its records (stdout) and its log (stderr)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        import threading
+
+        self.proc = subprocess.Popen(
+            [KCAT, "-b", bootstrap, "-u", "-G", group, "-X", "topic.auto.offset.reset=earliest",
+             "-X", "heartbeat.interval.ms=300", "-f", "%p:%o:%s\n", topic],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.records: list[str] = []
+        self.log: list[str] = []
+        for stream, sink in ((self.proc.stdout, self.records), (self.proc.stderr, self.log)):
+            threading.Thread(target=lambda st=stream, si=sink: [si.append(line.rstrip("\n")) for line in st], daemon=True).start()
+
+    def assignment(self) -> set[int] | None:
+        """The partitions of its latest "assigned:" log line (None before the first)."""
+        lines = [line for line in list(self.log) if "rebalanced" in line and "assigned:" in line]
+        if not lines:
+            return None
+        # "... assigned: topic [0], topic [2]"
+        return {int(part.split("[")[1].rstrip("]")) for part in lines[-1].split("assigned:")[1].split(",") if "[" in part}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 @pytest.mark.timeout(120)
 def test_two_balanced_kcat_consumers_split_partitions(broker, topic):
     """Two kcat -G members in one group: the partitions are split between them and every
     record is read by exactly one of them."""
     create_topic(broker.bootstrap, topic, partitions=4)
     group = f"{topic}-g"
-    members = [
-        subprocess.Popen(
-            [KCAT, "-b", broker.bootstrap, "-G", group, "-X", "topic.auto.offset.reset=earliest",
-             "-X", "heartbeat.interval.ms=300", "-f", "%p:%o:%s\n", topic],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for _ in range(2)
-    ]
+    members = [_KcatMember(broker.bootstrap, group, topic) for _ in range(2)]
     try:
-        # Wait until both members have an assignment (they log it on stderr) ...
-        import os
-        import selectors
-
-        assigned = [b"", b""]
-        sel = selectors.DefaultSelector()
-        for i, m in enumerate(members):
-            os.set_blocking(m.stderr.fileno(), False)
-            sel.register(m.stderr, selectors.EVENT_READ, i)
+        # Both members hold a share of the partitions ...
         deadline = time.monotonic() + 60
-        last = ["", ""]
-        while time.monotonic() < deadline:
-            for key, _ in sel.select(0.5):
-                chunk = key.fileobj.read() or b""
-                assigned[key.data] += chunk
-            # The latest "rebalanced" line per member tells its current assignment.
-            for i in range(2):
-                lines = [ln for ln in assigned[i].decode(errors="replace").splitlines() if "assigned:" in ln]
-                if lines:
-                    last[i] = lines[-1].split("assigned:")[1].strip()
-            if all(last) and all("[" in s for s in last):
-                parts = [set(s.replace(topic, "").replace("[", "").replace("]", "").replace(",", " ").split()) for s in last]
-                if parts[0] and parts[1] and not parts[0] & parts[1] and parts[0] | parts[1] == {"0", "1", "2", "3"}:
-                    break
-        else:
-            raise AssertionError(f"no balanced assignment: {assigned}")
-        # ... then produce, and collect what each reads.
+        while True:
+            parts = [m.assignment() for m in members]
+            if all(parts) and not parts[0] & parts[1] and parts[0] | parts[1] == {0, 1, 2, 3}:
+                break
+            assert time.monotonic() < deadline, f"no balanced assignment: {[m.log for m in members]}"
+            assert all(m.proc.poll() is None for m in members), [m.log for m in members]
+            time.sleep(0.1)
+        # ... then records are produced, and each is read once.
         for p in range(4):
             kcat(broker.bootstrap, "-P", "-t", topic, "-p", str(p), input=b"".join(b"r%d-%d\n" % (p, i) for i in range(10)))
-        time.sleep(3)
+        deadline = time.monotonic() + 30
+        while sum(len(m.records) for m in members) < 40 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # anything more would be a duplicate
     finally:
         for m in members:
-            m.terminate()
-        outs = [m.communicate(timeout=30)[0].decode().splitlines() for m in members]
-    seen = outs[0] + outs[1]
+            m.stop()
+    seen = members[0].records + members[1].records
     assert sorted(seen) == sorted(f"{p}:{i}:r{p}-{i}" for p in range(4) for i in range(10))
-    assert outs[0] and outs[1], "both members should have read records"
-    parts0 = {line.split(":")[0] for line in outs[0]}
-    parts1 = {line.split(":")[0] for line in outs[1]}
-    assert not parts0 & parts1
+    for m, mine in zip(members, parts):
+        assert {int(line.split(":")[0]) for line in m.records} == mine, "a member read outside its assignment"
