@@ -80,6 +80,117 @@ def test_idempotent_producer_acks_all(broker, topic):
     assert seq == len(reports[0])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_idempotent_producer_across_broker_kill(tmp_path, topic):
+    """The broker is SIGKILLed and restarted while an idempotent producer is sending:
+    librdkafka reconnects and resends what was in flight, and the records end up stored
+    once each, in order, with no gap. (A kill rarely falls between an append and its
+    response; lost responses are tested deterministically with the proxy below.)"""
+    from client_helpers import make_broker
+
+    b = make_broker(tmp_path / "logs")
+    b.start()
+    try:
+        create_topic(b.bootstrap, topic)
+        p = Producer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "batch.num.messages": 20,
+                "message.timeout.ms": 60000,
+            }
+        )
+        acked: list[tuple[int, bytes]] = []
+        errors = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                acked.append((msg.offset(), msg.value()))
+
+        def kill_and_restart():
+            time.sleep(0.4)
+            b.kill()
+            b.start()
+
+        restarter = threading.Thread(target=kill_and_restart)
+        restarter.start()
+        n = 5000
+        for i in range(n):
+            while True:
+                try:
+                    p.produce(topic, value=b"%06d" % i, partition=0, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            p.poll(0)
+            if i % 50 == 0:
+                time.sleep(0.005)  # spread the sends over the kill
+        restarter.join()
+        assert p.flush(60) == 0
+        assert not errors, errors[:5]
+        assert sorted(o for o, _ in acked) == list(range(n)), "acknowledged offsets repeat or skip"
+        values = [r[3] for r in read_all(b.bootstrap, topic)]
+        assert values == [b"%06d" % i for i in range(n)], "records stored twice, lost or out of order"
+    finally:
+        if b.proc is not None:
+            b.kill()
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
+def test_lost_produce_responses(broker, topic, idempotent):
+    """A proxy drops three Produce responses (closing the connection after the broker has
+    appended): librdkafka resends those batches. The idempotent producer's copies are
+    recognised by their sequence numbers and stored once; a plain producer's are stored
+    twice, which shows the responses really were lost after the append."""
+    from lossy_proxy import LossyProxy
+
+    create_topic(broker.bootstrap, topic)
+    proxy = LossyProxy(broker.bootstrap)
+    try:
+        proxy.drop_produce_responses(3, 10, 25)
+        p = Producer(
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "enable.idempotence": idempotent,
+                "acks": "all",
+                "linger.ms": 2,
+                "batch.num.messages": 20,
+                "retries": 10,
+            }
+        )
+        acked: list[int] = []
+        errors = []
+        n = 2000
+        for i in range(n):
+            p.produce(
+                topic,
+                value=b"%05d" % i,
+                partition=0,
+                on_delivery=lambda err, msg: errors.append(err) if err else acked.append(msg.offset()),
+            )
+            p.poll(0)
+            if i % 40 == 0:
+                time.sleep(0.01)  # many requests, so the 3rd, 10th and 25th exist
+        assert p.flush(60) == 0
+        assert not errors, errors[:5]
+        assert proxy.dropped == 3
+    finally:
+        proxy.close()
+    values = [r[3] for r in read_all(broker.bootstrap, topic)]
+    counts = Counter(values)
+    assert set(counts) == {b"%05d" % i for i in range(n)}, "records were lost"
+    if idempotent:
+        assert values == [b"%05d" % i for i in range(n)], "stored twice or out of order"
+        assert sorted(acked) == list(range(n)), "delivery reports repeat or skip offsets"
+    else:
+        assert max(counts.values()) == 2, "the resent batches should have been stored twice"
+
+
 def test_two_idempotent_producers_get_distinct_ids(broker, topic):
     create_topic(broker.bootstrap, topic)
     for _ in range(2):
