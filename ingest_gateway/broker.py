@@ -21,6 +21,7 @@ from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
+from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
@@ -57,6 +58,7 @@ class Broker:
             isr_writer=self._write_isr,
             endpoint_of=self._kafka_endpoint_of,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
         )
         self.clustered = bool(config.zookeeper_connect)
         self.store: MetadataStore
@@ -195,6 +197,7 @@ class Broker:
             await kafka_server.stop()
         await self.consumer_manager.shutdown()
         await self.group_coordinator.stop()
+        await self.replica_manager.stop()
         if self.channel is not self:
             await self.channel.close()
         await asyncio.sleep(0)
