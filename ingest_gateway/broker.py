@@ -80,6 +80,7 @@ class Broker:
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
+        self._checkpointer: asyncio.Task | None = None
         # __consumer_offsets leadership changes seen before the event loop ran (startup).
         self._pending_group_loads: list[int] = []
         self._stopped = asyncio.Event()
@@ -168,7 +169,7 @@ class Broker:
             )
             self._servers.append(server)
             self.track_background(asyncio.create_task(server.serve()))
-        self.track_background(asyncio.create_task(self._checkpoint_loop()))
+        self._checkpointer = asyncio.create_task(self._checkpoint_loop())
         for server in self._servers:
             while not server.started:
                 await asyncio.sleep(0.01)
@@ -191,6 +192,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop serving, then flush logs and write every checkpoint (a clean shutdown)."""
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()  # shutdown() writes the checkpoints itself
         for server in self._servers:
             server.should_exit = True
         for kafka_server in self._kafka_servers:

@@ -222,8 +222,9 @@ class GroupCoordinator:
         """Become coordinator for the groups of `partition`: replay it, then serve them.
 
         Meanwhile their requests answer COORDINATOR_LOAD_IN_PROGRESS. An unload during
-        the replay abandons it. Errors reading or decoding propagate, leaving the
-        partition unowned.
+        the replay abandons it. A record that does not decode is logged and skipped (one bad
+        record must not take every group of the partition offline); errors reading the log
+        propagate, leaving the partition unowned.
         """
         if partition in self._owned or partition in self._loading:
             return
@@ -232,18 +233,21 @@ class GroupCoordinator:
             offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
             groups: dict[str, GroupMetadataValue] = {}
             for count, (key_bytes, value_bytes) in enumerate(self._log.read(partition), 1):
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetCommitKey):
-                    tp_key = (key.group, TopicPartition(key.topic, key.partition))
-                    if value_bytes is None:
-                        offsets.pop(tp_key, None)
-                    else:
-                        offsets[tp_key] = decode_offset_commit_value(value_bytes)
-                elif isinstance(key, GroupMetadataKey):
-                    if value_bytes is None:
-                        groups.pop(key.group, None)
-                    else:
-                        groups[key.group] = decode_group_metadata_value(value_bytes)
+                try:
+                    key = decode_key(key_bytes)
+                    if isinstance(key, OffsetCommitKey):
+                        tp_key = (key.group, TopicPartition(key.topic, key.partition))
+                        if value_bytes is None:
+                            offsets.pop(tp_key, None)
+                        else:
+                            offsets[tp_key] = decode_offset_commit_value(value_bytes)
+                    elif isinstance(key, GroupMetadataKey):
+                        if value_bytes is None:
+                            groups.pop(key.group, None)
+                        else:
+                            groups[key.group] = decode_group_metadata_value(value_bytes)
+                except ValueError as exc:
+                    log.warning("__consumer_offsets-%d: skipping a record that does not decode: %s", partition, exc)
                 if count % _LOAD_YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # let other groups' requests run during a long load
                     if self._loading.get(partition) is not token:
