@@ -367,69 +367,61 @@ class KafkaApis:
 
     async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
-        topics = []
-        for t in body["topics"]:
-            partitions = []
-            for lp in t["partitions"]:
-                entry: Body = {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
-                try:
-                    partition = rm.leader_partition(t["name"], lp["partition_index"])
-                    _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
-                    ts = lp["timestamp"]
-                    entry["leader_epoch"] = partition.leader_epoch
-                    if ts == LATEST_TIMESTAMP:
-                        entry["offset"] = partition.high_watermark
-                    elif ts == EARLIEST_TIMESTAMP:
-                        entry["offset"] = partition.log_start_offset
-                    elif ts == MAX_TIMESTAMP:
-                        found = _max_timestamp_offset(partition)
-                        if found is not None:
-                            entry["offset"], entry["timestamp"] = found
-                    else:
-                        found = partition.offset_for_timestamp(ts)
-                        if found is not None:
-                            entry["offset"], entry["timestamp"] = found
-                except KafkaError as exc:
-                    entry["error_code"] = exc.code
-                partitions.append(entry)
-            topics.append({"name": t["name"], "partitions": partitions})
+
+        def answer(topic: str, lp: Body, entry: Body) -> None:
+            partition = rm.leader_partition(topic, lp["partition_index"])
+            _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
+            ts = lp["timestamp"]
+            entry["leader_epoch"] = partition.leader_epoch
+            if ts == LATEST_TIMESTAMP:
+                entry["offset"] = partition.high_watermark
+            elif ts == EARLIEST_TIMESTAMP:
+                entry["offset"] = partition.log_start_offset
+            else:
+                found = _max_timestamp_offset(partition) if ts == MAX_TIMESTAMP else partition.offset_for_timestamp(ts)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+
+        topics = _per_partition(
+            body["topics"],
+            "name",
+            lambda lp: {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1},
+            answer,
+        )
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
-        topics = []
-        for t in body["topics"]:
-            partitions = []
-            for ep in t["partitions"]:
-                entry: Body = {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1}
-                try:
-                    # The epoch before leadership (as Kafka): a follower that already knows
-                    # a newer epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
-                    local = rm.partitions.get((t["topic"], ep["partition"]))
-                    if local is not None:
-                        _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
-                    partition = rm.leader_partition(t["topic"], ep["partition"])
-                    entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
-                except KafkaError as exc:
-                    entry["error_code"] = exc.code
-                partitions.append(entry)
-            topics.append({"topic": t["topic"], "partitions": partitions})
+
+        def answer(topic: str, ep: Body, entry: Body) -> None:
+            # The epoch before leadership (as Kafka): a follower that already knows a newer
+            # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
+            local = rm.partitions.get((topic, ep["partition"]))
+            if local is not None:
+                _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
+            partition = rm.leader_partition(topic, ep["partition"])
+            entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+
+        topics = _per_partition(
+            body["topics"],
+            "topic",
+            lambda ep: {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1},
+            answer,
+        )
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def delete_records(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
-        topics = []
-        for t in body["topics"]:
-            partitions = []
-            for dp in t["partitions"]:
-                entry: Body = {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0}
-                try:
-                    partition = rm.leader_partition(t["name"], dp["partition_index"])
-                    entry["low_watermark"] = partition.delete_records(dp["offset"])
-                except KafkaError as exc:
-                    entry["error_code"] = exc.code
-                partitions.append(entry)
-            topics.append({"name": t["name"], "partitions": partitions})
+
+        def answer(topic: str, dp: Body, entry: Body) -> None:
+            entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+
+        topics = _per_partition(
+            body["topics"],
+            "name",
+            lambda dp: {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0},
+            answer,
+        )
         self.broker.log_manager.checkpoint_log_start_offsets()
         return {"throttle_time_ms": 0, "topics": topics}
 
@@ -616,6 +608,26 @@ class KafkaApis:
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _per_partition(
+    topics: list[Body], name_field: str, blank: Callable[[Body], Body], answer: Callable[[str, Body, Body], None]
+) -> list[Body]:
+    """The per-topic, per-partition shape most answers share: `blank(request partition)`
+    filled in by `answer(topic, request partition, entry)`, a KafkaError becoming the
+    partition's error code."""
+    out = []
+    for t in topics:
+        partitions = []
+        for requested in t["partitions"]:
+            entry = blank(requested)
+            try:
+                answer(t[name_field], requested, entry)
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        out.append({name_field: t[name_field], "partitions": partitions})
+    return out
 
 
 def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
