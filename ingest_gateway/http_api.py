@@ -8,7 +8,6 @@ batches up to the high watermark and decodes them for the response.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import time
 from typing import TYPE_CHECKING, Any
