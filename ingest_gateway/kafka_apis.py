@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.config import TOPIC_PROPERTIES, LogConfig, validate_topic_name
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import validate_client_records
 from loglake.protocol import (
     ApiKey,
     Chunk,
@@ -237,8 +238,13 @@ class KafkaApis:
                 records = p["records"]
                 if records is None or len(records) == 0:
                     errors[(name, p["index"])] = (ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
-                else:
-                    entries[(name, p["index"])] = records
+                    continue
+                try:
+                    validate_client_records(records)
+                except KafkaError as exc:
+                    errors[(name, p["index"])] = (exc.code, exc.message)
+                    continue
+                entries[(name, p["index"])] = records
         if acks not in (-1, 0, 1):
             errors.update({k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries})
             entries = {}

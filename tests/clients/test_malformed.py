@@ -328,13 +328,6 @@ def gzip_zeros() -> bytes:
     return bytes(b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the append path checks only a batch's header (length, magic, CRC, count vs offset delta), "
-    "not its records: a CRC-valid batch whose records do not match the header is stored, and "
-    "consumers (librdkafka) then refetch it forever (validate_batch in loglake/record/header.py, "
-    "Log.append_as_leader; Kafka's LogValidator walks the records)",
-)
 @pytest.mark.parametrize("case", ["2 records claim 3", "3 records claim 2", "garbage records", "gzip of zeros"])
 def test_produce_with_records_not_matching_header(broker, topic, case):
     create_topic(broker.bootstrap, topic)

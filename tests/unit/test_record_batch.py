@@ -245,3 +245,34 @@ def test_encode_batches_splits_to_fit_and_keeps_order() -> None:
     with pytest.raises(KafkaError) as err:
         encode_batches([(b"k", b"x" * 20_000, [], None)], 0, 10_000)
     assert err.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name)
+def test_client_records_check_accepts_real_batches(codec: CompressionType) -> None:
+    from loglake.record.batch import validate_client_records
+
+    ours = encode_batch(ROWS, 0, compression=codec)
+    theirs = _kafka_python_batch(codec, ROWS)
+    validate_client_records(ours + theirs)
+
+
+@pytest.mark.parametrize("claimed", [1, 3])
+def test_client_records_check_refuses_a_count_the_records_do_not_match(claimed: int) -> None:
+    from loglake.record.batch import validate_client_records
+
+    data = bytearray(encode_batch(ROWS[:2], 0))
+    struct.pack_into(">i", data, 57, claimed)
+    struct.pack_into(">i", data, 23, claimed - 1)
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    with pytest.raises(KafkaError) as err:
+        validate_client_records(data)
+    assert err.value.code == ErrorCode.INVALID_RECORD
+    validate_batch(data)  # the header alone looks fine: only the records tell
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(_row, min_size=1, max_size=30), codec=st.sampled_from(CODECS))
+def test_property_client_records_check_accepts_what_we_encode(rows, codec) -> None:
+    from loglake.record.batch import validate_client_records
+
+    validate_client_records(encode_batch(rows, 0, compression=codec))
