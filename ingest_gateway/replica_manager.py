@@ -224,7 +224,8 @@ class ReplicaManager:
             self._wake_log_end(key)
             if partition is not None and partition.is_leader:
                 self._notify_leadership(key, False)
-            if partition is not None and delete:
+            if delete:
+                # Also a log this broker loaded from disk but was never told to host again.
                 self.log_manager.delete_log(*key)
         self.checkpoint_high_watermarks()
 

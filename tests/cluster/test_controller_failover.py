@@ -201,7 +201,10 @@ def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path
         other = next(b for b in cluster.brokers if b != controller)
         assert httpx.delete(f"{cluster.http_url(other)}/topics/admin", timeout=30).status_code == 204
         cluster.wait_for(lambda s: not any(p["topic"] == "admin" for p in s["partitions"]))
+        def leftovers() -> list[str]:
+            return [f"broker {i}: admin-{p}" for i, b in cluster.brokers.items() for p in range(3) if (b.log_dir / f"admin-{p}").exists()]
+
         deadline = time.monotonic() + 30
-        while any((b.log_dir / "admin-0").exists() for b in cluster.brokers.values()) and time.monotonic() < deadline:
+        while leftovers() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any((b.log_dir / f"admin-{p}").exists() for b in cluster.brokers.values() for p in range(3))
+        assert not leftovers()
