@@ -98,9 +98,18 @@ class Broker:
 
         In a cluster, the controller election and the partitions come through ZooKeeper's
         watches once the event loop runs (`_watch_cluster`)."""
+        self._delete_stray_logs()
         self.store.register_broker(self.endpoint)
         if not self.clustered:
             self.controller.startup()
+
+    def _delete_stray_logs(self) -> None:
+        """Logs of topics deleted while this broker was down: nobody else will remove them."""
+        topics = self.store.topics()
+        for log_ in self.log_manager.all_logs():
+            if log_.topic not in topics:
+                log.info("deleting %s: its topic no longer exists", log_.dir.name)
+                self.log_manager.delete_log(log_.topic, log_.partition)
 
     def _watch_cluster(self) -> None:
         """Route ZooKeeper events (on kazoo's thread) onto the event loop, where the

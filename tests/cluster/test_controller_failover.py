@@ -208,3 +208,16 @@ def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path
         while leftovers() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not leftovers()
+
+
+@pytest.mark.timeout(180)
+def test_a_topic_deleted_while_a_replica_was_down_is_gone_from_it_after_restart(cluster: LocalCluster) -> None:
+    create_topic(cluster, 1, "gone", 2, 3)
+    victim = next(b for b in cluster.brokers if b != cluster.status()["controller"]["broker_id"])
+    cluster.kill(victim)
+    assert any(cluster.brokers[victim].log_dir.glob("gone-*"))
+    survivor = next(b for b in cluster.live())
+    assert httpx.delete(f"{cluster.http_url(survivor)}/topics/gone", timeout=30).status_code == 204
+    cluster.wait_for(lambda s: not any(p["topic"] == "gone" for p in s["partitions"]), exclude=(victim,))
+    cluster.restart(victim)
+    assert not any(cluster.brokers[victim].log_dir.glob("gone-*")), "stray logs removed at start-up"
