@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cluster_helpers import serving_get
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
@@ -165,7 +166,7 @@ def test_unclean_election_brings_a_stale_replica_back_and_loses_what_it_missed(c
     cluster.restart(follower)
     # The stale replica leads: the trade-off unclean.leader.election.enable makes.
     cluster.wait_for(lambda s: _p(s, "unclean")["leader"] == follower, exclude=(leader,))
-    end = httpx.get(f"{cluster.http_url(follower)}/topics/unclean/partitions/0/offsets", timeout=10).json()["end_offset"]
+    end = serving_get(f"{cluster.http_url(follower)}/topics/unclean/partitions/0/offsets")["end_offset"]
     assert end == 0, "the ten acknowledged records are gone"
 
 

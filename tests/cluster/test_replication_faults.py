@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster_helpers import serving, serving_get
 from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -67,8 +68,18 @@ def produce_json(cluster: LocalCluster, via: int, topic: str, values: list, acks
     )
 
 
+def produce_to_new_leader(cluster: LocalCluster, leader: int, topic: str, values: list) -> httpx.Response:
+    return serving(
+        "POST",
+        f"{cluster.http_url(leader)}/topics/{topic}/partitions/0",
+        json={"records": [{"value": v} for v in values]},
+        headers={"content-type": JSON_V2},
+        params={"acks": "1"},
+    )
+
+
 def end_offset(cluster: LocalCluster, via: int, topic: str) -> int:
-    return httpx.get(f"{cluster.http_url(via)}/topics/{topic}/partitions/0/offsets", timeout=10).json()["end_offset"]
+    return serving_get(f"{cluster.http_url(via)}/topics/{topic}/partitions/0/offsets")["end_offset"]
 
 
 def _p(status: dict, topic: str, partition: int = 0) -> dict:
@@ -185,9 +196,7 @@ def test_committed_record_survives_follower_restart_then_leader_loss(cluster: Lo
     cluster.wait_for(lambda s: _p(s, "story-a")["isr"] == [leader, follower] or len(_p(s, "story-a")["isr"]) == 2)
     cluster.kill(leader)
     cluster.wait_for(lambda s: _p(s, "story-a")["leader"] == follower, exclude=(leader,))
-    records = httpx.get(
-        f"{cluster.http_url(follower)}/topics/story-a/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2}, timeout=10
-    ).json()
+    records = serving_get(f"{cluster.http_url(follower)}/topics/story-a/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2})
     assert [r["value"] for r in records] == ["m1", "m2"]
 
 
@@ -210,7 +219,7 @@ def test_divergent_logs_end_identical_after_the_old_leader_returns(cluster: Loca
     cluster.kill(follower)
     cluster.restart(follower)  # back first, without "leader-only"
     cluster.wait_for(lambda s: _p(s, "story-b")["leader"] == follower, exclude=(leader,))
-    assert produce_json(cluster, follower, "story-b", ["new-leader"], acks="1").status_code == 200
+    assert produce_to_new_leader(cluster, follower, "story-b", ["new-leader"]).status_code == 200
     cluster.restart(leader)
     cluster.wait_for(lambda s: len(_p(s, "story-b")["isr"]) == 2)
     time.sleep(1)
@@ -219,9 +228,7 @@ def test_divergent_logs_end_identical_after_the_old_leader_returns(cluster: Loca
         segment = next((cluster.brokers[broker_id].log_dir / "story-b-0").glob("*.log"))
         logs[broker_id] = segment.read_bytes()
     assert logs[leader] == logs[follower], "the old leader truncated its divergent tail and re-fetched"
-    records = httpx.get(
-        f"{cluster.http_url(follower)}/topics/story-b/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2}, timeout=10
-    ).json()
+    records = serving_get(f"{cluster.http_url(follower)}/topics/story-b/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2})
     assert [r["value"] for r in records] == ["committed", "new-leader"]
 
 

@@ -1,0 +1,26 @@
+"""What the cluster tests share."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+
+def serving(method: str, url: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
+    """Send until the broker answers other than "not (yet) the leader": a broker the
+    controller just made leader may not have received its LeaderAndIsr yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = httpx.request(method, url, timeout=10, **kwargs)
+        if r.status_code not in (404, 503) or time.monotonic() > deadline:
+            return r
+        time.sleep(0.2)
+
+
+def serving_get(url: str, **kwargs: Any) -> Any:
+    """`serving` GET that must succeed; returns the JSON."""
+    r = serving("GET", url, **kwargs)
+    r.raise_for_status()
+    return r.json()
