@@ -29,7 +29,10 @@ RECORDS_PER_REQUEST = 1000
 
 def request_body() -> bytes:
     records = [
-        {"key": base64.b64encode(f"key-{i % 100:04d}".encode()).decode(), "value": base64.b64encode(os.urandom(100)).decode()}
+        {
+            "key": base64.b64encode(f"key-{i % 100:04d}".encode()).decode(),
+            "value": base64.b64encode(os.urandom(100)).decode(),
+        }
         for i in range(RECORDS_PER_REQUEST)
     ]
     return orjson.dumps({"records": records})

@@ -1,7 +1,8 @@
 """confluent-kafka producer throughput: loglake vs librdkafka's mock cluster, same run.
 
 100-byte values, linger.ms=5, large batches, N records (default 2,000,000) to a
-6-partition topic (the mock cluster's auto-created topics have 4), for acks=1 and acks=all. Prints records/s and MB/s for both and the
+6-partition topic (the mock cluster's auto-created topics have 4), for acks=1 and acks=all.
+Prints records/s and MB/s for both and the
 ratio loglake / mock (target >= 0.8: the broker must not be the bottleneck).
 """
 
@@ -44,7 +45,9 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> float:
     for i in range(records):
         while True:
             try:
-                producer.produce(topic, value, key=b"%d" % (i % 1000), on_delivery=on_delivery if i % 1000 == 0 else None)
+                producer.produce(
+                    topic, value, key=b"%d" % (i % 1000), on_delivery=on_delivery if i % 1000 == 0 else None
+                )
                 break
             except BufferError:
                 producer.poll(0.01)

@@ -72,7 +72,9 @@ class Broker:
         self.controller = Controller(self.store, config.broker_id, self.channel)
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
-        self.group_coordinator = GroupCoordinator(GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager))
+        self.group_coordinator = GroupCoordinator(
+            GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager)
+        )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
         self.kafka_apis = KafkaApis(self)
@@ -167,7 +169,9 @@ class Broker:
         await self.group_coordinator.start()
         self.replica_manager.start()
         for listener in self.config.listeners:
-            server = KafkaServer(listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes)
+            server = KafkaServer(
+                listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes
+            )
             await server.start()
             self._kafka_servers.append(server)
 
@@ -261,7 +265,9 @@ class Broker:
         assignment: dict[int, tuple[int, ...]] | None = None,
         validate_only: bool = False,
     ) -> TopicDescription:
-        topic = self.controller.create_topic(name, num_partitions, replication_factor, config, assignment, validate_only)
+        topic = self.controller.create_topic(
+            name, num_partitions, replication_factor, config, assignment, validate_only
+        )
         if not validate_only and not self.controller.is_active:
             # The active controller hears of it through ZooKeeper; answer from the store now.
             self.refresh_metadata(self.store.controller_epoch())
@@ -276,7 +282,11 @@ class Broker:
         response = await self._forward_to_controller(
             ApiKey.CREATE_PARTITIONS,
             3,
-            {"topics": [{"name": name, "count": total, "assignments": None}], "timeout_ms": 30000, "validate_only": validate_only},
+            {
+                "topics": [{"name": name, "count": total, "assignments": None}],
+                "timeout_ms": 30000,
+                "validate_only": validate_only,
+            },
         )
         _raise_for(response["results"][0])
         self.refresh_metadata(self.store.controller_epoch())
@@ -317,7 +327,9 @@ class Broker:
         try:
             return await client.request(api_key, version, body)
         except (ConnectionError, TimeoutError) as exc:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}") from exc
+            raise KafkaError(
+                ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"
+            ) from exc
         finally:
             await client.close()
 
@@ -334,7 +346,9 @@ class Broker:
                 )
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {exc.message}") from exc
+                    raise KafkaError(
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {exc.message}"
+                    ) from exc
         state = self.image.partition_state(OFFSETS_TOPIC, self.group_coordinator.partition_for(group_id))
         endpoint = self.image.brokers.get(state.leader)
         if endpoint is None:

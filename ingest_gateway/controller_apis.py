@@ -38,7 +38,9 @@ class ControllerApis:
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["partition_epoch"]
                 )
                 entries.append(
-                    LeaderAndIsrPartition(t["topic_name"], str(t["topic_id"]), ps["partition_index"], tuple(ps["replicas"]), state, config)
+                    LeaderAndIsrPartition(
+                        t["topic_name"], str(t["topic_id"]), ps["partition_index"], tuple(ps["replicas"]), state, config
+                    )
                 )
         error = ErrorCode.NONE
         try:
@@ -50,7 +52,9 @@ class ControllerApis:
             "topics": [
                 {
                     "topic_id": t["topic_id"],
-                    "partition_errors": [{"partition_index": ps["partition_index"], "error_code": error} for ps in t["partition_states"]],
+                    "partition_errors": [
+                        {"partition_index": ps["partition_index"], "error_code": error} for ps in t["partition_states"]
+                    ],
                 }
                 for t in body["topic_states"]
             ],

@@ -40,7 +40,9 @@ class ControllerChannelManager:
 
     # BrokerChannel ------------------------------------------------------------------------
 
-    def send_leader_and_isr(self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]) -> None:
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None:
         if broker_id == self._broker.config.broker_id:
             self._broker.replica_manager.become_leader_or_follower(controller_epoch, partitions)
             return
@@ -74,7 +76,9 @@ class ControllerChannelManager:
         }
         self._enqueue(broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body)
 
-    def send_stop_replica(self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool) -> None:
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None:
         if broker_id == self._broker.config.broker_id:
             self._broker.replica_manager.stop_replicas(controller_epoch, partitions, delete)
             return
@@ -87,7 +91,9 @@ class ControllerChannelManager:
             "topic_states": [
                 {
                     "topic_name": topic,
-                    "partition_states": [{"partition_index": p, "leader_epoch": -1, "delete_partition": delete} for p in ps],
+                    "partition_states": [
+                        {"partition_index": p, "leader_epoch": -1, "delete_partition": delete} for p in ps
+                    ],
                 }
                 for topic, ps in by_topic.items()
             ],
@@ -96,7 +102,11 @@ class ControllerChannelManager:
 
     def send_update_metadata(self, controller_epoch: int) -> None:
         self._broker.refresh_metadata(controller_epoch)
-        body = {"controller_id": self._broker.config.broker_id, "controller_epoch": controller_epoch, "live_brokers": []}
+        body = {
+            "controller_id": self._broker.config.broker_id,
+            "controller_epoch": controller_epoch,
+            "live_brokers": [],
+        }
         for broker_id in self._broker.store.brokers():
             if broker_id != self._broker.config.broker_id:
                 self._enqueue(broker_id, ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body)
@@ -126,7 +136,10 @@ class ControllerChannelManager:
                         response = await client.request(api_key, version, body)
                         if response.get("error_code"):
                             log.warning(
-                                "broker %d answered %s with %s", broker_id, api_key.name, ErrorCode(response["error_code"]).name
+                                "broker %d answered %s with %s",
+                                broker_id,
+                                api_key.name,
+                                ErrorCode(response["error_code"]).name,
                             )
                         break
                     except (OSError, asyncio.TimeoutError, ConnectionError) as exc:

@@ -157,7 +157,9 @@ class GroupApis:
             wanted = None
             if topics is not None:
                 wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partition_indexes"]]
-            result = await self.coordinator.fetch_offsets(group_id, wanted, require_stable=body.get("require_stable", False))
+            result = await self.coordinator.fetch_offsets(
+                group_id, wanted, require_stable=body.get("require_stable", False)
+            )
             by_topic: dict[str, list[Body]] = {}
             for tp, po in sorted(result.partitions.items()):
                 by_topic.setdefault(tp.topic, []).append(

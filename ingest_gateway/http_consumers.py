@@ -67,17 +67,23 @@ class ConsumerInstance:
 
 
 class ConsumerManager:
-    def __init__(self, broker: Broker, coordinator: GroupCoordinator, instance_timeout_ms: int = INSTANCE_TIMEOUT_MS) -> None:
+    def __init__(
+        self, broker: Broker, coordinator: GroupCoordinator, instance_timeout_ms: int = INSTANCE_TIMEOUT_MS
+    ) -> None:
         self._broker = broker
         self._coordinator = coordinator
         self._instances: dict[tuple[str, str], ConsumerInstance] = {}
         self._instance_timeout_s = instance_timeout_ms / 1000
         self._reaper: asyncio.Task | None = None
 
-    def create(self, group_id: str, name: str | None, fmt: str, auto_offset_reset: str, auto_commit: bool) -> ConsumerInstance:
+    def create(
+        self, group_id: str, name: str | None, fmt: str, auto_offset_reset: str, auto_commit: bool
+    ) -> ConsumerInstance:
         name = name or f"rest-consumer-{uuid.uuid4()}"
         if (group_id, name) in self._instances:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"consumer instance {name!r} already exists in group {group_id!r}")
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"consumer instance {name!r} already exists in group {group_id!r}"
+            )
         instance = ConsumerInstance(group_id, name, fmt, auto_offset_reset, auto_commit)
         self._instances[(group_id, name)] = instance
         if self._reaper is None:
@@ -124,7 +130,9 @@ class ConsumerManager:
 
     # Fetch and commit --------------------------------------------------------------------
 
-    async def fetch(self, instance: ConsumerInstance, timeout_ms: int, max_bytes: int) -> list[tuple[TopicPartition, Record]]:
+    async def fetch(
+        self, instance: ConsumerInstance, timeout_ms: int, max_bytes: int
+    ) -> list[tuple[TopicPartition, Record]]:
         """Records from the assigned partitions' positions; waits up to `timeout_ms` for an
         assignment and then for data."""
         loop = asyncio.get_running_loop()
@@ -155,7 +163,9 @@ class ConsumerManager:
                 return out
             await rm.wait_for_change([(tp.topic, tp.partition) for tp in instance.assignment], remaining)
 
-    async def commit(self, instance: ConsumerInstance, offsets: dict[TopicPartition, int] | None) -> dict[TopicPartition, ErrorCode]:
+    async def commit(
+        self, instance: ConsumerInstance, offsets: dict[TopicPartition, int] | None
+    ) -> dict[TopicPartition, ErrorCode]:
         """Commit `offsets` (the next offset to read per partition), or every position."""
         wanted = dict(instance.positions) if offsets is None else offsets
         if not wanted or not instance.member_id:
@@ -169,7 +179,9 @@ class ConsumerManager:
             {tp: OffsetCommitData(offset) for tp, offset in wanted.items()},
         )
 
-    async def committed(self, instance: ConsumerInstance, partitions: list[TopicPartition] | None) -> dict[TopicPartition, int]:
+    async def committed(
+        self, instance: ConsumerInstance, partitions: list[TopicPartition] | None
+    ) -> dict[TopicPartition, int]:
         result = await self._coordinator.fetch_offsets(instance.group_id, partitions or list(instance.assignment))
         if result.error:
             raise KafkaError(result.error, f"cannot fetch offsets of group {instance.group_id!r}")
@@ -190,7 +202,9 @@ class ConsumerManager:
                 await self._join_and_sync(instance, metadata)
                 while True:
                     await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-                    error = await self._coordinator.heartbeat(instance.group_id, instance.member_id, instance.generation_id)
+                    error = await self._coordinator.heartbeat(
+                        instance.group_id, instance.member_id, instance.generation_id
+                    )
                     if error != ErrorCode.NONE:
                         if error in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
                             if error == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -201,7 +215,9 @@ class ConsumerManager:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("consumer instance %s of group %s: membership failed; retrying", instance.name, instance.group_id)
+                log.exception(
+                    "consumer instance %s of group %s: membership failed; retrying", instance.name, instance.group_id
+                )
                 await asyncio.sleep(1)
             self._revoke(instance)
 
@@ -233,9 +249,16 @@ class ConsumerManager:
                 assignments = assign_group(
                     join.protocol_name or "range",
                     join.members,
-                    {t: topics[t].num_partitions for m in join.members for t in decode_subscription(m.metadata).topics if t in topics},
+                    {
+                        t: topics[t].num_partitions
+                        for m in join.members
+                        for t in decode_subscription(m.metadata).topics
+                        if t in topics
+                    },
                 )
-            sync = await self._coordinator.sync_group(instance.group_id, join.generation_id, instance.member_id, assignments)
+            sync = await self._coordinator.sync_group(
+                instance.group_id, join.generation_id, instance.member_id, assignments
+            )
             if sync.error != ErrorCode.NONE:
                 await asyncio.sleep(_RETRY_S)
                 continue

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from loglake.errors import ErrorCode, KafkaError
 
+
 class JSONBytesResponse(Response):
     """JSON rendered by orjson (FastAPI's JSONBytesResponse is deprecated)."""
 

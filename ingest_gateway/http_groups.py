@@ -230,7 +230,9 @@ def group_routes(broker: Broker) -> APIRouter:
         errors = await coordinator.commit_offsets(group_id, "", -1, offsets)
         for tp, error in errors.items():
             _check(error, f"cannot reset {tp.topic}-{tp.partition}")
-        return {"offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": o.offset} for tp, o in offsets.items()]}
+        return {
+            "offsets": [{"topic": tp.topic, "partition": tp.partition, "offset": o.offset} for tp, o in offsets.items()]
+        }
 
     @router.delete("/groups/{group_id}", status_code=204)
     async def delete_group(group_id: str) -> Response:

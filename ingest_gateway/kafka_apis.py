@@ -101,7 +101,12 @@ class KafkaApis:
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
         }
 
-    def register(self, api_key: ApiKey, versions: tuple[int, int], handler: Callable[[RequestHeader, Body], Awaitable[Body | None]]) -> None:
+    def register(
+        self,
+        api_key: ApiKey,
+        versions: tuple[int, int],
+        handler: Callable[[RequestHeader, Body], Awaitable[Body | None]],
+    ) -> None:
         """Add an API served by another component (the group coordinator's)."""
         SUPPORTED_VERSIONS[api_key] = versions
         self._handlers[api_key] = handler
@@ -131,7 +136,8 @@ class KafkaApis:
 
     def _api_keys(self) -> list[Body]:
         return [
-            {"api_key": int(k), "min_version": lo, "max_version": hi} for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
+            {"api_key": int(k), "min_version": lo, "max_version": hi}
+            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
         ]
 
     # Metadata and versions ---------------------------------------------------------------
@@ -226,7 +232,10 @@ class KafkaApis:
                 # __consumer_offsets that the coordinator cannot decode would stop it
                 # loading that partition, and so serving its groups.
                 for p in topic["partition_data"]:
-                    errors[(name, p["index"])] = (ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {name}")
+                    errors[(name, p["index"])] = (
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {name}",
+                    )
                 continue
             if name not in self.broker.image.topics:
                 error = self._maybe_auto_create(name)
@@ -246,7 +255,9 @@ class KafkaApis:
                     continue
                 entries[(name, p["index"])] = records
         if acks not in (-1, 0, 1):
-            errors.update({k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries})
+            errors.update(
+                {k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries}
+            )
             entries = {}
         results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
         if acks == 0:
@@ -270,10 +281,17 @@ class KafkaApis:
                     "log_start_offset": result.log_start_offset,
                 }
             else:
-                entry = {"index": p, "error_code": result.error.code, "base_offset": -1, "error_message": result.error.message}
+                entry = {
+                    "index": p,
+                    "error_code": result.error.code,
+                    "base_offset": -1,
+                    "error_message": result.error.message,
+                }
             by_topic.setdefault(name, []).append(entry)
         for (name, p), (code, message) in errors.items():
-            by_topic.setdefault(name, []).append({"index": p, "error_code": code, "base_offset": -1, "error_message": message})
+            by_topic.setdefault(name, []).append(
+                {"index": p, "error_code": code, "base_offset": -1, "error_message": message}
+            )
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
             "throttle_time_ms": 0,
@@ -291,7 +309,11 @@ class KafkaApis:
 
             requests = [
                 FollowerFetchPartition(
-                    t["topic"], p["partition"], p["fetch_offset"], p.get("current_leader_epoch", -1), p["partition_max_bytes"]
+                    t["topic"],
+                    p["partition"],
+                    p["fetch_offset"],
+                    p.get("current_leader_epoch", -1),
+                    p["partition_max_bytes"],
                 )
                 for t in body["topics"]
                 for p in t["partitions"]
@@ -354,7 +376,9 @@ class KafkaApis:
                     max_bytes = min(fp["partition_max_bytes"], budget)
                     # KIP-74: the first batch goes out whole even over the limits, so a
                     # consumer can always make progress.
-                    piece = partition.read(fp["fetch_offset"], max_bytes, committed_only=True, min_one_message=total == 0)
+                    piece = partition.read(
+                        fp["fetch_offset"], max_bytes, committed_only=True, min_one_message=total == 0
+                    )
                     entry["high_watermark"] = partition.high_watermark
                     entry["last_stable_offset"] = partition.high_watermark
                     entry["log_start_offset"] = partition.log_start_offset
@@ -469,7 +493,12 @@ class KafkaApis:
             wanted = [(n, None) for n in body["topic_names"]]
         responses = []
         for name, topic_id in wanted:
-            entry: Body = {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": 0, "error_message": None}
+            entry: Body = {
+                "name": name,
+                "topic_id": topic_id or uuid.UUID(int=0),
+                "error_code": 0,
+                "error_message": None,
+            }
             try:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
@@ -487,7 +516,9 @@ class KafkaApis:
             entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
             try:
                 if t["assignments"] is not None:
-                    raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual assignment of new partitions is not supported")
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual assignment of new partitions is not supported"
+                    )
                 await self.broker.create_partitions(t["name"], t["count"], body["validate_only"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
@@ -539,7 +570,9 @@ class KafkaApis:
                         "is_default": source == SOURCE_DEFAULT,
                         "config_source": source,
                         "is_sensitive": False,
-                        "synonyms": [{"name": name, "value": value, "source": source}] if version >= 1 and body.get("include_synonyms") else [],
+                        "synonyms": [{"name": name, "value": value, "source": source}]
+                        if version >= 1 and body.get("include_synonyms")
+                        else [],
                     }
                     for name, value, source in items
                     if keys is None or name in keys
@@ -646,7 +679,9 @@ def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
 
 
 def _summary(failed: dict[tuple[str, int], tuple[int, str | None]]) -> str:
-    return ", ".join(f"{t}-{p}: {ErrorCode(code).name} ({message})" for (t, p), (code, message) in sorted(failed.items()))
+    return ", ".join(
+        f"{t}-{p}: {ErrorCode(code).name} ({message})" for (t, p), (code, message) in sorted(failed.items())
+    )
 
 
 def _check_leader_epoch(ours: int, theirs: int) -> None:

@@ -108,7 +108,6 @@ def _frame_size(buffer: bytearray, max_bytes: int) -> int:
     return read_frame_size(bytes(buffer[:4]), max_bytes)
 
 
-
 async def _send_chunks(loop: asyncio.AbstractEventLoop, conn: socket.socket, chunks: list[Chunk]) -> None:
     for chunk in chunks:
         if isinstance(chunk, (bytes, bytearray, memoryview)):

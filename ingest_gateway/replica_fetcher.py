@@ -172,9 +172,7 @@ class ReplicaFetcher:
             while True:
                 self._wakeup.clear()
                 now = loop.time()
-                ready = {
-                    tp: s for tp, s in self.partitions.items() if not s.failed and s.delayed_until <= now
-                }
+                ready = {tp: s for tp, s in self.partitions.items() if not s.failed and s.delayed_until <= now}
                 if not ready:
                     await self._idle(now)
                     continue
@@ -187,7 +185,9 @@ class ReplicaFetcher:
                         await self._fetch(client, ready)
                 except (OSError, ConnectionError, ProtocolDecodeError) as exc:
                     # Unreachable leader, broken connection, timeout (TimeoutError is an OSError).
-                    log.info("broker %d: fetching from broker %d failed (%s); retrying", self.broker_id, self.leader_id, exc)
+                    log.info(
+                        "broker %d: fetching from broker %d failed (%s); retrying", self.broker_id, self.leader_id, exc
+                    )
                     self._close_client()
                     await asyncio.sleep(backoff)
                 except Exception:
@@ -248,13 +248,23 @@ class ReplicaFetcher:
         if code in _FENCED:
             log.info(
                 "broker %d: %s of %s-%d from broker %d: %s; waiting for the next LeaderAndIsr",
-                self.broker_id, what, tp[0], tp[1], self.leader_id, ErrorCode(code).name,
+                self.broker_id,
+                what,
+                tp[0],
+                tp[1],
+                self.leader_id,
+                ErrorCode(code).name,
             )
             state.failed = True
         else:
             log.debug(
                 "broker %d: %s of %s-%d from broker %d: %s; backing off",
-                self.broker_id, what, tp[0], tp[1], self.leader_id, _name(code),
+                self.broker_id,
+                what,
+                tp[0],
+                tp[1],
+                self.leader_id,
+                _name(code),
             )
             self._delay(state)
 
@@ -287,7 +297,10 @@ class ReplicaFetcher:
             "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
         }
         response = await client.request(
-            ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body, timeout_ms=self.config.socket_timeout_ms
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OFFSET_FOR_LEADER_EPOCH_VERSION,
+            body,
+            timeout_ms=self.config.socket_timeout_ms,
         )
         answered = set()
         for t in response["topics"]:
@@ -342,7 +355,13 @@ class ReplicaFetcher:
             target = min(follower_end, leo)
             log.info(
                 "broker %d: %s-%d: leader %d has no epoch %d; truncating to %d (end of our epoch %d) and asking again",
-                self.broker_id, tp[0], tp[1], self.leader_id, asked_epoch, target, follower_epoch,
+                self.broker_id,
+                tp[0],
+                tp[1],
+                self.leader_id,
+                asked_epoch,
+                target,
+                follower_epoch,
             )
             partition.truncate_to(target)
             s.fetch_offset = partition.log_end_offset
@@ -353,7 +372,12 @@ class ReplicaFetcher:
         if partition.truncate_to(max(offset, 0)):
             log.info(
                 "broker %d: truncated %s-%d to offset %d (following broker %d at epoch %d)",
-                self.broker_id, tp[0], tp[1], offset, self.leader_id, s.leader_epoch,
+                self.broker_id,
+                tp[0],
+                tp[1],
+                offset,
+                self.leader_id,
+                s.leader_epoch,
             )
         s.truncating = False
         s.fetch_offset = partition.log_end_offset
@@ -397,7 +421,12 @@ class ReplicaFetcher:
             ApiKey.FETCH, FETCH_VERSION, body, timeout_ms=config.fetch_wait_max_ms + config.socket_timeout_ms
         )
         if response.get("error_code"):
-            log.info("broker %d: fetch from broker %d failed: %s", self.broker_id, self.leader_id, _name(response["error_code"]))
+            log.info(
+                "broker %d: fetch from broker %d failed: %s",
+                self.broker_id,
+                self.leader_id,
+                _name(response["error_code"]),
+            )
             for s, _ in sent.values():
                 self._delay(s)
             return
@@ -416,7 +445,12 @@ class ReplicaFetcher:
                 except KafkaError as exc:
                     log.warning(
                         "broker %d: cannot append %s-%d at %d from broker %d: %s",
-                        self.broker_id, tp[0], tp[1], offset, self.leader_id, exc,
+                        self.broker_id,
+                        tp[0],
+                        tp[1],
+                        offset,
+                        self.leader_id,
+                        exc,
                     )
                     if exc.code == ErrorCode.KAFKA_STORAGE_ERROR:
                         s.failed = True
@@ -434,7 +468,12 @@ class ReplicaFetcher:
                 # The leader deleted what we still need: start over at its log start.
                 log.info(
                     "broker %d: %s-%d: offset %d is below leader %d's log start %d; restarting the log there",
-                    self.broker_id, tp[0], tp[1], s.fetch_offset, self.leader_id, leader_start,
+                    self.broker_id,
+                    tp[0],
+                    tp[1],
+                    s.fetch_offset,
+                    self.leader_id,
+                    leader_start,
                 )
                 partition.truncate_fully_and_start_at(leader_start)
                 s.fetch_offset = leader_start
@@ -538,7 +577,10 @@ class ReplicaFetcherManager:
         """Whether `tp` is followed from that leader at that epoch and not stopped."""
         state = self.fetch_state(tp)
         return (
-            state is not None and not state.failed and state.leader_id == leader_id and state.leader_epoch == leader_epoch
+            state is not None
+            and not state.failed
+            and state.leader_id == leader_id
+            and state.leader_epoch == leader_epoch
         )
 
     def _shutdown_idle_fetchers(self) -> None:

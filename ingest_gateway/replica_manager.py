@@ -178,7 +178,11 @@ class ReplicaManager:
             if state.leader_epoch < partition.leader_epoch:
                 log.info(
                     "broker %d: ignoring LeaderAndIsr for %s-%d at leader epoch %d: ours is %d",
-                    self.broker_id, entry.topic, entry.partition, state.leader_epoch, partition.leader_epoch,
+                    self.broker_id,
+                    entry.topic,
+                    entry.partition,
+                    state.leader_epoch,
+                    partition.leader_epoch,
                 )
                 continue
             was_leader = partition.is_leader
@@ -288,7 +292,8 @@ class ReplicaManager:
                     results[key] = ProduceResult(
                         error=KafkaError(
                             ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                            f"broker {self.broker_id} lost the leadership of {key[0]}-{key[1]} before the ISR had the records",
+                            f"broker {self.broker_id} lost the leadership of {key[0]}-{key[1]} "
+                            "before the ISR had the records",
                         )
                     )
                 elif len(partition.isr) < partition.config.min_insync_replicas:
@@ -414,14 +419,20 @@ class ReplicaManager:
                 outcome = self.isr_writer(partition.topic, partition.partition, proposed)
                 written = await outcome if inspect.isawaitable(outcome) else outcome
         except Exception:
-            log.exception("broker %d: writing the ISR of %s-%d failed", self.broker_id, partition.topic, partition.partition)
+            log.exception(
+                "broker %d: writing the ISR of %s-%d failed", self.broker_id, partition.topic, partition.partition
+            )
             written = None
         applied = partition.complete_isr_update(proposed, written)
         key = (partition.topic, partition.partition)
         if applied:
             log.info(
                 "broker %d: ISR of %s-%d changed from %s to %s",
-                self.broker_id, partition.topic, partition.partition, list(old_isr), list(partition.isr),
+                self.broker_id,
+                partition.topic,
+                partition.partition,
+                list(old_isr),
+                list(partition.isr),
             )
             for listener in self.isr_change_listeners:
                 listener(partition.topic, partition.partition, partition.state or proposed)
@@ -429,7 +440,11 @@ class ReplicaManager:
             log.info(
                 "broker %d: ISR change of %s-%d to %s not written (state version %d is stale); "
                 "waiting for the controller's next LeaderAndIsr",
-                self.broker_id, partition.topic, partition.partition, list(isr), proposed.version,
+                self.broker_id,
+                partition.topic,
+                partition.partition,
+                list(isr),
+                proposed.version,
             )
         # acks=all waiters re-check the ISR against min.insync.replicas.
         self._wake(key)

@@ -202,7 +202,9 @@ def render_records(topic: str, partition: int, records: list[Record], fmt: str) 
                 key = None if rec.key is None else orjson.loads(rec.key)
                 value = None if rec.value is None else orjson.loads(rec.value)
             except orjson.JSONDecodeError:
-                raise BadRequest(406, f"record at offset {rec.offset} is not JSON; ask with Accept: {BINARY_V2}") from None
+                raise BadRequest(
+                    406, f"record at offset {rec.offset} is not JSON; ask with Accept: {BINARY_V2}"
+                ) from None
         else:
             key, value = _b64_text(rec.key), _b64_text(rec.value)
         out.append(

@@ -151,7 +151,9 @@ class ZooKeeperProcess:
         java = java_executable()
         classpath = zookeeper_classpath()
         if java is None or classpath is None:
-            raise RuntimeError("ZooKeeper needs java and a ZooKeeper install (apt-get install zookeeper, or ZOOKEEPER_HOME)")
+            raise RuntimeError(
+                "ZooKeeper needs java and a ZooKeeper install (apt-get install zookeeper, or ZOOKEEPER_HOME)"
+            )
         return [
             java,
             f"-Xmx{self.heap}",
@@ -193,7 +195,9 @@ class ZooKeeperProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.log_file}:\n{self.output()}")
+                raise RuntimeError(
+                    f"ZooKeeper exited with {self.proc.returncode}; see {self.log_file}:\n{self.output()}"
+                )
             if self.is_serving():
                 return
             time.sleep(0.05)

@@ -76,7 +76,13 @@ def up(overrides: list[str]) -> int:
     _start_background("zookeeper", [sys.executable, "-m", "ingest_gateway.zookeeper_process", "--port", "2181"])
     _wait_for_zookeeper()
     for broker_id in BROKERS:
-        argv = [sys.executable, "-m", "ingest_gateway", "--config", str(ROOT / f"conf/cluster/broker-{broker_id}.properties")]
+        argv = [
+            sys.executable,
+            "-m",
+            "ingest_gateway",
+            "--config",
+            str(ROOT / f"conf/cluster/broker-{broker_id}.properties"),
+        ]
         for item in overrides:
             argv += ["--override", item]
         _start_background(f"broker-{broker_id}", argv)
@@ -85,7 +91,9 @@ def up(overrides: list[str]) -> int:
         try:
             status = httpx.get(f"{_http_of(1)}/cluster", timeout=2).json()
             if len(status["brokers"]) == len(BROKERS) and status["controller"]["broker_id"] is not None:
-                return subprocess.call([sys.executable, "-m", "loglake.cli", "cluster", "status", "--bootstrap-http", _http_of(1)])
+                return subprocess.call(
+                    [sys.executable, "-m", "loglake.cli", "cluster", "status", "--bootstrap-http", _http_of(1)]
+                )
         except (httpx.HTTPError, ValueError, KeyError):
             pass
         time.sleep(0.5)

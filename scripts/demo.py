@@ -108,7 +108,9 @@ def produce_with_kafka_client(bootstrap: str) -> Counter:
     for i in range(EVENTS):
         while True:
             try:
-                producer.produce(KAFKA_TOPIC, f'{{"event":{i}}}'.encode(), key=f"user-{i % 997}".encode(), on_delivery=delivered)
+                producer.produce(
+                    KAFKA_TOPIC, f'{{"event":{i}}}'.encode(), key=f"user-{i % 997}".encode(), on_delivery=delivered
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -144,7 +146,9 @@ def main() -> int:
             t0 = time.perf_counter()
             produced = asyncio.run(produce(broker.http_url))
             t1 = time.perf_counter()
-            print(f"produced {EVENTS:,} keyed events over HTTP in {t1 - t0:.2f}s ({EVENTS / (t1 - t0):,.0f}/s, acks=all)")
+            print(
+                f"produced {EVENTS:,} keyed events over HTTP in {t1 - t0:.2f}s ({EVENTS / (t1 - t0):,.0f}/s, acks=all)"
+            )
             summary = read_back(broker.http_url)
             t2 = time.perf_counter()
             total = sum(c for c, _, _ in summary.values())

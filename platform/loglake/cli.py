@@ -180,8 +180,22 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
         for group_id in groups:
             g = _check(c.get(f"/groups/{group_id}"))
             members = {m["member_id"]: m for m in g["members"]}
-            print(f"\nGroup {group_id} is {g['state']} with {len(members)} member(s) (protocol {g['protocol'] or '-'}).\n")
-            rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]]
+            print(
+                f"\nGroup {group_id} is {g['state']} with {len(members)} member(s) (protocol {g['protocol'] or '-'}).\n"
+            )
+            rows = [
+                [
+                    "GROUP",
+                    "TOPIC",
+                    "PARTITION",
+                    "CURRENT-OFFSET",
+                    "LOG-END-OFFSET",
+                    "LAG",
+                    "CONSUMER-ID",
+                    "HOST",
+                    "CLIENT-ID",
+                ]
+            ]
             for o in g["offsets"]:
                 member = members.get(o["member_id"] or "", {})
                 rows.append(

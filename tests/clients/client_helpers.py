@@ -58,11 +58,11 @@ def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 
         time.sleep(0.1)
 
 
-def kcat(bootstrap: str, *args: str, input: bytes | None = None, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
+def kcat(
+    bootstrap: str, *args: str, input: bytes | None = None, timeout: float = 30.0, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run kcat against the broker; stdout and stderr as bytes."""
-    proc = subprocess.run(
-        [KCAT, "-b", bootstrap, *args], input=input, capture_output=True, timeout=timeout
-    )
+    proc = subprocess.run([KCAT, "-b", bootstrap, *args], input=input, capture_output=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"kcat {' '.join(args)} exited with {proc.returncode}\nstdout:\n{proc.stdout.decode(errors='replace')}"
@@ -71,7 +71,9 @@ def kcat(bootstrap: str, *args: str, input: bytes | None = None, timeout: float 
     return proc
 
 
-def read_all(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0) -> list[tuple[int, int, bytes | None, bytes | None]]:
+def read_all(
+    bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Every record of a topic as (partition, offset, key, value), read with a confluent consumer
     assigned (no group) from the beginning of each partition to its end.
 
@@ -113,7 +115,9 @@ def read_all(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 3
         c.close()
 
 
-def produce_values(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None, **config: object) -> list[tuple[int, int]]:
+def produce_values(
+    bootstrap: str, topic: str, values: list[bytes], partition: int | None = None, **config: object
+) -> list[tuple[int, int]]:
     """Produce with confluent-kafka (acks=all); (partition, offset) of each record, in order."""
     from confluent_kafka import Producer
 
@@ -196,7 +200,10 @@ def fetch_batches(bootstrap: str, topic: str, partition: int = 0, offset: int = 
         "min_bytes": 0,
         "max_bytes": max_bytes,
         "topics": [
-            {"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset, "partition_max_bytes": max_bytes}]}
+            {
+                "topic": topic,
+                "partitions": [{"partition": partition, "fetch_offset": offset, "partition_max_bytes": max_bytes}],
+            }
         ],
     }
     response = raw_request(bootstrap, ApiKey.FETCH, 12, body)

@@ -314,12 +314,14 @@ def test_group_of_three_exactly_once_and_handover_on_close(broker, topic):
         before = {m.name: len(m.records) for m in members[:2]}
         started = time.monotonic()
         assignment2 = wait_balanced(members[:2], 6, settle=0.5)
-        assert time.monotonic() - started < SESSION_TIMEOUT_MS / 1000, "a LeaveGroup should not wait for the session timeout"
+        assert time.monotonic() - started < SESSION_TIMEOUT_MS / 1000, (
+            "a LeaveGroup should not wait for the session timeout"
+        )
         assert set().union(*assignment2.values()) == set(range(6))
 
         second = produce_round_robin(broker.bootstrap, topic, 6, "second", 600)
         consume_until(members[:2], 600 + sum(before.values()))
-        new = [r for m in members[:2] for r in m.records[before[m.name]:]]
+        new = [r for m in members[:2] for r in m.records[before[m.name] :]]
         # Nothing of the first round was read again (the leaver's commits were honoured) ...
         assert Counter(r[2] for r in new) == Counter(second)
         # ... and the leaver's partitions are consumed by the others.
@@ -396,7 +398,9 @@ def test_killed_member_partitions_move_after_session_timeout(broker, topic):
         deadline = time.monotonic() + 40
         stable = 0
         while True:
-            assert time.monotonic() < deadline, f"never balanced: {doomed_assignment}, {[m.assignment() for m in members]}"
+            assert time.monotonic() < deadline, (
+                f"never balanced: {doomed_assignment}, {[m.assignment() for m in members]}"
+            )
             assert doomed.poll() is None, doomed.stderr.read()
             for m in members:
                 m.poll()
@@ -432,7 +436,7 @@ def test_killed_member_partitions_move_after_session_timeout(broker, topic):
 
         second = produce_round_robin(broker.bootstrap, topic, 6, "second", 300)
         consume_until(members, 300 + sum(before.values()))
-        new = [r for m in members for r in m.records[before[m.name]:]]
+        new = [r for m in members for r in m.records[before[m.name] :]]
         assert Counter(r[2] for r in new) == Counter(second), "the survivors re-read or missed records"
         assert doomed_partitions <= {r[0] for r in new}
     finally:
@@ -473,11 +477,17 @@ def test_commit_for_unknown_partitions_is_refused(broker, topic):
     try:
         with pytest.raises(KafkaException) as e:
             c.commit(
-                offsets=[TopicPartition(f"{topic}-missing", 0, 5), TopicPartition(topic, 7, 3), TopicPartition(topic, 1, 4)],
+                offsets=[
+                    TopicPartition(f"{topic}-missing", 0, 5),
+                    TopicPartition(topic, 7, 3),
+                    TopicPartition(topic, 1, 4),
+                ],
                 asynchronous=False,
             )
         assert e.value.args[0].code() == 3  # UNKNOWN_TOPIC_OR_PART
-        got = c.committed([TopicPartition(f"{topic}-missing", 0), TopicPartition(topic, 7), TopicPartition(topic, 1)], timeout=10)
+        got = c.committed(
+            [TopicPartition(f"{topic}-missing", 0), TopicPartition(topic, 7), TopicPartition(topic, 1)], timeout=10
+        )
         assert [tp.offset for tp in got] == [-1001, -1001, 4]  # OFFSET_INVALID: nothing kept
     finally:
         c.close()
@@ -487,7 +497,13 @@ def test_commit_for_unknown_partitions_is_refused(broker, topic):
         "generation_id_or_member_epoch": -1,
         "member_id": "",
         "topics": [
-            {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1}, {"partition_index": 2, "committed_offset": 1}]},
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": 0, "committed_offset": 1},
+                    {"partition_index": 2, "committed_offset": 1},
+                ],
+            },
             {"name": f"{topic}-missing", "partitions": [{"partition_index": 0, "committed_offset": 1}]},
         ],
     }
@@ -508,6 +524,7 @@ def test_offsets_for_times(broker, topic):
         p.flush(10)  # one batch per record: the time index sees each
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"{topic}-g"})
     try:
+
         def lookup(ts: int) -> int:
             (tp,) = c.offsets_for_times([TopicPartition(topic, 0, ts)], timeout=10)
             assert tp.error is None, tp.error
@@ -547,7 +564,9 @@ def test_list_offsets_max_timestamp(broker, topic):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
 
     def offsets(spec):
-        futures = admin.list_offsets({TopicPartition(topic, 0): spec, TopicPartition(topic, 1): spec}, request_timeout=10)
+        futures = admin.list_offsets(
+            {TopicPartition(topic, 0): spec, TopicPartition(topic, 1): spec}, request_timeout=10
+        )
         return {tp.partition: (r.offset, r.timestamp) for tp, f in futures.items() for r in [f.result(timeout=20)]}
 
     assert offsets(OffsetSpec.max_timestamp()) == {0: (2, base + 9000), 1: (-1, -1)}
@@ -575,7 +594,13 @@ def test_clients_cannot_write_to_consumer_offsets(broker, topic):
     c.close()
     errors = []
     p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0, "message.timeout.ms": 10000})
-    p.produce("__consumer_offsets", key=b"\x00\x01\x00\x05gde", value=b"x", partition=0, on_delivery=lambda e, m: errors.append(e))
+    p.produce(
+        "__consumer_offsets",
+        key=b"\x00\x01\x00\x05gde",
+        value=b"x",
+        partition=0,
+        on_delivery=lambda e, m: errors.append(e),
+    )
     p.flush(20)
     assert len(errors) == 1 and errors[0] is not None and errors[0].code() == 17, errors  # INVALID_TOPIC_EXCEPTION
     # kcat -P fails too.
@@ -588,7 +613,9 @@ def test_clients_cannot_write_to_consumer_offsets(broker, topic):
     body = {
         "acks": -1,
         "timeout_ms": 5000,
-        "topic_data": [{"name": "__consumer_offsets", "partition_data": [{"index": i, "records": records} for i in range(4)]}],
+        "topic_data": [
+            {"name": "__consumer_offsets", "partition_data": [{"index": i, "records": records} for i in range(4)]}
+        ],
     }
     (t,) = raw_request(broker.bootstrap, ApiKey.PRODUCE, 9, body)["responses"]
     assert sorted((r["index"], r["error_code"]) for r in t["partition_responses"]) == [(i, 17) for i in range(4)]
@@ -639,7 +666,9 @@ def test_fetch_min_bytes_waits_for_max_wait(broker, topic):
         "max_wait_ms": 700,
         "min_bytes": 1,
         "max_bytes": 1 << 20,
-        "topics": [{"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+        "topics": [
+            {"topic": topic, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}
+        ],
     }
     started = time.monotonic()
     response = raw_request(broker.bootstrap, ApiKey.FETCH, 12, body)
@@ -653,7 +682,9 @@ def test_delete_records(broker, topic):
     create_topic(broker.bootstrap, topic, partitions=2)
     produce_round_robin(broker.bootstrap, topic, 2, "d", 20)  # 10 per partition
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    futures = admin.delete_records([TopicPartition(topic, 0, 4), TopicPartition(topic, 1, OFFSET_END)], operation_timeout=10)
+    futures = admin.delete_records(
+        [TopicPartition(topic, 0, 4), TopicPartition(topic, 1, OFFSET_END)], operation_timeout=10
+    )
     results = {tp.partition: f.result(timeout=20) for tp, f in futures.items()}
     # The result is the new low watermark (OFFSET_END: up to the high watermark).
     assert results[0].low_watermark == 4
@@ -679,7 +710,9 @@ def test_delete_records(broker, topic):
 def test_producing_to_unknown_topic_auto_creates_it(broker, topic):
     p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
     delivered = []
-    p.produce(topic, value=b"first", on_delivery=lambda err, msg: delivered.append((err, msg.partition(), msg.offset())))
+    p.produce(
+        topic, value=b"first", on_delivery=lambda err, msg: delivered.append((err, msg.partition(), msg.offset()))
+    )
     assert p.flush(20) == 0
     assert delivered == [(None, 0, 0)]
     wait_for_topic(broker.bootstrap, topic, 1)  # num.partitions=1

@@ -115,7 +115,13 @@ def test_consumer_auto_commit_and_seek(broker, admin, topic):
 
 def test_admin_create_describe_delete_topics(broker, admin, topic):
     created = admin.create_topics(
-        {topic: {"num_partitions": 3, "replication_factor": 1, "configs": {"retention.ms": "123456", "cleanup.policy": "compact"}}},
+        {
+            topic: {
+                "num_partitions": 3,
+                "replication_factor": 1,
+                "configs": {"retention.ms": "123456", "cleanup.policy": "compact"},
+            }
+        },
         wait_for_metadata=True,
     )
     (entry,) = created["topics"]
@@ -131,7 +137,9 @@ def test_admin_create_describe_delete_topics(broker, admin, topic):
     assert {k: v["value"] for k, v in modified.items()} == {"retention.ms": "123456", "cleanup.policy": "compact"}
     assert modified["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
     # ... and config_filter="all" every topic property, with where its value comes from.
-    every = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")["topic"][topic]
+    every = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")["topic"][
+        topic
+    ]
     assert every["retention.ms"]["value"] == "123456"
     assert every["max.message.bytes"]["value"] == "1048588"
     assert every["max.message.bytes"]["config_source"] == "STATIC_BROKER_CONFIG"  # server.properties

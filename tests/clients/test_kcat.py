@@ -36,7 +36,19 @@ def test_metadata_lists_broker_and_topics(broker, topic):
 def test_produce_keys_headers_codec_and_consume_formats(broker, topic, codec):
     lines = [f"key{i}:value-{codec}-{i}" for i in range(50)]
     kcat(
-        broker.bootstrap, "-P", "-t", topic, "-p", "0", "-K:", "-H", "h1=v1", "-H", "h2=two words", "-z", codec,
+        broker.bootstrap,
+        "-P",
+        "-t",
+        topic,
+        "-p",
+        "0",
+        "-K:",
+        "-H",
+        "h1=v1",
+        "-H",
+        "h2=two words",
+        "-z",
+        codec,
         input=("\n".join(lines) + "\n").encode(),
     )
     out = kcat(broker.bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%k %s %h %o %p\n").stdout.decode()
@@ -45,7 +57,9 @@ def test_produce_keys_headers_codec_and_consume_formats(broker, topic, codec):
     # And what kcat wrote is what another client reads back (codec decoded by librdkafka in
     # confluent-kafka as well).
     rows = read_all(broker.bootstrap, topic)
-    assert [(r[1], r[2], r[3]) for r in rows] == [(i, f"key{i}".encode(), f"value-{codec}-{i}".encode()) for i in range(50)]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        (i, f"key{i}".encode(), f"value-{codec}-{i}".encode()) for i in range(50)
+    ]
 
 
 def test_consume_from_offset_and_end(broker, topic):
@@ -85,7 +99,15 @@ def test_consume_from_offset_and_end(broker, topic):
 def test_produce_to_explicit_partitions_and_consume_each(broker, topic):
     create_topic(broker.bootstrap, topic, partitions=3)
     for p in range(3):
-        kcat(broker.bootstrap, "-P", "-t", topic, "-p", str(p), input=b"".join(b"p%d-%d\n" % (p, i) for i in range(p + 2)))
+        kcat(
+            broker.bootstrap,
+            "-P",
+            "-t",
+            topic,
+            "-p",
+            str(p),
+            input=b"".join(b"p%d-%d\n" % (p, i) for i in range(p + 2)),
+        )
     for p in range(3):
         out = kcat(broker.bootstrap, "-C", "-t", topic, "-p", str(p), "-o", "beginning", "-e", "-f", "%p %o %s\n")
         assert out.stdout.decode().splitlines() == [f"{p} {i} p{p}-{i}" for i in range(p + 2)]
@@ -132,8 +154,21 @@ class _KcatMember:
         import threading
 
         self.proc = subprocess.Popen(
-            [KCAT, "-b", bootstrap, "-u", "-G", group, "-X", "topic.auto.offset.reset=earliest",
-             "-X", "heartbeat.interval.ms=300", "-f", "%p:%o:%s\n", topic],
+            [
+                KCAT,
+                "-b",
+                bootstrap,
+                "-u",
+                "-G",
+                group,
+                "-X",
+                "topic.auto.offset.reset=earliest",
+                "-X",
+                "heartbeat.interval.ms=300",
+                "-f",
+                "%p:%o:%s\n",
+                topic,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -141,7 +176,9 @@ class _KcatMember:
         self.records: list[str] = []
         self.log: list[str] = []
         for stream, sink in ((self.proc.stdout, self.records), (self.proc.stderr, self.log)):
-            threading.Thread(target=lambda st=stream, si=sink: [si.append(line.rstrip("\n")) for line in st], daemon=True).start()
+            threading.Thread(
+                target=lambda st=stream, si=sink: [si.append(line.rstrip("\n")) for line in st], daemon=True
+            ).start()
 
     def assignment(self) -> set[int] | None:
         """The partitions of its latest "assigned:" log line (None before the first)."""
@@ -149,7 +186,9 @@ class _KcatMember:
         if not lines:
             return None
         # "... assigned: topic [0], topic [2]"
-        return {int(part.split("[")[1].rstrip("]")) for part in lines[-1].split("assigned:")[1].split(",") if "[" in part}
+        return {
+            int(part.split("[")[1].rstrip("]")) for part in lines[-1].split("assigned:")[1].split(",") if "[" in part
+        }
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -180,7 +219,15 @@ def test_two_balanced_kcat_consumers_split_partitions(broker, topic):
             time.sleep(0.1)
         # ... then records are produced, and each is read once.
         for p in range(4):
-            kcat(broker.bootstrap, "-P", "-t", topic, "-p", str(p), input=b"".join(b"r%d-%d\n" % (p, i) for i in range(10)))
+            kcat(
+                broker.bootstrap,
+                "-P",
+                "-t",
+                topic,
+                "-p",
+                str(p),
+                input=b"".join(b"r%d-%d\n" % (p, i) for i in range(10)),
+            )
         deadline = time.monotonic() + 30
         while sum(len(m.records) for m in members) < 40 and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -67,7 +67,11 @@ def assert_closed_by_broker(sock: socket.socket, timeout: float = 10.0) -> None:
 
 
 def api_versions_on(sock: socket.socket, correlation_id: int = 99) -> dict:
-    sock.sendall(encode_request(ApiKey.API_VERSIONS, 3, correlation_id, "raw", {"client_software_name": "t", "client_software_version": "1"}))
+    sock.sendall(
+        encode_request(
+            ApiKey.API_VERSIONS, 3, correlation_id, "raw", {"client_software_name": "t", "client_software_version": "1"}
+        )
+    )
     payload = recv_frame(sock)
     assert payload is not None, "connection closed"
     cid, body = decode_response(ApiKey.API_VERSIONS, 3, payload)
@@ -142,7 +146,9 @@ def test_garbage_bytes(broker, seed, framed):
 def test_garbage_in_a_well_sized_frame(broker):
     # Unknown API key.
     with connect(broker.bootstrap) as s:
-        payload = (999).to_bytes(2, "big") + (0).to_bytes(2, "big") + (5).to_bytes(4, "big") + b"\xff\xff" + b"junk" * 10
+        payload = (
+            (999).to_bytes(2, "big") + (0).to_bytes(2, "big") + (5).to_bytes(4, "big") + b"\xff\xff" + b"junk" * 10
+        )
         s.sendall(len(payload).to_bytes(4, "big") + payload)
         assert_closed_by_broker(s)
     # A known API whose body is garbage: a Metadata v9 with nonsense after the header.
@@ -162,7 +168,9 @@ def test_garbage_in_a_well_sized_frame(broker):
 
 def test_produce_v99_closes_connection(broker):
     with connect(broker.bootstrap) as s:
-        header = (0).to_bytes(2, "big") + (99).to_bytes(2, "big") + (11).to_bytes(4, "big") + (3).to_bytes(2, "big") + b"raw"
+        header = (
+            (0).to_bytes(2, "big") + (99).to_bytes(2, "big") + (11).to_bytes(4, "big") + (3).to_bytes(2, "big") + b"raw"
+        )
         payload = header + b"\x00" * 30
         s.sendall(len(payload).to_bytes(4, "big") + payload)
         assert_closed_by_broker(s)
@@ -184,7 +192,14 @@ def test_produce_below_v3_closes_connection(broker, canary, version):
 def test_api_versions_v99_answers_unsupported_version_in_v0(broker):
     with connect(broker.bootstrap) as s:
         # A v99 request: header v2 per KIP-511 clients, body unknown to us.
-        header = (18).to_bytes(2, "big") + (99).to_bytes(2, "big") + (21).to_bytes(4, "big") + (3).to_bytes(2, "big") + b"raw" + b"\x00"
+        header = (
+            (18).to_bytes(2, "big")
+            + (99).to_bytes(2, "big")
+            + (21).to_bytes(4, "big")
+            + (3).to_bytes(2, "big")
+            + b"raw"
+            + b"\x00"
+        )
         payload = header + b"\x02t\x021\x00"
         s.sendall(len(payload).to_bytes(4, "big") + payload)
         response = recv_frame(s)
@@ -274,7 +289,9 @@ def test_produce_with_cut_or_nonsense_records(broker, topic):
     with connect(broker.bootstrap) as s:
         for i, (name, records) in enumerate(cases.items()):
             r = _produce_raw(s, 9, _produce_body(topic, records), 100 + i)
-            assert r["error_code"] in (CORRUPT_MESSAGE, 87, 43), f"{name}: {r}"  # 87 INVALID_RECORD, 43 UNSUPPORTED_FOR_MESSAGE_FORMAT
+            assert r["error_code"] in (CORRUPT_MESSAGE, 87, 43), (
+                f"{name}: {r}"
+            )  # 87 INVALID_RECORD, 43 UNSUPPORTED_FOR_MESSAGE_FORMAT
             assert r["base_offset"] == -1, name
         api_versions_on(s)
     assert read_all(broker.bootstrap, topic) == []
@@ -381,7 +398,9 @@ def test_produce_acks_zero_to_unknown_partition_closes_connection(broker, topic)
 def test_pipelined_requests_answered_in_order(broker):
     """Several requests written at once get their responses in order, each with its id."""
     frames = b"".join(
-        encode_request(ApiKey.API_VERSIONS, 3, cid, "raw", {"client_software_name": "t", "client_software_version": "1"})
+        encode_request(
+            ApiKey.API_VERSIONS, 3, cid, "raw", {"client_software_name": "t", "client_software_version": "1"}
+        )
         for cid in range(10, 30)
     )
     with connect(broker.bootstrap) as s:

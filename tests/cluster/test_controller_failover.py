@@ -42,7 +42,9 @@ def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
     return asyncio.run(go())
 
 
-def create_topic(cluster: LocalCluster, via: int, name: str, partitions: int, rf: int, configs: dict | None = None) -> None:
+def create_topic(
+    cluster: LocalCluster, via: int, name: str, partitions: int, rf: int, configs: dict | None = None
+) -> None:
     r = httpx.post(
         f"{cluster.http_url(via)}/topics",
         json={"name": name, "partitions": partitions, "replication_factor": rf, "configs": configs or {}},
@@ -78,7 +80,9 @@ def test_paused_controller_is_replaced_and_its_stale_commands_change_nothing(clu
     )
     cluster.resume(old)
     # The old controller learns it lost its session, re-registers and follows the new one.
-    cluster.wait_for(lambda s: len(s["brokers"]) == 3 and s["controller"]["epoch"] == new_epoch, timeout=60, exclude=(old,))
+    cluster.wait_for(
+        lambda s: len(s["brokers"]) == 3 and s["controller"]["epoch"] == new_epoch, timeout=60, exclude=(old,)
+    )
     via_old = cluster.wait_for(lambda s: s["controller"]["broker_id"] != old, timeout=30, exclude=others)
     assert via_old["controller"]["epoch"] == new_epoch
 
@@ -183,12 +187,18 @@ def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path
         create_topic(cluster, other, "admin", 2, 3)
         # Adding partitions and changing configs on a broker that is not the controller.
         r = httpx.patch(
-            f"{cluster.http_url(other)}/topics/admin", json={"partitions": 3, "configs": {"retention.ms": "60000"}}, timeout=30
+            f"{cluster.http_url(other)}/topics/admin",
+            json={"partitions": 3, "configs": {"retention.ms": "60000"}},
+            timeout=30,
         )
         assert r.status_code == 200, r.text
-        state = cluster.wait_for(lambda s: sum(p["topic"] == "admin" and p["leader"] >= 0 for p in s["partitions"]) == 3)
+        state = cluster.wait_for(
+            lambda s: sum(p["topic"] == "admin" and p["leader"] >= 0 for p in s["partitions"]) == 3
+        )
         assert _p(state, "admin", 2)["replicas"] == [3, 1, 2], "partition i leads on broker i % n"
-        assert httpx.get(f"{cluster.http_url(controller)}/topics/admin", timeout=10).json()["configs"] == {"retention.ms": "60000"}
+        assert httpx.get(f"{cluster.http_url(controller)}/topics/admin", timeout=10).json()["configs"] == {
+            "retention.ms": "60000"
+        }
 
         # The preferred leader of partition 0 (its first replica) comes back after a restart.
         preferred = _p(cluster.status(), "admin", 0)["replicas"][0]
@@ -202,8 +212,14 @@ def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path
         other = next(b for b in cluster.brokers if b != controller)
         assert httpx.delete(f"{cluster.http_url(other)}/topics/admin", timeout=30).status_code == 204
         cluster.wait_for(lambda s: not any(p["topic"] == "admin" for p in s["partitions"]))
+
         def leftovers() -> list[str]:
-            return [f"broker {i}: admin-{p}" for i, b in cluster.brokers.items() for p in range(3) if (b.log_dir / f"admin-{p}").exists()]
+            return [
+                f"broker {i}: admin-{p}"
+                for i, b in cluster.brokers.items()
+                for p in range(3)
+                if (b.log_dir / f"admin-{p}").exists()
+            ]
 
         deadline = time.monotonic() + 30
         while leftovers() and time.monotonic() < deadline:

@@ -36,17 +36,19 @@ def cluster(tmp_path: Path, zk_connect: str):
         yield c
 
 
-def create_topic(cluster: LocalCluster, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None) -> None:
+def create_topic(
+    cluster: LocalCluster, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None
+) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for future in admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})]).values():
         future.result(30)
-    cluster.wait_for(
-        lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions
-    )
+    cluster.wait_for(lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions)
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> dict[int, list[bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False}
+    )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     out: dict[int, list[bytes]] = defaultdict(list)
     deadline = time.monotonic() + timeout
@@ -152,7 +154,9 @@ def test_every_acknowledged_record_survives_hard_kills(cluster: LocalCluster) ->
     for partition, values in acked.items():
         got = [int(v) for v in read[partition]]
         assert len(got) == len(set(got)), f"partition {partition}: duplicates"
-        assert set(values) <= set(got), f"partition {partition}: {len(set(values) - set(got))} acknowledged records lost"
+        assert set(values) <= set(got), (
+            f"partition {partition}: {len(set(values) - set(got))} acknowledged records lost"
+        )
         assert got == sorted(got), f"partition {partition}: out of order"
 
 
@@ -196,7 +200,11 @@ def test_committed_record_survives_follower_restart_then_leader_loss(cluster: Lo
     cluster.wait_for(lambda s: _p(s, "story-a")["isr"] == [leader, follower] or len(_p(s, "story-a")["isr"]) == 2)
     cluster.kill(leader)
     cluster.wait_for(lambda s: _p(s, "story-a")["leader"] == follower, exclude=(leader,))
-    records = serving_get(f"{cluster.http_url(follower)}/topics/story-a/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2})
+    records = serving_get(
+        f"{cluster.http_url(follower)}/topics/story-a/partitions/0/records",
+        params={"offset": 0},
+        headers={"accept": JSON_V2},
+    )
     assert [r["value"] for r in records] == ["m1", "m2"]
 
 
@@ -228,7 +236,11 @@ def test_divergent_logs_end_identical_after_the_old_leader_returns(cluster: Loca
         segment = next((cluster.brokers[broker_id].log_dir / "story-b-0").glob("*.log"))
         logs[broker_id] = segment.read_bytes()
     assert logs[leader] == logs[follower], "the old leader truncated its divergent tail and re-fetched"
-    records = serving_get(f"{cluster.http_url(follower)}/topics/story-b/partitions/0/records", params={"offset": 0}, headers={"accept": JSON_V2})
+    records = serving_get(
+        f"{cluster.http_url(follower)}/topics/story-b/partitions/0/records",
+        params={"offset": 0},
+        headers={"accept": JSON_V2},
+    )
     assert [r["value"] for r in records] == ["committed", "new-leader"]
 
 
@@ -292,7 +304,8 @@ def test_a_group_survives_the_loss_of_its_coordinator(cluster: LocalCluster) -> 
     coordinator = _p(cluster.status(), "__consumer_offsets", offsets_partition)["leader"]
     cluster.kill(coordinator)
     cluster.wait_for(
-        lambda s: _p(s, "__consumer_offsets", offsets_partition)["leader"] not in (-1, coordinator), exclude=(coordinator,)
+        lambda s: _p(s, "__consumer_offsets", offsets_partition)["leader"] not in (-1, coordinator),
+        exclude=(coordinator,),
     )
     rest = consume(150)
     assert sorted(first + rest) == list(range(300)), "the committed offsets moved with the partition's leader"

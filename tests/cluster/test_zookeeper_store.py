@@ -114,7 +114,9 @@ def test_controller_election_and_epochs(make_store) -> None:
 
 def test_topic_znodes_have_kafka_formats(make_store) -> None:
     store = make_store()
-    topic = TopicDescription("events", "3f0c6c8e-0000-4000-8000-000000000001", {0: (1, 2), 1: (2, 1)}, {"retention.ms": "1000"})
+    topic = TopicDescription(
+        "events", "3f0c6c8e-0000-4000-8000-000000000001", {0: (1, 2), 1: (2, 1)}, {"retention.ms": "1000"}
+    )
     states = {0: PartitionState(1, 0, (1, 2), 7), 1: PartitionState(2, 0, (2,), 7)}
     store.create_topic(topic, states)
 
@@ -187,7 +189,9 @@ def test_deletion_requests_and_topic_watches(make_store) -> None:
         admin.request_topic_deletion("t")
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
-    admin.create_topic(TopicDescription("t", "id", {0: (1,)}, {"retention.ms": "5"}), {0: PartitionState(1, 0, (1,), 1)})
+    admin.create_topic(
+        TopicDescription("t", "id", {0: (1,)}, {"retention.ms": "5"}), {0: PartitionState(1, 0, (1,), 1)}
+    )
     admin.create_topic(TopicDescription("u", "id2", {0: (1,)}), {0: PartitionState(1, 0, (1,), 1)})
     topics.wait_last({"t", "u"})
     admin.request_topic_deletion("t")
@@ -250,8 +254,10 @@ def expire_session(store: ZooKeeperMetadataStore, connect: str) -> int:
     intruder.start()
     intruder.stop()
     intruder.close()
-    wait_for(lambda: store.client.connected and store.client.client_id and store.client.client_id[0] != old[0],
-             what="a new session")
+    wait_for(
+        lambda: store.client.connected and store.client.client_id and store.client.client_id[0] != old[0],
+        what="a new session",
+    )
     return old[0]
 
 
@@ -406,7 +412,9 @@ def test_a_paused_broker_loses_its_session_and_comes_back(make_store, zk_connect
     observer = make_store()
     seen = Recorder()
     observer.watch_brokers(seen)
-    proc = subprocess.Popen([sys.executable, "-c", PAUSED_BROKER, zk_connect, "1500"], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_BROKER, zk_connect, "1500"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "registered"
         seen.wait_last({5})

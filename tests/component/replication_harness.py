@@ -162,7 +162,9 @@ class Cluster:
         return client
 
 
-async def produce(client: KafkaClient, topic: str, values: list[bytes], acks: int = -1, timeout_ms: int = 5000) -> dict[str, Any]:
+async def produce(
+    client: KafkaClient, topic: str, values: list[bytes], acks: int = -1, timeout_ms: int = 5000
+) -> dict[str, Any]:
     """One Produce request with one batch; the partition's response."""
     batch = encode_batch([(None, v, (), None) for v in values], int(time.time() * 1000))
     body = {

@@ -107,7 +107,9 @@ def test_null_keys_stick_to_one_partition_per_request(client: TestClient) -> Non
 
 def test_explicit_partition_and_fetch_from_middle(client: TestClient) -> None:
     create(client, "p", 2)
-    r = client.post("/topics/p/partitions/1", json={"records": [{"value": i} for i in range(10)]}, headers={"content-type": JSON_V2})
+    r = client.post(
+        "/topics/p/partitions/1", json={"records": [{"value": i} for i in range(10)]}, headers={"content-type": JSON_V2}
+    )
     assert {o["partition"] for o in r.json()["offsets"]} == {1}
     produce_json(client, "p", [{"value": 99, "partition": 0}])
     assert [g["value"] for g in fetch(client, "p", 1, 7, JSON_V2)] == [7, 8, 9]
@@ -161,8 +163,16 @@ def test_alter_and_delete_topic(client: TestClient) -> None:
         (lambda c: produce_json(c, "t", [{"value": 1, "partition": 5}]), 404, "UNKNOWN_TOPIC_OR_PARTITION"),
         (lambda c: c.post("/topics/t", content=b"{not json", headers={"content-type": JSON_V2}), 400, None),
         (lambda c: c.post("/topics/t", json={"recs": []}, headers={"content-type": JSON_V2}), 422, None),
-        (lambda c: c.post("/topics/t", json={"records": [{"value": "%%%"}]}, headers={"content-type": BINARY_V2}), 422, None),
-        (lambda c: c.post("/topics/t", json={"records": [{"value": 1}]}, headers={"content-type": "text/plain"}), 415, None),
+        (
+            lambda c: c.post("/topics/t", json={"records": [{"value": "%%%"}]}, headers={"content-type": BINARY_V2}),
+            422,
+            None,
+        ),
+        (
+            lambda c: c.post("/topics/t", json={"records": [{"value": 1}]}, headers={"content-type": "text/plain"}),
+            415,
+            None,
+        ),
         (lambda c: produce_json(c, "t", [{"value": "x" * 2_000_000}]), 413, "MESSAGE_TOO_LARGE"),
         (lambda c: produce_json(c, "t", [{"value": 1}], acks="2"), 422, None),
         (lambda c: c.get("/topics/t/partitions/0/records", params={"offset": 99}), 416, "OFFSET_OUT_OF_RANGE"),

@@ -89,7 +89,9 @@ async def test_follower_fetch_protocol(cluster: Cluster) -> None:
     assert values_of((await fetch(leader, T))["records"]) == [b"a"]
 
     # A waiting follower fetch wakes when the leader's log grows (not only its HW).
-    waiting = asyncio.create_task(fetch(follower, T, 1, replica_id=2, current_leader_epoch=0, max_wait_ms=3000, min_bytes=1))
+    waiting = asyncio.create_task(
+        fetch(follower, T, 1, replica_id=2, current_leader_epoch=0, max_wait_ms=3000, min_bytes=1)
+    )
     await asyncio.sleep(0.1)
     assert not waiting.done()
     loop = asyncio.get_running_loop()
@@ -229,9 +231,13 @@ async def test_restarted_old_leader_truncates_its_divergent_tail(cluster: Cluste
     assert (await produce(cluster.client(b), T, [b"m3"], acks=1))["base_offset"] == 1
     await cluster.start_node(a)
     cluster.leader_and_isr(T, send_to=(a,))
-    await until(lambda: cluster.nodes[a].log_manager.get_log(T, 0).log_end_offset == 2
-                and cluster.nodes[a].rm.fetcher_manager.fetch_state((T, 0)).state == "fetching",
-                what="A truncated and caught up")
+    await until(
+        lambda: (
+            cluster.nodes[a].log_manager.get_log(T, 0).log_end_offset == 2
+            and cluster.nodes[a].rm.fetcher_manager.fetch_state((T, 0)).state == "fetching"
+        ),
+        what="A truncated and caught up",
+    )
     await until(lambda: cluster.nodes[a].log_bytes(T) == cluster.nodes[b].log_bytes(T), what="identical logs")
     assert values_of(cluster.nodes[a].log_bytes(T)) == [b"m1", b"m3"]
     assert epochs(cluster.nodes[a]) == epochs(cluster.nodes[b]) == [(0, 0), (1, 1)]
@@ -267,7 +273,9 @@ async def test_leader_change_old_leader_follows_and_truncates(cluster: Cluster) 
     r = await produce(new, T, [b"m3"])
     assert r["error_code"] == 0 and r["base_offset"] == 2
     for n in (1, 3):
-        await until(lambda n=n: cluster.nodes[n].log_bytes(T) == cluster.nodes[2].log_bytes(T), what=f"broker {n} caught up")
+        await until(
+            lambda n=n: cluster.nodes[n].log_bytes(T) == cluster.nodes[2].log_bytes(T), what=f"broker {n} caught up"
+        )
     assert values_of(cluster.nodes[1].log_bytes(T)) == [b"m1", b"m2", b"m3"]
     assert epochs(cluster.nodes[1]) == [(0, 0), (1, 2)]
     await until(lambda: set(cluster.states[(T, 0)].isr) == {1, 2, 3}, what="old leader back in the ISR")

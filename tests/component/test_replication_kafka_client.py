@@ -26,7 +26,9 @@ def test_concurrent_requests_share_one_connection_and_reconnect() -> None:
         server = await serve()
         client = KafkaClient("127.0.0.1", server.port)
         try:
-            answers = await asyncio.gather(*(client.request(ApiKey.API_VERSIONS, v, API_VERSIONS) for v in (0, 1, 2, 3) * 5))
+            answers = await asyncio.gather(
+                *(client.request(ApiKey.API_VERSIONS, v, API_VERSIONS) for v in (0, 1, 2, 3) * 5)
+            )
             assert all(a["error_code"] == 0 and a["api_keys"] for a in answers)
             port = server.port
             await server.stop()

@@ -19,7 +19,9 @@ def loglake(broker: BrokerProcess, *args: str, stdin: bytes = b"") -> subprocess
 
 def test_topics_produce_consume(broker_process: BrokerProcess) -> None:
     broker_process.start()
-    r = loglake(broker_process, "topics", "create", "--topic", "cli", "--partitions", "2", "--config", "retention.ms=60000")
+    r = loglake(
+        broker_process, "topics", "create", "--topic", "cli", "--partitions", "2", "--config", "retention.ms=60000"
+    )
     assert r.returncode == 0, r.stderr
     assert loglake(broker_process, "topics", "list").stdout.decode().split() == ["cli"]
     described = loglake(broker_process, "topics", "describe", "--topic", "cli").stdout.decode()

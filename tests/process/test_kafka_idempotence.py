@@ -62,7 +62,9 @@ def produce(conn: KafkaConnection, topic: str, batch: bytes) -> dict:
 
 def batch(producer_id: int, epoch: int, sequence: int, n: int, tag: str) -> bytes:
     rows = [(None, f"{tag}-{i}".encode(), [], None) for i in range(n)]
-    return encode_batch(rows, int(time.time() * 1000), producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+    return encode_batch(
+        rows, int(time.time() * 1000), producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence
+    )
 
 
 @pytest.mark.timeout(120)
@@ -73,7 +75,11 @@ def test_retries_keep_their_offsets_gaps_are_refused_and_state_survives_restart(
         conn.call(
             ApiKey.CREATE_TOPICS,
             4,
-            {"topics": [{"name": "idem", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}]},
+            {
+                "topics": [
+                    {"name": "idem", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+                ]
+            },
         )
         init = conn.call(ApiKey.INIT_PRODUCER_ID, 2, {"transactional_id": None, "transaction_timeout_ms": 60000})
         assert init["error_code"] == 0

@@ -18,7 +18,9 @@ def test_topic_overrides_fall_back_to_broker_names() -> None:
     broker = BrokerConfig.from_properties({"log.segment.bytes": "2048", "log.retention.hours": "1"})
     assert broker.log_defaults.segment_bytes == 2048
     assert broker.log_defaults.retention_ms == 3600_000
-    topic = LogConfig.from_properties({"segment.bytes": "4096", "cleanup.policy": "compact,delete"}, broker.log_defaults)
+    topic = LogConfig.from_properties(
+        {"segment.bytes": "4096", "cleanup.policy": "compact,delete"}, broker.log_defaults
+    )
     assert topic.segment_bytes == 4096
     assert topic.retention_ms == 3600_000
     assert topic.compact and topic.delete

@@ -52,9 +52,15 @@ def test_create_topic_assigns_and_tells_brokers(tmp_path: Path) -> None:
     topic = controller.create_topic("events", 3, 2, {"retention.ms": "1000"})
     assert topic.assignment == {0: (1, 2), 1: (2, 3), 2: (3, 1)}
     states = store.partition_states("events")
-    assert states[0] == PartitionState(leader=1, leader_epoch=0, isr=(1, 2), controller_epoch=controller.epoch, version=0)
+    assert states[0] == PartitionState(
+        leader=1, leader_epoch=0, isr=(1, 2), controller_epoch=controller.epoch, version=0
+    )
     told = {b: [(e.topic, e.partition) for e in entries] for b, _, entries in channel.leader_and_isr}
-    assert told == {1: [("events", 0), ("events", 2)], 2: [("events", 0), ("events", 1)], 3: [("events", 1), ("events", 2)]}
+    assert told == {
+        1: [("events", 0), ("events", 2)],
+        2: [("events", 0), ("events", 1)],
+        3: [("events", 1), ("events", 2)],
+    }
     assert channel.update_metadata[-1] == controller.epoch
 
 

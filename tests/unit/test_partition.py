@@ -121,7 +121,9 @@ def test_new_leader_forgets_follower_leos(log: Log) -> None:
 
 def test_hw_change_callback(log: Log) -> None:
     seen = []
-    p = Partition("t", 0, "id", log, broker_id=1, on_high_watermark_change=lambda part: seen.append(part.high_watermark))
+    p = Partition(
+        "t", 0, "id", log, broker_id=1, on_high_watermark_change=lambda part: seen.append(part.high_watermark)
+    )
     p.make_leader(state(1, 0, (1, 2)), (1, 2), now_ms=0)
     append(p, 2)
     assert seen == []

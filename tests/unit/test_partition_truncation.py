@@ -44,7 +44,9 @@ class LeaderStub:
                 assert p["current_leader_epoch"] == self.leader_epoch
                 self.asked.append(p["leader_epoch"])
                 epoch, end = self.log.end_offset_for_epoch(p["leader_epoch"])
-                parts.append({"partition": p["partition"], "error_code": self.error, "leader_epoch": epoch, "end_offset": end})
+                parts.append(
+                    {"partition": p["partition"], "error_code": self.error, "leader_epoch": epoch, "end_offset": end}
+                )
             topics.append({"topic": t["topic"], "partitions": parts})
         return {"topics": topics}
 

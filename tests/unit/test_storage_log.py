@@ -69,7 +69,10 @@ def test_append_assigns_offsets_and_stamps_the_leader_epoch(tmp_path: Path) -> N
     assert log.log_end_offset == 10
     data = log.read(0, 10**6).read_bytes()
     assert [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in headers_of(data)] == [
-        (0, 2, 7), (3, 3, 7), (4, 7, 7), (8, 9, 7)
+        (0, 2, 7),
+        (3, 3, 7),
+        (4, 7, 7),
+        (8, 9, 7),
     ]
     assert [offset for offset, _, _ in records_of(data)] == list(range(10))
     assert data[: len(first)] == stamped(first, 0, 7)  # only the offset and epoch changed

@@ -72,9 +72,7 @@ def append_sequence(
     log: Log, batches: int, producer_id: int = PID, epoch: int = 0, count: int = 2
 ) -> list[LogAppendInfo]:
     """`batches` in-sequence batches of `count` records from sequence 0."""
-    return [
-        log.append_as_leader(batch(producer_id, epoch, i * count, count), leader_epoch=0) for i in range(batches)
-    ]
+    return [log.append_as_leader(batch(producer_id, epoch, i * count, count), leader_epoch=0) for i in range(batches)]
 
 
 def all_batches(log: Log) -> bytes:

@@ -178,4 +178,3 @@ ProducerStateMachine.TestCase.settings = settings(
     max_examples=40, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_producer_state_against_model = ProducerStateMachine.TestCase
-

@@ -82,7 +82,10 @@ def test_translate_offset_finds_the_batch_holding_each_offset(tmp_path: Path) ->
         for offset in range(w.offset, w.last_offset + 1):
             found = segment.translate_offset(offset)
             assert (found.position, found.size, found.base_offset, found.last_offset) == (
-                w.position, len(w.data), w.offset, w.last_offset
+                w.position,
+                len(w.data),
+                w.offset,
+                w.last_offset,
             )
     assert segment.translate_offset(BASE - 5).position == 0
     assert segment.translate_offset(written[-1].last_offset + 1) is None

@@ -246,7 +246,8 @@ class Partition:
             if required_acks == ACKS_ALL and len(self.isr) < min_isr:
                 raise KafkaError(
                     ErrorCode.NOT_ENOUGH_REPLICAS,
-                    f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas; min.insync.replicas is {min_isr}",
+                    f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas; "
+                    f"min.insync.replicas is {min_isr}",
                 )
             info = self.log.append_as_leader(records, self.leader_epoch)
             self._maybe_increment_high_watermark()
@@ -271,11 +272,7 @@ class Partition:
                 )
             follower.update_fetch_state(fetch_offset, now_ms, self.log.log_end_offset)
             self._maybe_increment_high_watermark()
-            return (
-                replica_id not in self.isr
-                and not self.isr_update_in_flight
-                and self._is_follower_in_sync(follower)
-            )
+            return replica_id not in self.isr and not self.isr_update_in_flight and self._is_follower_in_sync(follower)
 
     def _is_follower_in_sync(self, follower: ReplicaState) -> bool:
         start = self.leader_epoch_start_offset
@@ -296,7 +293,10 @@ class Partition:
                 follower = self._followers.get(r)
                 if follower is None:
                     out.add(r)
-                elif follower.log_end_offset != leo and now_ms - follower.last_caught_up_time_ms > replica_lag_time_max_ms:
+                elif (
+                    follower.log_end_offset != leo
+                    and now_ms - follower.last_caught_up_time_ms > replica_lag_time_max_ms
+                ):
                     out.add(r)
             if not out:
                 return None
@@ -414,8 +414,8 @@ class Partition:
             if target < 0 or target > self._high_watermark:
                 raise KafkaError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,
-                    f"cannot delete {self.topic}-{self.partition} up to {offset}: the high watermark is {self._high_watermark}",
+                    f"cannot delete {self.topic}-{self.partition} up to {offset}: "
+                    f"the high watermark is {self._high_watermark}",
                 )
             self.log.increment_log_start_offset(target)
             return self.log.log_start_offset
-

@@ -383,9 +383,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                     # Ours: registered again, or a create whose reply was lost.
                     self._client.set(path, broker_document(endpoint))
                     break
-                log.warning(
-                    "%s exists, owned by session %#x; waiting for it to expire", path, stat.ephemeralOwner
-                )
+                log.warning("%s exists, owned by session %#x; waiting for it to expire", path, stat.ephemeralOwner)
                 if self._client.exists(path, watch=self._on_registration_event) is None:
                     continue
                 return False
@@ -649,7 +647,9 @@ class ZooKeeperMetadataStore(MetadataStore):
                 start, version = int(json.loads(raw)["block_end"]) + 1, stat.version
             except NoNodeError:
                 start, version = 0, None
-            doc = _dumps({"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(start + size - 1)})
+            doc = _dumps(
+                {"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(start + size - 1)}
+            )
             try:
                 if version is None:
                     self._client.create(PRODUCER_ID_BLOCK, doc)

@@ -159,11 +159,7 @@ def decode_subscription(data: bytes) -> Subscription:
 def encode_assignment(assignment: Assignment, version: int = 0) -> bytes:
     # Versions 1-3 only changed what the client does with it, not the bytes.
     _check_version(version, _ASSIGNMENT_MAX_VERSION)
-    return (
-        struct.pack(">h", version)
-        + _topic_partitions(assignment.partitions)
-        + _nullable_bytes(assignment.user_data)
-    )
+    return struct.pack(">h", version) + _topic_partitions(assignment.partitions) + _nullable_bytes(assignment.user_data)
 
 
 def decode_assignment(data: bytes) -> Assignment:

@@ -178,9 +178,7 @@ class GroupCoordinator:
     `clock` returns seconds (like time.time); timestamps are in ms from it.
     """
 
-    def __init__(
-        self, config: GroupConfig, offsets_log: OffsetsLog, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, config: GroupConfig, offsets_log: OffsetsLog, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._log = offsets_log
         self._clock = clock
@@ -292,9 +290,7 @@ class GroupCoordinator:
         if group_instance_id is not None:
             return JoinResult(ErrorCode.UNSUPPORTED_VERSION, member_id=member_id)  # no static membership
         if not (
-            self._config.group_min_session_timeout_ms
-            <= session_timeout_ms
-            <= self._config.group_max_session_timeout_ms
+            self._config.group_min_session_timeout_ms <= session_timeout_ms <= self._config.group_max_session_timeout_ms
         ):
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
         protocols = [(name, bytes(metadata)) for name, metadata in protocols]
@@ -732,8 +728,7 @@ class GroupCoordinator:
         if group.leader_id == member.member_id and group.protocol_name is not None:
             protocol = group.protocol_name
             members = tuple(
-                JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(protocol))
-                for m in group.members.values()
+                JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(protocol)) for m in group.members.values()
             )
         return JoinResult(
             ErrorCode.NONE,

@@ -21,9 +21,7 @@ _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     GroupState.DEAD: frozenset(GroupState),
     GroupState.COMPLETING_REBALANCE: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.STABLE: frozenset({GroupState.COMPLETING_REBALANCE}),
-    GroupState.PREPARING_REBALANCE: frozenset(
-        {GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}
-    ),
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}),
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
 }
 

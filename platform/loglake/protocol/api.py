@@ -31,9 +31,7 @@ def parse_versions(spec: str | None) -> VersionRange | None:
     return int(lo), int(hi or lo)
 
 
-_NAMES = {
-    spec["apiKey"]: name.removesuffix("Request") for name, spec in MESSAGES.items() if spec["type"] == "request"
-}
+_NAMES = {spec["apiKey"]: name.removesuffix("Request") for name, spec in MESSAGES.items() if spec["type"] == "request"}
 
 
 def _request_spec(api_key: int) -> dict:

@@ -30,11 +30,30 @@ __all__ = ["MessageCodec", "codec", "request_codec", "response_codec", "decode",
 DecodeStep = Callable[[Buffer, int, dict], int]
 EncodeStep = Callable[[list, dict], None]
 
-_FIXED_CODES = {"int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q", "float64": "d",
-                "bool": "?"}
-_TYPE_DEFAULTS: dict[str, Any] = {"int8": 0, "int16": 0, "uint16": 0, "int32": 0, "uint32": 0, "int64": 0,
-                                  "float64": 0.0, "bool": False, "string": "", "bytes": b"", "records": None,
-                                  "uuid": t.ZERO_UUID}
+_FIXED_CODES = {
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+    "bool": "?",
+}
+_TYPE_DEFAULTS: dict[str, Any] = {
+    "int8": 0,
+    "int16": 0,
+    "uint16": 0,
+    "int32": 0,
+    "uint32": 0,
+    "int64": 0,
+    "float64": 0.0,
+    "bool": False,
+    "string": "",
+    "bytes": b"",
+    "records": None,
+    "uuid": t.ZERO_UUID,
+}
 # (type, compact, nullable) -> (reader, writer) for the variable-width primitives.
 _VARIABLE: dict[tuple[str, bool, bool], tuple[Reader, Writer]] = {
     ("string", False, False): (t.read_string, t.write_string),

@@ -96,7 +96,16 @@ def _encode_records(rows: Sequence[RecordRow], timestamps: list[int], base_times
         ts_head = small[delta] if 0 <= delta < limit else encode_varint(delta)
         offset_head = small[i] if i < limit else encode_varint(i)
         header_part = _encode_headers(headers) if headers else _ZERO
-        size = 1 + len(ts_head) + len(offset_head) + len(key_head) + key_len + len(value_head) + value_len + len(header_part)
+        size = (
+            1
+            + len(ts_head)
+            + len(offset_head)
+            + len(key_head)
+            + key_len
+            + len(value_head)
+            + value_len
+            + len(header_part)
+        )
         extend(
             (
                 small[size] if size < limit else encode_varint(size),
@@ -212,7 +221,9 @@ def _decode_records(header: RecordBatchHeader, data: bytes | memoryview) -> list
     return records
 
 
-def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True) -> tuple[RecordBatchHeader, list[Record]]:
+def decode_batch(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, verify_crc: bool = True
+) -> tuple[RecordBatchHeader, list[Record]]:
     """The batch at `pos` with its records; raises CORRUPT_MESSAGE on any inconsistency."""
     if verify_crc:
         header = validate_batch(buf, pos)
@@ -258,7 +269,9 @@ def encode_batches(rows: Sequence[RecordRow], now_ms: int, max_batch_bytes: int)
             f"a record batch of one record takes {len(batch)} bytes, over max.message.bytes={max_batch_bytes}",
         )
     middle = len(rows) // 2
-    return encode_batches(rows[:middle], now_ms, max_batch_bytes) + encode_batches(rows[middle:], now_ms, max_batch_bytes)
+    return encode_batches(rows[:middle], now_ms, max_batch_bytes) + encode_batches(
+        rows[middle:], now_ms, max_batch_bytes
+    )
 
 
 def validate_client_records(buf: bytes | bytearray | memoryview) -> None:

@@ -102,5 +102,7 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
         if codec == CompressionType.ZSTD:
             return bytes(cramjam.zstd.decompress(data))
     except (cramjam.DecompressionError, ValueError) as exc:
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress {CompressionType(codec).name} records: {exc}") from None
+        raise KafkaError(
+            ErrorCode.CORRUPT_MESSAGE, f"cannot decompress {CompressionType(codec).name} records: {exc}"
+        ) from None
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"unknown compression codec {codec}")

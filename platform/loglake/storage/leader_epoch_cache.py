@@ -124,4 +124,3 @@ class LeaderEpochFileCache:
     def _store(self, entries: list[EpochEntry]) -> None:
         self._file.write((e.epoch, e.start_offset) for e in entries)
         self._entries = entries
-

@@ -239,9 +239,7 @@ class Log:
 
     # Appending ---------------------------------------------------------------------------
 
-    def append_as_leader(
-        self, records: Bytes, leader_epoch: int, now_ms: int | None = None
-    ) -> LogAppendInfo:
+    def append_as_leader(self, records: Bytes, leader_epoch: int, now_ms: int | None = None) -> LogAppendInfo:
         """Validate, assign offsets to and append one request's batches (all or nothing).
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
@@ -730,9 +728,7 @@ def _validate(view: memoryview, config: LogConfig, for_leader: bool) -> list[tup
     position = 0
     while position < len(view):
         if peek_batch_size(view, position) is None:
-            raise KafkaError(
-                ErrorCode.CORRUPT_MESSAGE, f"{len(view) - position} trailing bytes are not a record batch"
-            )
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{len(view) - position} trailing bytes are not a record batch")
         header = validate_batch(view, position)
         if for_leader:
             if header.size > config.max_message_bytes:

@@ -96,9 +96,7 @@ def test_range_javadoc_example() -> None:
 
 
 def test_range_uneven_and_partial_subscriptions() -> None:
-    result = RangeAssignor().assign(
-        {"t0": 5, "t1": 2}, subs(C2=("t0",), C0=("t0", "t1"), C1=("t0", "t1", "missing"))
-    )
+    result = RangeAssignor().assign({"t0": 5, "t1": 2}, subs(C2=("t0",), C0=("t0", "t1"), C1=("t0", "t1", "missing")))
     # t0: 5 partitions over C0, C1, C2 (sorted) -> 2, 2, 1; t1: 2 over C0, C1.
     assert result == {
         "C2": tps("t0p4"),

@@ -68,8 +68,15 @@ def test_group_metadata_value_v3_bytes() -> None:
     value = GroupMetadataValue("consumer", 3, "range", "m1", 1_234, (_member("m1"), _member("m2", "static-2")))
     data = encode_group_metadata_value(value)
     member1 = (
-        _s("m1") + struct.pack(">h", -1) + _s("client") + _s("/10.0.0.1") + struct.pack(">ii", 30_000, 10_000)
-        + struct.pack(">i", 4) + b"\x00sub" + struct.pack(">i", 4) + b"\x00asg"
+        _s("m1")
+        + struct.pack(">h", -1)
+        + _s("client")
+        + _s("/10.0.0.1")
+        + struct.pack(">ii", 30_000, 10_000)
+        + struct.pack(">i", 4)
+        + b"\x00sub"
+        + struct.pack(">i", 4)
+        + b"\x00asg"
     )
     head = struct.pack(">h", 3) + _s("consumer") + struct.pack(">i", 3) + _s("range") + _s("m1")
     assert data.startswith(head + struct.pack(">qi", 1_234, 2) + member1)
@@ -85,9 +92,20 @@ def test_empty_group_metadata_value_has_null_protocol_and_leader() -> None:
 
 def test_group_metadata_value_v0_uses_session_timeout_as_rebalance_timeout() -> None:
     data = (
-        struct.pack(">h", 0) + _s("consumer") + struct.pack(">i", 1) + _s("range") + _s("m1") + struct.pack(">i", 1)
-        + _s("m1") + _s("client") + _s("host") + struct.pack(">i", 10_000)
-        + struct.pack(">i", 1) + b"s" + struct.pack(">i", 1) + b"a"
+        struct.pack(">h", 0)
+        + _s("consumer")
+        + struct.pack(">i", 1)
+        + _s("range")
+        + _s("m1")
+        + struct.pack(">i", 1)
+        + _s("m1")
+        + _s("client")
+        + _s("host")
+        + struct.pack(">i", 10_000)
+        + struct.pack(">i", 1)
+        + b"s"
+        + struct.pack(">i", 1)
+        + b"a"
     )
     value = decode_group_metadata_value(data)
     assert value.current_state_timestamp == -1

@@ -20,8 +20,15 @@ INT_RANGES = {
     "uint32": (0, (1 << 32) - 1),
     "int64": (-(1 << 63), (1 << 63) - 1),
 }
-TYPE_DEFAULTS: dict[str, Any] = {"bool": False, "float64": 0.0, "string": "", "bytes": b"", "records": None,
-                                 "uuid": uuid.UUID(int=0), **{k: 0 for k in INT_RANGES}}
+TYPE_DEFAULTS: dict[str, Any] = {
+    "bool": False,
+    "float64": 0.0,
+    "string": "",
+    "bytes": b"",
+    "records": None,
+    "uuid": uuid.UUID(int=0),
+    **{k: 0 for k in INT_RANGES},
+}
 
 
 def contains(spec: str | None, version: int) -> bool:
@@ -69,8 +76,14 @@ class _Counter:
 
 def _scalar(ftype: str, default: Any, n: int) -> Any:
     if ftype in INT_RANGES:
-        value = {"int8": 7 + n % 50, "int16": 300 + n, "uint16": 40000 + n, "int32": 70000 + n,
-                 "uint32": 3_000_000_000 + n, "int64": (1 << 40) + n}[ftype]
+        value = {
+            "int8": 7 + n % 50,
+            "int16": 300 + n,
+            "uint16": 40000 + n,
+            "int32": 70000 + n,
+            "uint32": 3_000_000_000 + n,
+            "int64": (1 << 40) + n,
+        }[ftype]
         return value if value != default else value + 1
     if ftype == "bool":
         return not default
@@ -87,8 +100,9 @@ def _scalar(ftype: str, default: Any, n: int) -> Any:
     raise AssertionError(ftype)
 
 
-def representative(fields: tuple[dict, ...], version: int, flexible: bool, nulls: bool,
-                   counter: _Counter | None = None) -> dict:
+def representative(
+    fields: tuple[dict, ...], version: int, flexible: bool, nulls: bool, counter: _Counter | None = None
+) -> dict:
     """Every in-version field set to a non-default value (nulls=False), or with nullable
     fields null, arrays empty and tagged fields left out (nulls=True)."""
     counter = counter or _Counter()
@@ -150,8 +164,7 @@ def body_strategy(fields: tuple[dict, ...], version: int, flexible: bool) -> st.
             continue
         ftype = f["type"]
         if ftype.startswith("[]"):
-            element = (body_strategy(f["fields"], version, flexible) if "fields" in f
-                       else _scalar_strategy(ftype[2:]))
+            element = body_strategy(f["fields"], version, flexible) if "fields" in f else _scalar_strategy(ftype[2:])
             s = st.lists(element, max_size=3)
         elif "fields" in f:
             s = body_strategy(f["fields"], version, flexible)

@@ -35,21 +35,24 @@ from loglake.protocol import (
 from loglake.protocol.messages import MESSAGES
 
 
-@pytest.mark.parametrize("api_key,version,request_v,response_v", [
-    (ApiKey.API_VERSIONS, 2, 1, 0),
-    (ApiKey.API_VERSIONS, 3, 2, 0),  # flexible, yet the response header stays v0
-    (ApiKey.API_VERSIONS, 99, 2, 0),  # newer than the specs: still parsed as flexible
-    (ApiKey.METADATA, 8, 1, 0),
-    (ApiKey.METADATA, 9, 2, 1),
-    (ApiKey.PRODUCE, 9, 2, 1),
-    (ApiKey.FETCH, 11, 1, 0),
-    (ApiKey.FETCH, 12, 2, 1),
-    (ApiKey.CREATE_TOPICS, 5, 2, 1),
-    (ApiKey.CONTROLLED_SHUTDOWN, 0, 0, 0),  # the one user of request header v0
-    (ApiKey.CONTROLLED_SHUTDOWN, 1, 1, 0),
-    (ApiKey.SASL_HANDSHAKE, 1, 1, 0),  # never flexible
-    (9999, 0, 1, 0),  # unknown: header v1, so the correlation id can still be read
-])
+@pytest.mark.parametrize(
+    "api_key,version,request_v,response_v",
+    [
+        (ApiKey.API_VERSIONS, 2, 1, 0),
+        (ApiKey.API_VERSIONS, 3, 2, 0),  # flexible, yet the response header stays v0
+        (ApiKey.API_VERSIONS, 99, 2, 0),  # newer than the specs: still parsed as flexible
+        (ApiKey.METADATA, 8, 1, 0),
+        (ApiKey.METADATA, 9, 2, 1),
+        (ApiKey.PRODUCE, 9, 2, 1),
+        (ApiKey.FETCH, 11, 1, 0),
+        (ApiKey.FETCH, 12, 2, 1),
+        (ApiKey.CREATE_TOPICS, 5, 2, 1),
+        (ApiKey.CONTROLLED_SHUTDOWN, 0, 0, 0),  # the one user of request header v0
+        (ApiKey.CONTROLLED_SHUTDOWN, 1, 1, 0),
+        (ApiKey.SASL_HANDSHAKE, 1, 1, 0),  # never flexible
+        (9999, 0, 1, 0),  # unknown: header v1, so the correlation id can still be read
+    ],
+)
 def test_header_versions(api_key: int, version: int, request_v: int, response_v: int) -> None:
     assert request_header_version(api_key, version) == request_v
     assert response_header_version(api_key, version) == response_v
@@ -67,18 +70,20 @@ def test_spec_versions_cover_the_broker_apis() -> None:
 @pytest.mark.parametrize("header_version", [0, 1, 2])
 def test_generated_header_specs_agree_with_framing(header_version: int) -> None:
     api_key, version = {0: (ApiKey.CONTROLLED_SHUTDOWN, 0), 1: (ApiKey.METADATA, 1), 2: (ApiKey.METADATA, 9)}[
-        header_version]
+        header_version
+    ]
     header = {"request_api_key": api_key, "request_api_version": version, "correlation_id": 7, "client_id": "c"}
     frame = encode_request(api_key, version, 7, "c", {})
     assert frame[4:].startswith(codec("RequestHeader", header_version).encode(header))
     parsed, pos = decode_request_header(frame[4:])
     assert (parsed.request_api_key, parsed.request_api_version, parsed.correlation_id) == (api_key, version, 7)
     assert parsed.client_id == (None if header_version == 0 else "c")
-    assert frame[4 + pos:] == codec(MESSAGES_BY_KEY[api_key] + "Request", version).encode({})
+    assert frame[4 + pos :] == codec(MESSAGES_BY_KEY[api_key] + "Request", version).encode({})
 
 
-MESSAGES_BY_KEY = {spec["apiKey"]: name.removesuffix("Request") for name, spec in MESSAGES.items()
-                   if spec["type"] == "request"}
+MESSAGES_BY_KEY = {
+    spec["apiKey"]: name.removesuffix("Request") for name, spec in MESSAGES.items() if spec["type"] == "request"
+}
 
 
 def test_response_headers() -> None:
@@ -99,7 +104,7 @@ def test_null_client_id_and_header_tags() -> None:
     header, pos = decode_request_header(bytes(frame[4:]))
     assert header.client_id is None
     # An unknown tag in the v2 header is skipped.
-    tagged = frame[4:12] + b"\xff\xff" + b"\x01\x05\x01z" + frame[4 + pos:]
+    tagged = frame[4:12] + b"\xff\xff" + b"\x01\x05\x01z" + frame[4 + pos :]
     header, body = decode_request(bytes(tagged))
     assert header.correlation_id == 1 and body == codec("MetadataRequest", 9).default()
 
@@ -135,8 +140,16 @@ class FileSlice:
 
 
 def _fetch_body(slices: list) -> dict:
-    return {"responses": [{"topic": "t", "partitions": [
-        {"partition_index": i, "high_watermark": 10, "records": s} for i, s in enumerate(slices)]}]}
+    return {
+        "responses": [
+            {
+                "topic": "t",
+                "partitions": [
+                    {"partition_index": i, "high_watermark": 10, "records": s} for i, s in enumerate(slices)
+                ],
+            }
+        ]
+    }
 
 
 @pytest.mark.parametrize("version", [4, 12, 16])
@@ -145,8 +158,13 @@ def test_fetch_response_sends_records_from_files(tmp_path: Path, version: int) -
     content = bytes(range(256)) * 40
     segment.write_bytes(content)
     with open(segment, "rb") as f:
-        slices = [FileSlice(f.fileno(), 100, 3000), b"in-memory", FileSlice(f.fileno(), 5000, 17), None,
-                  FileSlice(f.fileno(), 0, 0)]
+        slices = [
+            FileSlice(f.fileno(), 100, 3000),
+            b"in-memory",
+            FileSlice(f.fileno(), 5000, 17),
+            None,
+            FileSlice(f.fileno(), 0, 0),
+        ]
         chunks = encode_response(ApiKey.FETCH, version, 3, _fetch_body(slices))
         assert [type(c) for c in chunks] == [bytes, FileSlice, bytes, FileSlice, bytes]
         assert struct.unpack(">i", chunks[0][:4])[0] == chunks_size(chunks) - 4  # type: ignore[index]
@@ -167,7 +185,8 @@ def test_fetch_response_sends_records_from_files(tmp_path: Path, version: int) -
     correlation_id, body = decode_response(ApiKey.FETCH, version, received[4:])
     assert correlation_id == 3
     assert [None if p["records"] is None else bytes(p["records"]) for p in body["responses"][0]["partitions"]] == (
-        expected)
+        expected
+    )
     # and kafka-python reads the same frame
     theirs = KpFetchResponse.decode(received, version=version, header=True, framed=True)
     assert [p.records for p in theirs.responses[0].partitions] == expected
@@ -228,8 +247,11 @@ def test_garbage_decodes_or_raises_decode_error(name: str, data: st.DataObject, 
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=80))
 def test_garbage_frames_decode_or_raise_decode_error(garbage: bytes) -> None:
-    for payload in (garbage, struct.pack(">hh", ApiKey.FETCH, 12) + garbage,
-                    struct.pack(">hh", ApiKey.API_VERSIONS, 3) + garbage):
+    for payload in (
+        garbage,
+        struct.pack(">hh", ApiKey.FETCH, 12) + garbage,
+        struct.pack(">hh", ApiKey.API_VERSIONS, 3) + garbage,
+    ):
         try:
             decode_request(payload)
         except ProtocolDecodeError:

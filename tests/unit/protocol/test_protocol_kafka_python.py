@@ -56,13 +56,39 @@ PAIRS = [(name, v) for name, v in all_pairs() if _kp_supports(name, v)]
 
 def test_the_cross_check_covers_the_broker_apis() -> None:
     covered = {name for name, _ in PAIRS}
-    for api in ("ApiVersions", "Metadata", "Produce", "Fetch", "ListOffsets", "CreateTopics", "DeleteTopics",
-                "CreatePartitions", "DescribeConfigs", "AlterConfigs", "FindCoordinator", "JoinGroup", "SyncGroup",
-                "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups",
-                "DeleteGroups", "InitProducerId", "DeleteRecords", "OffsetForLeaderEpoch"):
+    for api in (
+        "ApiVersions",
+        "Metadata",
+        "Produce",
+        "Fetch",
+        "ListOffsets",
+        "CreateTopics",
+        "DeleteTopics",
+        "CreatePartitions",
+        "DescribeConfigs",
+        "AlterConfigs",
+        "FindCoordinator",
+        "JoinGroup",
+        "SyncGroup",
+        "Heartbeat",
+        "LeaveGroup",
+        "OffsetCommit",
+        "OffsetFetch",
+        "ListGroups",
+        "DescribeGroups",
+        "DeleteGroups",
+        "InitProducerId",
+        "DeleteRecords",
+        "OffsetForLeaderEpoch",
+    ):
         assert {api + "Request", api + "Response"} <= covered, api
-    for flexible in [("ApiVersionsRequest", 3), ("MetadataResponse", 12), ("CreateTopicsRequest", 5),
-                     ("FetchResponse", 16), ("ProduceRequest", 9)]:
+    for flexible in [
+        ("ApiVersionsRequest", 3),
+        ("MetadataResponse", 12),
+        ("CreateTopicsRequest", 5),
+        ("FetchResponse", 16),
+        ("ProduceRequest", 9),
+    ]:
         assert flexible in PAIRS
     assert len(PAIRS) > 400
 
@@ -98,7 +124,7 @@ def _from_kp(kp: Any, body: Any) -> Any:
     if isinstance(body, uuid.UUID) and kp is None:
         return uuid.UUID(int=0)  # kafka-python reads the zero uuid as None
     if isinstance(body, list) and kp is not None:
-        return [_from_kp(k, b) for k, b in zip(kp, body)] + kp[len(body):]
+        return [_from_kp(k, b) for k, b in zip(kp, body)] + kp[len(body) :]
     return kp
 
 
@@ -144,7 +170,10 @@ def check_pair(name: str, version: int, body: dict) -> None:
         assert frame == kp_frame
         header, decoded = decode_request(kp_frame[4:])
         assert (header.request_api_key, header.request_api_version, header.correlation_id) == (
-            _api_key(name), version, 42)
+            _api_key(name),
+            version,
+            42,
+        )
         assert header.client_id == "client-é"
     else:
         chunks = encode_response(_api_key(name), version, 42, body)
@@ -165,9 +194,21 @@ def test_same_bytes_as_kafka_python(name: str, version: int) -> None:
         check_pair(name, version, body)
 
 
-FUZZED = ["ApiVersionsResponse", "MetadataRequest", "MetadataResponse", "ProduceRequest", "FetchRequest",
-          "FetchResponse", "CreateTopicsRequest", "CreateTopicsResponse", "JoinGroupRequest", "OffsetCommitRequest",
-          "OffsetFetchResponse", "DescribeConfigsResponse", "ListOffsetsResponse"]
+FUZZED = [
+    "ApiVersionsResponse",
+    "MetadataRequest",
+    "MetadataResponse",
+    "ProduceRequest",
+    "FetchRequest",
+    "FetchResponse",
+    "CreateTopicsRequest",
+    "CreateTopicsResponse",
+    "JoinGroupRequest",
+    "OffsetCommitRequest",
+    "OffsetFetchResponse",
+    "DescribeConfigsResponse",
+    "ListOffsetsResponse",
+]
 
 
 @pytest.mark.parametrize("name", FUZZED)

@@ -113,8 +113,13 @@ def test_unknown_tag_in_nested_struct_is_skipped() -> None:
 def test_produce_records_are_a_view_of_the_frame() -> None:
     c = codec("ProduceRequest", 9)
     batch = bytes(range(256)) * 4
-    data = c.encode({"acks": -1, "timeout_ms": 100,
-                     "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}]})
+    data = c.encode(
+        {
+            "acks": -1,
+            "timeout_ms": 100,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}],
+        }
+    )
     records = c.decode(data)["topic_data"][0]["partition_data"][0]["records"]
     assert isinstance(records, memoryview) and records.obj is data  # no copy
     assert records == batch

@@ -20,8 +20,17 @@ def _written(write, value) -> bytes:  # type: ignore[no-untyped-def]
     return b"".join(out)
 
 
-@pytest.mark.parametrize("n,encoded", [(0, b"\x00"), (1, b"\x01"), (127, b"\x7f"), (128, b"\x80\x01"),
-                                       (300, b"\xac\x02"), (0xFFFFFFFF, b"\xff\xff\xff\xff\x0f")])
+@pytest.mark.parametrize(
+    "n,encoded",
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),
+        (0xFFFFFFFF, b"\xff\xff\xff\xff\x0f"),
+    ],
+)
 def test_unsigned_varint_vectors(n: int, encoded: bytes) -> None:
     assert _written(t.write_unsigned_varint, n) == encoded
     assert t.read_unsigned_varint(encoded + b"junk", 0) == (n, len(encoded))
@@ -58,19 +67,29 @@ def test_varint_limits() -> None:
         t.write_unsigned_varint([], -1)
 
 
-@pytest.mark.parametrize("read,write,value", [
-    (t.read_int8, t.write_int8, -128), (t.read_int16, t.write_int16, -2), (t.read_uint16, t.write_uint16, 65535),
-    (t.read_int32, t.write_int32, -(1 << 31)), (t.read_uint32, t.write_uint32, (1 << 32) - 1),
-    (t.read_int64, t.write_int64, (1 << 63) - 1), (t.read_float64, t.write_float64, -2.5),
-    (t.read_bool, t.write_bool, True), (t.read_uuid, t.write_uuid, uuid.UUID(int=12345)),
-    (t.read_uuid, t.write_uuid, t.ZERO_UUID),
-    (t.read_string, t.write_string, "héllo"), (t.read_nullable_string, t.write_nullable_string, None),
-    (t.read_compact_string, t.write_compact_string, ""),
-    (t.read_compact_nullable_string, t.write_compact_nullable_string, None),
-    (t.read_bytes, t.write_bytes, b"\x00\x01"), (t.read_nullable_bytes, t.write_nullable_bytes, None),
-    (t.read_compact_bytes, t.write_compact_bytes, b"abc"),
-    (t.read_compact_nullable_bytes, t.write_compact_nullable_bytes, None),
-])
+@pytest.mark.parametrize(
+    "read,write,value",
+    [
+        (t.read_int8, t.write_int8, -128),
+        (t.read_int16, t.write_int16, -2),
+        (t.read_uint16, t.write_uint16, 65535),
+        (t.read_int32, t.write_int32, -(1 << 31)),
+        (t.read_uint32, t.write_uint32, (1 << 32) - 1),
+        (t.read_int64, t.write_int64, (1 << 63) - 1),
+        (t.read_float64, t.write_float64, -2.5),
+        (t.read_bool, t.write_bool, True),
+        (t.read_uuid, t.write_uuid, uuid.UUID(int=12345)),
+        (t.read_uuid, t.write_uuid, t.ZERO_UUID),
+        (t.read_string, t.write_string, "héllo"),
+        (t.read_nullable_string, t.write_nullable_string, None),
+        (t.read_compact_string, t.write_compact_string, ""),
+        (t.read_compact_nullable_string, t.write_compact_nullable_string, None),
+        (t.read_bytes, t.write_bytes, b"\x00\x01"),
+        (t.read_nullable_bytes, t.write_nullable_bytes, None),
+        (t.read_compact_bytes, t.write_compact_bytes, b"abc"),
+        (t.read_compact_nullable_bytes, t.write_compact_nullable_bytes, None),
+    ],
+)
 def test_primitive_round_trip(read, write, value) -> None:  # type: ignore[no-untyped-def]
     data = _written(write, value) + b"tail"
     assert read(data, 0) == (value, len(data) - 4)
