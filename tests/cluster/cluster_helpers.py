@@ -7,6 +7,16 @@ from typing import Any
 
 import httpx
 
+# Settings that make failures show within seconds: short ZooKeeper sessions and ISR lag,
+# no initial rebalance delay, few offsets partitions, no background leader moves.
+FAST = {
+    "zookeeper.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "2000",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "3",
+    "auto.leader.rebalance.enable": "false",
+}
+
 
 def serving(method: str, url: str, timeout: float = 30.0, **kwargs: Any) -> httpx.Response:
     """Send until the broker answers other than "not (yet) the leader": a broker the

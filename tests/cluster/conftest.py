@@ -46,3 +46,14 @@ def make_store(zk_connect: str) -> Iterator[Callable[..., object]]:
     yield make
     for store in stores:
         store.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[object]:
+    """Three broker processes (conf/cluster) on this test's chroot, with FAST settings."""
+    from cluster_helpers import FAST
+
+    from ingest_gateway.local_cluster import LocalCluster
+
+    with LocalCluster(tmp_path, 3, FAST, zookeeper_connect=zk_connect) as c:
+        yield c

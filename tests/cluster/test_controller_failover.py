@@ -12,21 +12,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster_helpers import serving_get
+from cluster_helpers import FAST, serving_get
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-FAST = {
-    "zookeeper.session.timeout.ms": "3000",
-    "replica.lag.time.max.ms": "3000",
-    "group.initial.rebalance.delay.ms": "0",
-    "offsets.topic.num.partitions": "3",
-    "auto.leader.rebalance.enable": "false",
-}
 
 
 def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
@@ -52,12 +44,6 @@ def create_topic(
     )
     r.raise_for_status()
     cluster.wait_for(lambda s: sum(p["topic"] == name for p in s["partitions"]) == partitions)
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str):
-    with LocalCluster(tmp_path, 3, FAST, zookeeper_connect=zk_connect) as c:
-        yield c
 
 
 @pytest.mark.timeout(180)

@@ -8,7 +8,6 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,20 +19,7 @@ from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-FAST = {
-    "zookeeper.session.timeout.ms": "3000",
-    "replica.lag.time.max.ms": "2000",
-    "group.initial.rebalance.delay.ms": "0",
-    "offsets.topic.num.partitions": "3",
-    "auto.leader.rebalance.enable": "false",
-}
 JSON_V2 = "application/vnd.kafka.json.v2+json"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str):
-    with LocalCluster(tmp_path, 3, FAST, zookeeper_connect=zk_connect) as c:
-        yield c
 
 
 def create_topic(

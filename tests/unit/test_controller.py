@@ -113,3 +113,24 @@ def test_controller_epoch_grows_and_state_updates_are_compare_and_set(tmp_path: 
     assert moved is not None and moved.version == state.version + 1
     # A writer holding the old version loses.
     assert store.update_partition_state("t", 0, PartitionState(0, 2, (0,), first.epoch), state.version) is None
+
+
+def test_a_broker_restarted_unnoticed_loses_leadership_and_rejoins_as_follower(tmp_path: Path) -> None:
+    """ZooKeeper may show no gap when a broker restarts within its session timeout; its
+    registration epoch tells. Like Kafka, the controller treats it as failed then started."""
+    controller, store, channel = make_controller(tmp_path, brokers=(1, 2, 3))
+    controller.create_topic("events", 3, 3)
+    led_by_2 = [p for p, s in store.partition_states("events").items() if s.leader == 2]
+    assert led_by_2
+    channel.leader_and_isr.clear()
+    store.register_broker(BrokerEndpoint(2, "127.0.0.1", 9094, "127.0.0.1", 8084, epoch=7))  # new process
+    controller.on_brokers_changed({1, 2, 3})
+    states = store.partition_states("events")
+    for p in led_by_2:
+        assert states[p].leader != 2 and 2 not in states[p].isr
+        assert states[p].leader_epoch == 1
+    told_2 = [(e.partition, e.state.leader) for b, _, entries in channel.leader_and_isr if b == 2 for e in entries]
+    assert sorted(p for p, _ in told_2) == [0, 1, 2], "the restarted broker learns every partition it hosts"
+    channel.leader_and_isr.clear()
+    controller.on_brokers_changed({1, 2, 3})  # same registration: nothing to do
+    assert channel.leader_and_isr == []

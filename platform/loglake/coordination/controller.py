@@ -51,6 +51,7 @@ class Controller:
         self._lock = threading.RLock()
         self.epoch: int | None = None
         self._live: set[int] = set()
+        self._broker_epochs: dict[int, int] = {}
         self._known_topics: set[str] = set()
 
     @property
@@ -63,7 +64,9 @@ class Controller:
             self.epoch = self._store.elect_controller(self._broker_id)
             if self.epoch is None:
                 return False
-            self._live = set(self._store.brokers())
+            brokers = self._store.brokers()
+            self._live = set(brokers)
+            self._broker_epochs = {b.broker_id: b.epoch for b in brokers.values()}
             topics = self._store.topics()
             self._known_topics = set(topics)
             for topic in topics.values():
@@ -89,12 +92,23 @@ class Controller:
             if self.epoch is None:
                 return
             epoch = self.epoch
-            dead, joined = self._live - live, live - self._live
+            epochs = {b.broker_id: b.epoch for b in self._store.brokers().values()}
+            # Restarted within its session timeout: ZooKeeper may show no gap, but the new
+            # process knows nothing. Like Kafka, treat it as failed and then started:
+            # leadership moves away (its log may lack unflushed records) and it rejoins as
+            # a follower.
+            bounced = {b for b in live & self._live if epochs.get(b) != self._broker_epochs.get(b)}
+            dead, joined = self._live - live, (live - self._live) | bounced
             self._live = set(live)
+            self._broker_epochs = epochs
             if not dead and not joined:
                 return
             for topic in self._store.topics().values():
-                touched = set(self._elect_offline_leaders(topic)) | set(self._remove_dead_from_isr(topic))
+                touched = set(self._elect_offline_leaders(topic, exclude=bounced))
+                touched |= set(self._remove_dead_from_isr(topic, exclude=bounced))
+                if bounced:
+                    # An ISR that was only the bounced broker: it is still the best copy.
+                    touched |= set(self._elect_offline_leaders(topic))
                 if joined:
                     touched |= {p for p, replicas in topic.assignment.items() if set(replicas) & joined}
                 if touched:
@@ -262,13 +276,14 @@ class Controller:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return topic
 
-    def _elect_offline_leaders(self, topic: TopicDescription) -> list[int]:
+    def _elect_offline_leaders(self, topic: TopicDescription, exclude: set[int] = frozenset()) -> list[int]:
         """Give a leader to partitions whose leader is gone: the first live replica in the
         ISR; only if unclean.leader.election.enable, any live replica (which may lose
         committed records). Without a candidate the partition stays offline (leader -1)
-        until an ISR member returns. Returns the partitions that changed."""
+        until an ISR member returns. Brokers in `exclude` count as dead. Returns the
+        partitions that changed."""
         epoch = self._require_active()
-        live = set(self._store.brokers())
+        live = set(self._store.brokers()) - exclude
         unclean = LogConfig.from_properties(topic.config).unclean_leader_election_enable
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
@@ -289,10 +304,11 @@ class Controller:
                 changed.append(p)
         return changed
 
-    def _remove_dead_from_isr(self, topic: TopicDescription) -> list[int]:
-        """Drop dead followers from the ISR of partitions that still have a live leader."""
+    def _remove_dead_from_isr(self, topic: TopicDescription, exclude: set[int] = frozenset()) -> list[int]:
+        """Drop dead followers (and those in `exclude`) from the ISR of partitions that
+        still have a live leader."""
         epoch = self._require_active()
-        live = set(self._store.brokers())
+        live = set(self._store.brokers()) - exclude
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
             if state.leader not in live:

@@ -19,6 +19,9 @@ class BrokerEndpoint:
     http_host: str
     http_port: int
     rack: str | None = None
+    # Which registration this is (Kafka's broker epoch: the znode's creation zxid). A broker
+    # that restarts within its session timeout keeps its id but gets a new epoch.
+    epoch: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)

@@ -403,10 +403,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         result = {}
         for broker_id, reply in sorted(pending.items()):
             try:
-                raw, _ = reply.get()
+                raw, stat = reply.get()
             except NoNodeError:
                 continue
-            result[broker_id] = parse_broker(broker_id, raw)
+            result[broker_id] = replace(parse_broker(broker_id, raw), epoch=stat.czxid)
         return result
 
     # The controller ----------------------------------------------------------------------------
