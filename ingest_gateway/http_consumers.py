@@ -167,10 +167,12 @@ class ConsumerManager:
         self, instance: ConsumerInstance, offsets: dict[TopicPartition, int] | None
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit `offsets` (the next offset to read per partition), or every position."""
-        wanted = dict(instance.positions) if offsets is None else offsets
-        if not wanted or not instance.member_id:
-            if offsets and not instance.member_id:
+        if not instance.member_id:
+            if offsets:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, "the instance has no group membership: subscribe first")
+            return {}
+        wanted = dict(instance.positions) if offsets is None else offsets
+        if not wanted:
             return {}
         return await self._coordinator.commit_offsets(
             instance.group_id,

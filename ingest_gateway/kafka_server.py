@@ -75,12 +75,11 @@ class KafkaServer:
         buffer = bytearray()
         try:
             while True:
-                while len(buffer) < 4 or len(buffer) < 4 + _frame_size(buffer, self._max_request_bytes):
-                    data = await loop.sock_recv(conn, _RECV_SIZE)
-                    if not data:
-                        raise ConnectionClosed
-                    buffer += data
+                while len(buffer) < 4:
+                    buffer += await _receive(loop, conn)
                 size = _frame_size(buffer, self._max_request_bytes)
+                while len(buffer) < 4 + size:
+                    buffer += await _receive(loop, conn)
                 with memoryview(buffer) as view:
                     payload = memoryview(bytes(view[4 : 4 + size]))
                 del buffer[: 4 + size]
@@ -102,6 +101,13 @@ class KafkaServer:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
             conn.close()
+
+
+async def _receive(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:
+    data = await loop.sock_recv(conn, _RECV_SIZE)
+    if not data:
+        raise ConnectionClosed
+    return data
 
 
 def _frame_size(buffer: bytearray, max_bytes: int) -> int:
