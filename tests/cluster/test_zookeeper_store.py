@@ -54,6 +54,10 @@ class Recorder:
             self.values.append(value)
             self.threads.add(threading.current_thread().name)
 
+    def ids(self, brokers: dict[int, int]) -> None:
+        """A broker watch callback that remembers only the ids."""
+        self(set(brokers))
+
     @property
     def last(self) -> Any:
         with self._lock:
@@ -212,7 +216,7 @@ def test_deletion_requests_and_topic_watches(make_store) -> None:
 def test_broker_watch_sees_joins_and_leaves(make_store) -> None:
     observer = make_store()
     seen = Recorder()
-    observer.watch_brokers(seen)
+    observer.watch_brokers(seen.ids)
     assert seen.values == [set()]
     one, two = make_store(), make_store()
     one.register_broker(endpoint(1))
@@ -222,6 +226,37 @@ def test_broker_watch_sees_joins_and_leaves(make_store) -> None:
     one.close()
     seen.wait_last({2})
     assert seen.values == [set(), {1}, {1, 2}, {2}]
+
+
+def test_broker_watch_sees_a_re_registration_that_one_event_covers(make_store) -> None:
+    """A broker restarted within its session timeout: its old node is deleted and the new
+    process registers at once. ZooKeeper sends one event for the deletion (watches are
+    one-shot), and the re-read already sees the new node: the ids are the same, the broker
+    epoch is not. The watch must report it (the controller must know the broker restarted).
+    Made deterministic by holding the store's event thread while both changes happen."""
+    observer = make_store()
+    seen: list[dict[int, int]] = []
+    holding, release = threading.Event(), threading.Event()
+
+    def on_brokers(brokers: dict[int, int]) -> None:
+        seen.append(brokers)
+        if len(seen) == 2:  # the first registration: hold the event thread here
+            holding.set()
+            release.wait(10)
+
+    observer.watch_brokers(on_brokers)
+    first = make_store()
+    first.register_broker(endpoint(1))
+    assert holding.wait(10)
+    first.close()  # deleted: the watch fires, its re-read waits behind the held thread
+    wait_for(lambda: observer.client.exists("/brokers/ids/1") is None, what="the deletion")
+    second = make_store()
+    second.register_broker(endpoint(1))
+    release.set()
+    wait_for(lambda: len(seen) == 3, what=f"a third broker view; saw {seen!r}")
+    assert seen[0] == {}
+    assert set(seen[1]) == set(seen[2]) == {1}
+    assert seen[2][1] == second.brokers()[1].epoch != seen[1][1]
 
 
 def test_producer_id_blocks_are_unique_across_stores(make_store) -> None:
@@ -268,9 +303,9 @@ def test_session_expiry_re_registers_and_re_arms_watches(make_store, zookeeper) 
     store.register_broker(endpoint(1))
     assert store.elect_controller(1) == 1
     brokers_seen, controller_seen, others_view = Recorder(), Recorder(), Recorder()
-    store.watch_brokers(brokers_seen)
+    store.watch_brokers(brokers_seen.ids)
     store.watch_controller(controller_seen)
-    other.watch_brokers(others_view)
+    other.watch_brokers(others_view.ids)
 
     started = time.monotonic()
     old_session = expire_session(store, zookeeper.connect)
@@ -298,7 +333,7 @@ def test_connection_loss_keeps_session_and_re_arms_watches(make_store, zookeeper
     store.register_broker(endpoint(1))
     session = store.client.client_id[0]
     seen = Recorder()
-    store.watch_brokers(seen)
+    store.watch_brokers(seen.ids)
 
     zookeeper.stop()  # sessions are in its snapshot; a restart within their timeout keeps them
     wait_for(lambda: not store.client.connected, what="the disconnection")
@@ -411,7 +446,7 @@ def test_a_paused_broker_loses_its_session_and_comes_back(make_store, zk_connect
     registration; after SIGCONT its store notices, and registers again in a new session."""
     observer = make_store()
     seen = Recorder()
-    observer.watch_brokers(seen)
+    observer.watch_brokers(seen.ids)
     proc = subprocess.Popen(
         [sys.executable, "-c", PAUSED_BROKER, zk_connect, "1500"], stdout=subprocess.PIPE, text=True
     )

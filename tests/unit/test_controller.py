@@ -124,7 +124,7 @@ def test_a_broker_restarted_unnoticed_loses_leadership_and_rejoins_as_follower(t
     assert led_by_2
     channel.leader_and_isr.clear()
     store.register_broker(BrokerEndpoint(2, "127.0.0.1", 9094, "127.0.0.1", 8084, epoch=7))  # new process
-    controller.on_brokers_changed({1, 2, 3})
+    controller.on_brokers_changed({1: -1, 2: 7, 3: -1})
     states = store.partition_states("events")
     for p in led_by_2:
         assert states[p].leader != 2 and 2 not in states[p].isr
@@ -132,5 +132,75 @@ def test_a_broker_restarted_unnoticed_loses_leadership_and_rejoins_as_follower(t
     told_2 = [(e.partition, e.state.leader) for b, _, entries in channel.leader_and_isr if b == 2 for e in entries]
     assert sorted(p for p, _ in told_2) == [0, 1, 2], "the restarted broker learns every partition it hosts"
     channel.leader_and_isr.clear()
-    controller.on_brokers_changed({1, 2, 3})  # same registration: nothing to do
+    controller.on_brokers_changed({1: -1, 2: 7, 3: -1})  # same registration: nothing to do
+    assert channel.leader_and_isr == []
+
+
+# A broker restarted within its session timeout, in every order the events can come ---------
+
+
+def bounce(store: EmbeddedMetadataStore, broker_id: int, epoch: int) -> None:
+    """The broker's new process registers (the store moves on before the events arrive)."""
+    store.register_broker(BrokerEndpoint(broker_id, "127.0.0.1", 9092 + broker_id, "127.0.0.1", 8082 + broker_id, epoch=epoch))
+
+
+def assert_every_replica_knows_the_current_state(store, channel: RecordingChannel, since: int) -> None:
+    """The last LeaderAndIsr each replica got says what the store says (leader and epoch),
+    every partition has a live leader, and nothing was sent to a broker before `since`
+    counts for the restarted one (its new process knew nothing)."""
+    live = set(store.brokers())
+    for name, topic in store.topics().items():
+        for p, state in store.partition_states(name).items():
+            assert state.leader in live, (name, p, state)
+            for r in topic.assignment[p]:
+                told = [
+                    e.state
+                    for i, (b, _, entries) in enumerate(channel.leader_and_isr)
+                    if b == r and (r != 2 or i >= since)
+                    for e in entries
+                    if (e.topic, e.partition) == (name, p)
+                ]
+                assert told, f"broker {r} was never told about {name}-{p}"
+                assert (told[-1].leader, told[-1].leader_epoch) == (state.leader, state.leader_epoch), (name, p, r)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param([{1: -1, 3: -1}, {1: -1, 2: 7, 3: -1}], id="leave-then-join"),
+        pytest.param([{1: -1, 2: 7, 3: -1}], id="one-event-for-both"),
+        pytest.param([{1: -1, 3: -1}, {1: -1, 3: -1}, {1: -1, 2: 7, 3: -1}], id="repeated-stale-view"),
+    ],
+)
+def test_a_restarted_broker_is_told_everything_whatever_the_events(tmp_path: Path, events) -> None:
+    controller, store, channel = make_controller(tmp_path, brokers=(1, 2, 3))
+    controller.create_topic("events", 6, 3)
+    controller.create_topic("solo", 3, 1, assignment={0: (2,), 1: (2,), 2: (1,)})
+    led_by_2 = {p for p, s in store.partition_states("events").items() if s.leader == 2}
+    since = len(channel.leader_and_isr)
+    bounce(store, 2, epoch=7)
+    for live in events:  # each event is handled as what it says, though the store is ahead
+        controller.on_brokers_changed(live)
+    assert_every_replica_knows_the_current_state(store, channel, since)
+    states = store.partition_states("events")
+    assert all(states[p].leader != 2 for p in led_by_2), "leadership moved away from the restarted broker"
+    assert {s.leader for s in store.partition_states("solo").values()} == {1, 2}, "sole replicas lead again"
+
+
+def test_a_controller_elected_after_the_restart_tells_everyone(tmp_path: Path) -> None:
+    """The controller itself was the broker restarted (or a failover is under way): the
+    new controller knows no earlier epochs, so it sends every replica its state."""
+    controller, store, channel = make_controller(tmp_path, brokers=(1, 2, 3))
+    controller.create_topic("events", 6, 3)
+    bounce(store, 2, epoch=7)
+    controller.resign()
+    since = len(channel.leader_and_isr)
+    successor = Controller(store, 3, channel)
+    assert successor.startup()
+    assert_every_replica_knows_the_current_state(store, channel, since)
+    told_2 = {e.partition for b, _, entries in channel.leader_and_isr[since:] if b == 2 for e in entries}
+    assert told_2 == set(range(6))
+    # Its watch then delivers the view it started from: nothing more to do.
+    channel.leader_and_isr.clear()
+    successor.on_brokers_changed({b.broker_id: b.epoch for b in store.brokers().values()})
     assert channel.leader_and_isr == []

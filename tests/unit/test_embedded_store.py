@@ -50,7 +50,7 @@ def test_deletion_requests_persist_until_the_topic_is_deleted(tmp_path: Path) ->
 
 def test_watches_fire_at_once_and_on_changes(tmp_path: Path) -> None:
     store = EmbeddedMetadataStore(tmp_path)
-    brokers: list[set[int]] = []
+    brokers: list[dict[int, int]] = []
     topics: list[set[str]] = []
     deletions: list[list[str]] = []
     store.watch_brokers(brokers.append)
@@ -62,7 +62,7 @@ def test_watches_fire_at_once_and_on_changes(tmp_path: Path) -> None:
     store.update_topic(topic("t"), {})
     store.request_topic_deletion("t")
     store.delete_topic("t")
-    assert brokers == [set(), {0}]
+    assert brokers == [{}, {0: -1}]
     assert topics == [set(), {"t"}, set()]
     assert deletions == [[], ["t"], []]
     store.on_session_expired(lambda: pytest.fail("the embedded store has no session"))

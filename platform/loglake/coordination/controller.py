@@ -70,8 +70,8 @@ class Controller:
             topics = self._store.topics()
             self._known_topics = set(topics)
             for topic in topics.values():
-                self._elect_offline_leaders(topic)
-                self._remove_dead_from_isr(topic)
+                self._elect_offline_leaders(topic, self._live)
+                self._remove_dead_from_isr(topic, self._live)
                 self._send_leader_and_isr(topic, range(topic.num_partitions))
             self._channel.send_update_metadata(self.epoch)
             for name in self._store.pending_topic_deletions():
@@ -85,30 +85,35 @@ class Controller:
 
     # Reactions to the store's watches (active controller only) -------------------------
 
-    def on_brokers_changed(self, live: set[int]) -> None:
-        """Brokers joined or left: re-elect leaders of partitions that lost theirs, drop
-        dead replicas from ISRs, and tell joining brokers what they host."""
+    def on_brokers_changed(self, brokers: dict[int, int]) -> None:
+        """The live brokers (id -> broker epoch) changed: re-elect leaders of partitions
+        that lost theirs, drop dead replicas from ISRs, and tell joining brokers what they
+        host.
+
+        Only the given view decides who is alive (not a fresh read of the store), so that
+        each event is handled as what it says even when the store has moved on: a later
+        event brings the later view."""
         with self._lock:
             if self.epoch is None:
                 return
             epoch = self.epoch
-            epochs = {b.broker_id: b.epoch for b in self._store.brokers().values()}
-            # Restarted within its session timeout: ZooKeeper may show no gap, but the new
-            # process knows nothing. Like Kafka, treat it as failed and then started:
-            # leadership moves away (its log may lack unflushed records) and it rejoins as
-            # a follower.
-            bounced = {b for b in live & self._live if epochs.get(b) != self._broker_epochs.get(b)}
+            live = set(brokers)
+            # Registered again under the same id (restarted within its session timeout):
+            # the new process knows nothing. Like Kafka, treat it as failed and then
+            # started: leadership moves away (its log may lack unflushed records) and it
+            # rejoins as a follower.
+            bounced = {b for b in live & self._live if brokers[b] != self._broker_epochs.get(b)}
             dead, joined = self._live - live, (live - self._live) | bounced
-            self._live = set(live)
-            self._broker_epochs = epochs
+            self._live = live
+            self._broker_epochs = dict(brokers)
             if not dead and not joined:
                 return
             for topic in self._store.topics().values():
-                touched = set(self._elect_offline_leaders(topic, exclude=bounced))
-                touched |= set(self._remove_dead_from_isr(topic, exclude=bounced))
+                touched = set(self._elect_offline_leaders(topic, live - bounced))
+                touched |= set(self._remove_dead_from_isr(topic, live - bounced))
                 if bounced:
                     # An ISR that was only the bounced broker: it is still the best copy.
-                    touched |= set(self._elect_offline_leaders(topic))
+                    touched |= set(self._elect_offline_leaders(topic, live))
                 if joined:
                     touched |= {p for p, replicas in topic.assignment.items() if set(replicas) & joined}
                 if touched:
@@ -276,14 +281,12 @@ class Controller:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return topic
 
-    def _elect_offline_leaders(self, topic: TopicDescription, exclude: set[int] = frozenset()) -> list[int]:
-        """Give a leader to partitions whose leader is gone: the first live replica in the
-        ISR; only if unclean.leader.election.enable, any live replica (which may lose
-        committed records). Without a candidate the partition stays offline (leader -1)
-        until an ISR member returns. Brokers in `exclude` count as dead. Returns the
-        partitions that changed."""
+    def _elect_offline_leaders(self, topic: TopicDescription, live: set[int]) -> list[int]:
+        """Give a leader to partitions whose leader is not in `live`: the first live replica
+        in the ISR; only if unclean.leader.election.enable, any live replica (which may
+        lose committed records). Without a candidate the partition stays offline (leader
+        -1) until an ISR member returns. Returns the partitions that changed."""
         epoch = self._require_active()
-        live = set(self._store.brokers()) - exclude
         unclean = LogConfig.from_properties(topic.config).unclean_leader_election_enable
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
@@ -304,11 +307,9 @@ class Controller:
                 changed.append(p)
         return changed
 
-    def _remove_dead_from_isr(self, topic: TopicDescription, exclude: set[int] = frozenset()) -> list[int]:
-        """Drop dead followers (and those in `exclude`) from the ISR of partitions that
-        still have a live leader."""
+    def _remove_dead_from_isr(self, topic: TopicDescription, live: set[int]) -> list[int]:
+        """Drop followers not in `live` from the ISR of partitions whose leader is live."""
         epoch = self._require_active()
-        live = set(self._store.brokers()) - exclude
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
             if state.leader not in live:

@@ -107,7 +107,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def _current(self, kind: str) -> Any:
         with self._lock:
             if kind == "brokers":
-                return set(self._brokers)
+                return {b.broker_id: b.epoch for b in self._brokers.values()}
             if kind == "controller":
                 # The epoch makes every election a change, even by the same broker.
                 return (self._controller_id, self._controller_epoch if self._controller_id is not None else None)
@@ -136,7 +136,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._watches.append(watch)
             self._deliver(watch)
 
-    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
+    def watch_brokers(self, callback: Callable[[dict[int, int]], None]) -> None:
         self._watch("brokers", callback)
 
     def watch_controller(self, callback: Callable[[int | None], None]) -> None:

@@ -97,8 +97,10 @@ class MetadataStore(ABC):
     # Watches (see the module docstring for threading) -----------------------------------------
 
     @abstractmethod
-    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
-        """Call `callback` with the live broker ids now and whenever the set changes."""
+    def watch_brokers(self, callback: Callable[[dict[int, int]], None]) -> None:
+        """Call `callback` with the live brokers, id -> broker epoch (which registration it
+        is), now and whenever that changes: a broker that registers again under the same id
+        (restarted within its session timeout) is a change even if the ids look the same."""
 
     @abstractmethod
     def watch_controller(self, callback: Callable[[int | None], None]) -> None:

@@ -677,9 +677,18 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         return read
 
-    def watch_brokers(self, callback: Callable[[set[int]], None]) -> None:
-        read = self._children_reader(BROKER_IDS)
-        self._add_watch(read, lambda ids: {int(i) for i in ids if i.isdigit()}, callback)
+    def watch_brokers(self, callback: Callable[[dict[int, int]], None]) -> None:
+        children = self._children_reader(BROKER_IDS)
+
+        def read(watcher: Callable[[WatchedEvent], None]) -> dict[int, int]:
+            # With the ids alone, a broker deleted and registered again between two reads
+            # (restarted within its session timeout: one watch event for both changes)
+            # would look unchanged; its node's creation zxid (the broker epoch) tells.
+            ids = [i for i in children(watcher) if i.isdigit()]
+            stats = {int(i): self._client.exists_async(f"{BROKER_IDS}/{i}") for i in ids}
+            return {b: stat.czxid for b, reply in stats.items() if (stat := reply.get()) is not None}
+
+        self._add_watch(read, dict, callback)
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
         self._add_watch(self._children_reader(TOPICS), set, callback)
