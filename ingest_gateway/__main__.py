@@ -14,6 +14,7 @@ import uvloop
 
 from ingest_gateway.broker import Broker
 from loglake.config import BrokerConfig, parse_overrides
+from loglake.storage.meta_properties import InconsistentMetaPropertiesError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
             uvloop.run(run(config))
         Path(profile_path).write_text(profiler.output_text(unicode=False, color=False))
     else:
-        uvloop.run(run(config))
+        try:
+            uvloop.run(run(config))
+        except InconsistentMetaPropertiesError as exc:
+            print(f"loglake: refusing to start: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

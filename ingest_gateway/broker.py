@@ -35,6 +35,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
 from loglake.protocol import ApiKey
 from loglake.storage.log_manager import LogManager
+from loglake.storage.meta_properties import MetaProperties, new_cluster_id
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,21 @@ def _raise_for(result: dict[str, Any]) -> None:
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id)
+        self.clustered = bool(config.zookeeper_connect)
+        self.store: MetadataStore
+        if self.clustered:
+            self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        else:
+            self.store = EmbeddedMetadataStore(config.log_dirs[0])
+        # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
+        # sets it; log dirs stamped with another cluster's id refuse to start.
+        try:
+            proposed = MetaProperties.stored_cluster_id(config.log_dirs) or new_cluster_id()
+            cluster_id = self.store.get_or_create_cluster_id(proposed)
+            self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id, cluster_id)
+        except BaseException:
+            self.store.close()
+            raise
         self.replica_manager = ReplicaManager(
             config.broker_id,
             self.log_manager,
@@ -60,15 +75,7 @@ class Broker:
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
         )
-        self.clustered = bool(config.zookeeper_connect)
-        self.store: MetadataStore
-        self.channel: BrokerChannel
-        if self.clustered:
-            self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
-            self.channel = ControllerChannelManager(self)
-        else:
-            self.store = EmbeddedMetadataStore(config.log_dirs[0])
-            self.channel = self
+        self.channel: BrokerChannel = ControllerChannelManager(self) if self.clustered else self
         self.controller = Controller(self.store, config.broker_id, self.channel)
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
@@ -349,8 +356,12 @@ class Broker:
                     raise KafkaError(
                         ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {exc.message}"
                     ) from exc
-        state = self.image.partition_state(OFFSETS_TOPIC, self.group_coordinator.partition_for(group_id))
-        endpoint = self.image.brokers.get(state.leader)
+        image = self.image
+        state = image.partition_states.get(OFFSETS_TOPIC, {}).get(self.group_coordinator.partition_for(group_id))
+        if state is None:
+            # Created (maybe by another broker) but not yet in this broker's image.
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+        endpoint = image.brokers.get(state.leader)
         if endpoint is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no live leader for the group {group_id!r}")
         return endpoint
@@ -431,7 +442,9 @@ class Broker:
         states = self.image.partition_states.get(name, {})
         partitions = []
         for p in range(topic.num_partitions):
-            state = states[p]
+            state = states.get(p)
+            if state is None:
+                continue  # added to the topic an instant ago; its state is not in the image yet
             entry: dict[str, Any] = {
                 "partition": p,
                 "leader": state.leader,

@@ -32,6 +32,7 @@ from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
+    from loglake.cluster.metadata_image import MetadataImage
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class KafkaApis:
                 if error is not None:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
-            topics.append(self._topic_metadata(name))
+            topics.append(self._topic_metadata(self.broker.image, name))
         image = self.broker.image
         return {
             "throttle_time_ms": 0,
@@ -191,9 +192,12 @@ class KafkaApis:
             "topics": topics,
         }
 
-    def _topic_metadata(self, name: str) -> Body:
-        image = self.broker.image
-        topic = image.topics[name]
+    def _topic_metadata(self, image: MetadataImage, name: str) -> Body:
+        topic = image.topics.get(name)
+        if topic is None:
+            # In the store (created just now, here or through another broker) but not yet
+            # in this broker's image: as Kafka, "no leader yet", and the client retries.
+            return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name, "partitions": []}
         states = image.partition_states.get(name, {})
         partitions = []
         for p, replicas in sorted(topic.assignment.items()):

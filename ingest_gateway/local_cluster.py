@@ -70,7 +70,8 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         for broker in self.brokers.values():
             if broker.proc is not None:
-                os.kill(broker.proc.pid, signal.SIGCONT)
+                if broker.proc.poll() is None:
+                    os.kill(broker.proc.pid, signal.SIGCONT)
                 broker.kill()
         if self.zookeeper is not None:
             self.zookeeper.stop()

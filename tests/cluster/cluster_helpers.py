@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from typing import Any
 
 import httpx
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ingest_gateway.local_cluster import LocalCluster
 
 # Settings that make failures show within seconds: short ZooKeeper sessions and ISR lag,
 # no initial rebalance delay, few offsets partitions, no background leader moves.
@@ -34,3 +39,32 @@ def serving_get(url: str, **kwargs: Any) -> Any:
     r = serving("GET", url, **kwargs)
     r.raise_for_status()
     return r.json()
+
+
+def create_topic(
+    cluster: LocalCluster, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})]).values():
+        future.result(30)
+    cluster.wait_for(lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions)
+
+
+def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> dict[int, list[bytes]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: dict[int, list[bytes]] = defaultdict(list)
+    deadline = time.monotonic() + timeout
+    while sum(map(len, out.values())) < expected and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            if msg.error() is None:
+                out[msg.partition()].append(msg.value())
+    consumer.close()
+    return out
+
+
+def partition_of(status: dict, topic: str, partition: int = 0) -> dict:
+    """One partition's entry of a /cluster status."""
+    return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)

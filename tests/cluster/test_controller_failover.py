@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster_helpers import FAST, serving_get
+from cluster_helpers import FAST, partition_of, serving_get
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
@@ -121,18 +121,18 @@ def test_broker_loss_moves_leaders_within_the_isr_and_offline_partitions_wait(cl
     leader, follower = p["replicas"]
     third = next(b for b in cluster.brokers if b not in p["replicas"])
     cluster.kill(follower)
-    cluster.wait_for(lambda s: _p(s, "two")["isr"] == [leader], exclude=(follower,))
+    cluster.wait_for(lambda s: partition_of(s, "two")["isr"] == [leader], exclude=(follower,))
     cluster.kill(leader)
-    state = cluster.wait_for(lambda s: _p(s, "two")["leader"] == -1, exclude=(leader, follower))
-    assert _p(state, "two")["offline"] and _p(state, "two")["isr"] == [leader]
+    state = cluster.wait_for(lambda s: partition_of(s, "two")["leader"] == -1, exclude=(leader, follower))
+    assert partition_of(state, "two")["offline"] and partition_of(state, "two")["isr"] == [leader]
     assert state["offline_partitions"] >= 1
 
     # The follower was not in the ISR: without unclean election it must not lead.
     cluster.restart(follower)
     time.sleep(3)
-    assert _p(cluster.status(via=third), "two")["leader"] == -1
+    assert partition_of(cluster.status(via=third), "two")["leader"] == -1
     cluster.restart(leader)
-    cluster.wait_for(lambda s: _p(s, "two")["leader"] == leader)
+    cluster.wait_for(lambda s: partition_of(s, "two")["leader"] == leader)
 
 
 @pytest.mark.timeout(180)
@@ -141,7 +141,7 @@ def test_unclean_election_brings_a_stale_replica_back_and_loses_what_it_missed(c
     p = cluster.partition("unclean", 0)
     leader, follower = p["replicas"]
     cluster.kill(follower)
-    cluster.wait_for(lambda s: _p(s, "unclean")["isr"] == [leader], exclude=(follower,))
+    cluster.wait_for(lambda s: partition_of(s, "unclean")["isr"] == [leader], exclude=(follower,))
     records = [{"value": {"n": i}} for i in range(10)]
     r = httpx.post(
         f"{cluster.http_url(leader)}/topics/unclean",
@@ -155,13 +155,9 @@ def test_unclean_election_brings_a_stale_replica_back_and_loses_what_it_missed(c
     cluster.kill(leader)
     cluster.restart(follower)
     # The stale replica leads: the trade-off unclean.leader.election.enable makes.
-    cluster.wait_for(lambda s: _p(s, "unclean")["leader"] == follower, exclude=(leader,))
+    cluster.wait_for(lambda s: partition_of(s, "unclean")["leader"] == follower, exclude=(leader,))
     end = serving_get(f"{cluster.http_url(follower)}/topics/unclean/partitions/0/offsets")["end_offset"]
     assert end == 0, "the ten acknowledged records are gone"
-
-
-def _p(status: dict, topic: str, partition: int = 0) -> dict:
-    return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)
 
 
 @pytest.mark.timeout(180)
@@ -181,17 +177,22 @@ def test_admin_through_any_broker_and_preferred_leaders_come_back(tmp_path: Path
         state = cluster.wait_for(
             lambda s: sum(p["topic"] == "admin" and p["leader"] >= 0 for p in s["partitions"]) == 3
         )
-        assert _p(state, "admin", 2)["replicas"] == [3, 1, 2], "partition i leads on broker i % n"
+        assert partition_of(state, "admin", 2)["replicas"] == [3, 1, 2], "partition i leads on broker i % n"
         assert httpx.get(f"{cluster.http_url(controller)}/topics/admin", timeout=10).json()["configs"] == {
             "retention.ms": "60000"
         }
 
         # The preferred leader of partition 0 (its first replica) comes back after a restart.
-        preferred = _p(cluster.status(), "admin", 0)["replicas"][0]
+        preferred = partition_of(cluster.status(), "admin", 0)["replicas"][0]
         cluster.kill(preferred)
-        cluster.wait_for(lambda s: _p(s, "admin", 0)["leader"] not in (-1, preferred), exclude=(preferred,))
+        cluster.wait_for(lambda s: partition_of(s, "admin", 0)["leader"] not in (-1, preferred), exclude=(preferred,))
         cluster.restart(preferred)
-        cluster.wait_for(lambda s: _p(s, "admin", 0)["leader"] == preferred and len(_p(s, "admin", 0)["isr"]) == 3, 60)
+        cluster.wait_for(
+            lambda s: (
+                partition_of(s, "admin", 0)["leader"] == preferred and len(partition_of(s, "admin", 0)["isr"]) == 3
+            ),
+            60,
+        )
 
         # Deleting through a non-controller goes by /admin/delete_topics; every replica's log goes.
         controller = cluster.status()["controller"]["broker_id"]

@@ -11,39 +11,14 @@ from collections import defaultdict
 
 import httpx
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer
 
-from cluster_helpers import serving, serving_get
+from cluster_helpers import create_topic, partition_of, read_all, serving, serving_get
 from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
-
-
-def create_topic(
-    cluster: LocalCluster, name: str, partitions: int, rf: int, configs: dict[str, str] | None = None
-) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})]).values():
-        future.result(30)
-    cluster.wait_for(lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions)
-
-
-def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> dict[int, list[bytes]]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{time.monotonic_ns()}", "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out: dict[int, list[bytes]] = defaultdict(list)
-    deadline = time.monotonic() + timeout
-    while sum(map(len, out.values())) < expected and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 0.5):
-            if msg.error() is None:
-                out[msg.partition()].append(msg.value())
-    consumer.close()
-    return out
 
 
 def produce_json(cluster: LocalCluster, via: int, topic: str, values: list, acks: str = "all") -> httpx.Response:
@@ -68,10 +43,6 @@ def produce_to_new_leader(cluster: LocalCluster, leader: int, topic: str, values
 
 def end_offset(cluster: LocalCluster, via: int, topic: str) -> int:
     return serving_get(f"{cluster.http_url(via)}/topics/{topic}/partitions/0/offsets")["end_offset"]
-
-
-def _p(status: dict, topic: str, partition: int = 0) -> dict:
-    return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)
 
 
 @pytest.mark.timeout(420)
@@ -125,7 +96,7 @@ def test_every_acknowledged_record_survives_hard_kills(cluster: LocalCluster) ->
             if round_ % 2 == 0:
                 victim = status["controller"]["broker_id"]
             else:
-                victim = _p(status, "system", round_ % 6)["leader"]
+                victim = partition_of(status, "system", round_ % 6)["leader"]
             cluster.kill(victim)
             time.sleep(2)
             cluster.restart(victim)
@@ -149,26 +120,26 @@ def test_every_acknowledged_record_survives_hard_kills(cluster: LocalCluster) ->
 @pytest.mark.timeout(240)
 def test_a_paused_follower_leaves_the_isr_and_rejoins_after_catching_up(cluster: LocalCluster) -> None:
     create_topic(cluster, "lag", 1, 3, {"min.insync.replicas": "2"})
-    p = _p(cluster.status(), "lag")
+    p = partition_of(cluster.status(), "lag")
     leader, follower = p["leader"], p["replicas"][-1]
     cluster.pause(follower)
     started = time.monotonic()
-    cluster.wait_for(lambda s: follower not in _p(s, "lag")["isr"], timeout=30, exclude=(follower,))
+    cluster.wait_for(lambda s: follower not in partition_of(s, "lag")["isr"], timeout=30, exclude=(follower,))
     assert time.monotonic() - started < 2 + 6, "out of the ISR within replica.lag.time.max.ms plus a little"
     r = produce_json(cluster, leader, "lag", list(range(100)))
     assert r.status_code == 200, r.text  # acks=all with 2 of 3 in sync
     cluster.resume(follower)
-    cluster.wait_for(lambda s: follower in _p(s, "lag")["isr"], timeout=30)
+    cluster.wait_for(lambda s: follower in partition_of(s, "lag")["isr"], timeout=30)
     assert end_offset(cluster, leader, "lag") == 100
 
 
 @pytest.mark.timeout(240)
 def test_not_enough_replicas_is_refused_up_front(cluster: LocalCluster) -> None:
     create_topic(cluster, "strict", 1, 2, {"min.insync.replicas": "2"})
-    p = _p(cluster.status(), "strict")
+    p = partition_of(cluster.status(), "strict")
     leader, follower = p["replicas"]
     cluster.kill(follower)
-    cluster.wait_for(lambda s: _p(s, "strict")["isr"] == [leader], exclude=(follower,))
+    cluster.wait_for(lambda s: partition_of(s, "strict")["isr"] == [leader], exclude=(follower,))
     r = produce_json(cluster, leader, "strict", [1])
     assert r.status_code == 503 and r.json()["kafka_error"] == "NOT_ENOUGH_REPLICAS", r.text
     assert produce_json(cluster, leader, "strict", [1], acks="1").status_code == 200
@@ -180,12 +151,14 @@ def test_committed_record_survives_follower_restart_then_leader_loss(cluster: Lo
     Truncating to its own HW would drop the committed record; with leader epochs the
     follower asks the leader and keeps it."""
     create_topic(cluster, "story-a", 1, 2, {"min.insync.replicas": "1"})
-    leader, follower = _p(cluster.status(), "story-a")["replicas"]
+    leader, follower = partition_of(cluster.status(), "story-a")["replicas"]
     assert produce_json(cluster, leader, "story-a", ["m1", "m2"]).status_code == 200
     cluster.restart(follower)
-    cluster.wait_for(lambda s: _p(s, "story-a")["isr"] == [leader, follower] or len(_p(s, "story-a")["isr"]) == 2)
+    cluster.wait_for(
+        lambda s: partition_of(s, "story-a")["isr"] == [leader, follower] or len(partition_of(s, "story-a")["isr"]) == 2
+    )
     cluster.kill(leader)
-    cluster.wait_for(lambda s: _p(s, "story-a")["leader"] == follower, exclude=(leader,))
+    cluster.wait_for(lambda s: partition_of(s, "story-a")["leader"] == follower, exclude=(leader,))
     records = serving_get(
         f"{cluster.http_url(follower)}/topics/story-a/partitions/0/records",
         params={"offset": 0},
@@ -202,9 +175,9 @@ def test_divergent_logs_end_identical_after_the_old_leader_returns(cluster: Loca
     # Unclean election allowed only so the story does not depend on whether the ISR shrank
     # before the leader died; the follower is normally still in it.
     create_topic(cluster, "story-b", 1, 2, {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"})
-    leader, follower = _p(cluster.status(), "story-b")["replicas"]
+    leader, follower = partition_of(cluster.status(), "story-b")["replicas"]
     assert produce_json(cluster, leader, "story-b", ["committed"]).status_code == 200
-    cluster.wait_for(lambda s: len(_p(s, "story-b")["isr"]) == 2)
+    cluster.wait_for(lambda s: len(partition_of(s, "story-b")["isr"]) == 2)
     time.sleep(1)  # the follower has fetched the first record
     cluster.pause(follower)  # so the next record reaches only the leader
     assert produce_json(cluster, leader, "story-b", ["leader-only"], acks="1").status_code == 200
@@ -212,10 +185,10 @@ def test_divergent_logs_end_identical_after_the_old_leader_returns(cluster: Loca
     cluster.resume(follower)
     cluster.kill(follower)
     cluster.restart(follower)  # back first, without "leader-only"
-    cluster.wait_for(lambda s: _p(s, "story-b")["leader"] == follower, exclude=(leader,))
+    cluster.wait_for(lambda s: partition_of(s, "story-b")["leader"] == follower, exclude=(leader,))
     assert produce_to_new_leader(cluster, follower, "story-b", ["new-leader"]).status_code == 200
     cluster.restart(leader)
-    cluster.wait_for(lambda s: len(_p(s, "story-b")["isr"]) == 2)
+    cluster.wait_for(lambda s: len(partition_of(s, "story-b")["isr"]) == 2)
     time.sleep(1)
     logs = {}
     for broker_id in (leader, follower):
@@ -237,9 +210,9 @@ def test_kcat_and_confluent_follow_a_moving_leader(cluster: LocalCluster) -> Non
     for i in range(50):
         producer.produce("moving", str(i).encode())
     assert producer.flush(30) == 0
-    old_leader = _p(cluster.status(), "moving")["leader"]
+    old_leader = partition_of(cluster.status(), "moving")["leader"]
     cluster.kill(old_leader)
-    cluster.wait_for(lambda s: _p(s, "moving")["leader"] not in (-1, old_leader), exclude=(old_leader,))
+    cluster.wait_for(lambda s: partition_of(s, "moving")["leader"] not in (-1, old_leader), exclude=(old_leader,))
     for i in range(50, 100):
         producer.produce("moving", str(i).encode())
     assert producer.flush(60) == 0
@@ -287,10 +260,10 @@ def test_a_group_survives_the_loss_of_its_coordinator(cluster: LocalCluster) -> 
     assert len(first) == 150
     # The coordinator is the leader of the group's __consumer_offsets partition.
     offsets_partition = offsets_partition_for("survivors", 3)
-    coordinator = _p(cluster.status(), "__consumer_offsets", offsets_partition)["leader"]
+    coordinator = partition_of(cluster.status(), "__consumer_offsets", offsets_partition)["leader"]
     cluster.kill(coordinator)
     cluster.wait_for(
-        lambda s: _p(s, "__consumer_offsets", offsets_partition)["leader"] not in (-1, coordinator),
+        lambda s: partition_of(s, "__consumer_offsets", offsets_partition)["leader"] not in (-1, coordinator),
         exclude=(coordinator,),
     )
     rest = consume(150)

@@ -141,7 +141,9 @@ def test_a_broker_restarted_unnoticed_loses_leadership_and_rejoins_as_follower(t
 
 def bounce(store: EmbeddedMetadataStore, broker_id: int, epoch: int) -> None:
     """The broker's new process registers (the store moves on before the events arrive)."""
-    store.register_broker(BrokerEndpoint(broker_id, "127.0.0.1", 9092 + broker_id, "127.0.0.1", 8082 + broker_id, epoch=epoch))
+    store.register_broker(
+        BrokerEndpoint(broker_id, "127.0.0.1", 9092 + broker_id, "127.0.0.1", 8082 + broker_id, epoch=epoch)
+    )
 
 
 def assert_every_replica_knows_the_current_state(store, channel: RecordingChannel, since: int) -> None:

@@ -85,3 +85,10 @@ def test_a_callback_may_change_the_store(tmp_path: Path) -> None:
     store.watch_topic_deletions(on_deletions)
     store.request_topic_deletion("t")
     assert store.topics() == {} and seen == [[], ["t"], []]
+
+
+def test_the_cluster_id_is_set_once_and_kept(tmp_path: Path) -> None:
+    store = EmbeddedMetadataStore(tmp_path / "new-dir")
+    assert store.get_or_create_cluster_id("first") == "first"
+    assert store.get_or_create_cluster_id("second") == "first"
+    assert EmbeddedMetadataStore(tmp_path / "new-dir").get_or_create_cluster_id("third") == "first"

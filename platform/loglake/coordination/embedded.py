@@ -40,7 +40,9 @@ class _LocalWatch:
 class EmbeddedMetadataStore(MetadataStore):
     def __init__(self, log_dir: str | Path) -> None:
         self._path = Path(log_dir) / METADATA_FILE
+        self._path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._cluster_id: str | None = None
         self._brokers: dict[int, BrokerEndpoint] = {}
         self._topics: dict[str, TopicDescription] = {}
         self._states: dict[str, dict[int, PartitionState]] = {}
@@ -58,6 +60,7 @@ class EmbeddedMetadataStore(MetadataStore):
         if not self._path.exists():
             return
         doc = json.loads(self._path.read_text())
+        self._cluster_id = doc.get("cluster_id")
         self._controller_epoch = doc.get("controller_epoch", 0)
         self._next_producer_id = doc.get("next_producer_id", 0)
         self._pending_deletions = set(doc.get("pending_deletions", []))
@@ -82,6 +85,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def _save(self) -> None:
         doc = {
             "version": 1,
+            "cluster_id": self._cluster_id,
             "controller_epoch": self._controller_epoch,
             "next_producer_id": self._next_producer_id,
             "pending_deletions": sorted(self._pending_deletions),
@@ -153,6 +157,13 @@ class EmbeddedMetadataStore(MetadataStore):
             self._watches.clear()
 
     # The store ---------------------------------------------------------------------------------
+
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        with self._lock:
+            if self._cluster_id is None:
+                self._cluster_id = proposed
+                self._save()
+            return self._cluster_id
 
     def register_broker(self, endpoint: BrokerEndpoint) -> None:
         with self._lock:

@@ -23,6 +23,10 @@ from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDesc
 
 class MetadataStore(ABC):
     @abstractmethod
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        """The cluster's id (/cluster/id): `proposed` if no broker set one before."""
+
+    @abstractmethod
     def register_broker(self, endpoint: BrokerEndpoint) -> None:
         """Announce a live broker (/brokers/ids/<id>, ephemeral)."""
 

@@ -7,6 +7,7 @@
     /controller, /controller_epoch             the elected controller (ephemeral) and its epoch
     /admin/delete_topics/<t>                   deletion requests, completed by the controller
     /latest_producer_id_block                  the last reserved block of producer ids
+    /cluster/id                                the cluster id, set once by the first broker
 
 The documents are Kafka's JSON, so Kafka's tools (zookeeper-shell, kafka-topics
 --zookeeper) read a loglake cluster; brokers add "http_endpoint" to their registration.
@@ -63,6 +64,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+CLUSTER_ID = "/cluster/id"
 PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
 
 _CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
@@ -337,6 +339,22 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.close()
 
     # Brokers -------------------------------------------------------------------------------
+
+    def get_or_create_cluster_id(self, proposed: str) -> str:
+        return self._retry(self._get_or_create_cluster_id, proposed)
+
+    def _get_or_create_cluster_id(self, proposed: str) -> str:
+        while True:
+            try:
+                raw, _ = self._client.get(CLUSTER_ID)
+                return str(json.loads(raw)["id"])
+            except NoNodeError:
+                pass
+            try:
+                self._client.create(CLUSTER_ID, _dumps({"version": "1", "id": proposed}), makepath=True)
+                return proposed
+            except NodeExistsError:
+                continue  # another broker was first
 
     def register_broker(self, endpoint: BrokerEndpoint) -> None:
         """Create /brokers/ids/<id> (ephemeral), kept across session expiries until close().

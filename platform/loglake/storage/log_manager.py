@@ -74,7 +74,14 @@ class LogManager:
                     f"{log_dir} belongs to broker.id={meta.broker_id}, not {self.broker_id}"
                 )
             found[log_dir] = meta
-        cluster_ids = {m.cluster_id for m in found.values()} | ({cluster_id} if cluster_id else set())
+        cluster_ids = {m.cluster_id for m in found.values()}
+        foreign = {str(d): m.cluster_id for d, m in found.items() if cluster_id and m.cluster_id != cluster_id}
+        if foreign:
+            raise InconsistentMetaPropertiesError(
+                f"the cluster id is {cluster_id}, but meta.properties says {foreign}: "
+                "this broker is trying to join the wrong cluster (is zookeeper.connect right?)"
+            )
+        cluster_ids |= {cluster_id} if cluster_id else set()
         if len(cluster_ids) > 1:
             raise InconsistentMetaPropertiesError(f"log dirs belong to different clusters: {sorted(cluster_ids)}")
         resolved = cluster_ids.pop() if cluster_ids else new_cluster_id()

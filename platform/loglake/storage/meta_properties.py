@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,16 @@ class MetaProperties:
             return cls(int(props["broker.id"]), props["cluster.id"], int(props.get("version", "0")))
         except (KeyError, ValueError) as exc:
             raise InconsistentMetaPropertiesError(f"{path}: missing or invalid {exc}") from None
+
+    @classmethod
+    def stored_cluster_id(cls, log_dirs: Iterable[str | Path]) -> str | None:
+        """The cluster id a broker's log dirs were stamped with, if any (the first found;
+        `LogManager` checks that they agree)."""
+        for log_dir in log_dirs:
+            meta = cls.read(Path(log_dir) / META_PROPERTIES)
+            if meta is not None:
+                return meta.cluster_id
+        return None
 
     def write(self, path: Path) -> None:
         atomic_write_text(
