@@ -144,9 +144,11 @@ def test_idempotent_producer_across_broker_kill(tmp_path, topic):
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "plain"])
 def test_lost_produce_responses(broker, topic, idempotent):
     """A proxy drops three Produce responses (closing the connection after the broker has
-    appended): librdkafka resends those batches. The idempotent producer's copies are
-    recognised by their sequence numbers and stored once; a plain producer's are stored
-    twice, which shows the responses really were lost after the append."""
+    appended): librdkafka resends the batches that were in flight. The idempotent
+    producer's copies are recognised by their sequence numbers and stored once; a plain
+    producer's are stored again, which shows the responses really were lost after the
+    append. How many batches were in flight at each drop is timing: a batch in flight at
+    two drops is stored three times, so only the bounds are asserted."""
     from lossy_proxy import LossyProxy
 
     create_topic(broker.bootstrap, topic)
@@ -188,7 +190,8 @@ def test_lost_produce_responses(broker, topic, idempotent):
         assert values == [b"%05d" % i for i in range(n)], "stored twice or out of order"
         assert sorted(acked) == list(range(n)), "delivery reports repeat or skip offsets"
     else:
-        assert max(counts.values()) == 2, "the resent batches should have been stored twice"
+        # Each lost response adds at most one copy of a record.
+        assert 2 <= max(counts.values()) <= 1 + 3, "the resent batches should have been stored again"
 
 
 def test_two_idempotent_producers_get_distinct_ids(broker, topic):
