@@ -14,6 +14,8 @@ from typing import Any, Callable
 import pytest
 from kazoo.client import KazooClient
 
+from tcp_proxy import TcpProxy
+
 from loglake.coordination.controller import Controller
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
@@ -326,22 +328,34 @@ def test_session_expiry_re_registers_and_re_arms_watches(make_store, zookeeper) 
     assert time.monotonic() - started < 15
 
 
-def test_connection_loss_keeps_session_and_re_arms_watches(make_store, zookeeper) -> None:
-    store, other = make_store(session_timeout_ms=8000), make_store(session_timeout_ms=8000)
-    expired = threading.Event()
-    store.on_session_expired(expired.set)
-    store.register_broker(endpoint(1))
-    session = store.client.client_id[0]
-    seen = Recorder()
-    store.watch_brokers(seen.ids)
+def test_connection_loss_keeps_session_and_re_arms_watches(make_store, zk_connect) -> None:
+    """The connection drops (ZooKeeper keeps running): the client reconnects within the
+    session timeout, keeps its session and its ephemeral node, and kazoo's dropped watches
+    are armed again."""
+    hosts, chroot = zk_connect.split("/", 1)
+    host, port = hosts.split(":")
+    proxy = TcpProxy(host, int(port))
+    store = ZooKeeperMetadataStore(f"127.0.0.1:{proxy.port}/{chroot}", session_timeout_ms=8000)
+    try:
+        other = make_store()
+        expired = threading.Event()
+        store.on_session_expired(expired.set)
+        store.register_broker(endpoint(1))
+        session = store.client.client_id[0]
+        seen = Recorder()
+        store.watch_brokers(seen.ids)
 
-    zookeeper.stop()  # sessions are in its snapshot; a restart within their timeout keeps them
-    wait_for(lambda: not store.client.connected, what="the disconnection")
-    zookeeper.start()
-    wait_for(lambda: store.client.connected and other.client.connected, what="reconnection")
-    assert store.client.client_id[0] == session and not expired.is_set()
-    other.register_broker(endpoint(2))
-    seen.wait_last({1, 2})
+        proxy.cut()
+        wait_for(lambda: not store.client.connected, what="the disconnection")
+        other.register_broker(endpoint(2))  # while the watch is not armed
+        wait_for(lambda: store.client.connected, what="reconnection")
+        assert store.client.client_id[0] == session and not expired.is_set()
+        seen.wait_last({1, 2})
+        other.close()
+        seen.wait_last({1})
+    finally:
+        store.close()
+        proxy.close()
 
 
 HOLDER = """
