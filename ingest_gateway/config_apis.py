@@ -134,7 +134,9 @@ def _config_key(resource_type: int, name: str) -> ConfigKey | None:
     return BROKER_CONFIG_KEYS.get(name)
 
 
-def apply_incremental(current: dict[str, str], ops: list[Body], key_of: Callable[[str], ConfigKey | None]) -> dict[str, str]:
+def apply_incremental(
+    current: dict[str, str], ops: list[Body], key_of: Callable[[str], ConfigKey | None]
+) -> dict[str, str]:
     """The config document after KIP-339 operations (Kafka's prepareIncrementalConfigs)."""
     out = dict(current)
     for op in ops:
@@ -191,13 +193,7 @@ class ConfigApis:
         version = header.request_api_version
         results = []
         for r in body["resources"]:
-            entry: Body = {
-                "error_code": 0,
-                "error_message": None,
-                "resource_type": r["resource_type"],
-                "resource_name": r["resource_name"],
-                "configs": [],
-            }
+            entry = _resource_result(r) | {"configs": []}
             try:
                 keys = r["configuration_keys"]
                 entry["configs"] = [
@@ -222,9 +218,7 @@ class ConfigApis:
 
     async def alter_configs(self, header: RequestHeader, body: Body) -> Body:
         def new_config(resource: Body, current: dict[str, str]) -> dict[str, str]:
-            nulls = [c["name"] for c in resource["configs"] if c["value"] is None]
-            if nulls:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+            _refuse_nulls([c["name"] for c in resource["configs"] if c["value"] is None])
             # AlterConfigs replaces the whole set: names not given go back to their defaults.
             return {c["name"]: c["value"] for c in resource["configs"]}
 
@@ -232,9 +226,10 @@ class ConfigApis:
 
     async def incremental_alter_configs(self, header: RequestHeader, body: Body) -> Body:
         def new_config(resource: Body, current: dict[str, str]) -> dict[str, str]:
-            nulls = [c["name"] for c in resource["configs"] if c["value"] is None and c["config_operation"] != AlterOp.DELETE]
-            if nulls:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(nulls)}")
+            configs = resource["configs"]
+            _refuse_nulls(
+                [c["name"] for c in configs if c["value"] is None and c["config_operation"] != AlterOp.DELETE]
+            )
             return apply_incremental(current, resource["configs"], lambda n: _config_key(resource["resource_type"], n))
 
         return await self._alter(body, new_config)
@@ -243,12 +238,7 @@ class ConfigApis:
         seen = Counter((r["resource_type"], r["resource_name"]) for r in body["resources"])
         responses = []
         for r in body["resources"]:
-            entry: Body = {
-                "error_code": 0,
-                "error_message": None,
-                "resource_type": r["resource_type"],
-                "resource_name": r["resource_name"],
-            }
+            entry = _resource_result(r)
             try:
                 if seen[(r["resource_type"], r["resource_name"])] > 1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
@@ -285,6 +275,20 @@ class ConfigApis:
                 ErrorCode.INVALID_REQUEST,
                 f"AlterConfigs is only supported for topics and brokers, but resource type is {r['resource_type']}",
             )
+
+
+def _resource_result(r: Body) -> Body:
+    return {
+        "error_code": 0,
+        "error_message": None,
+        "resource_type": r["resource_type"],
+        "resource_name": r["resource_name"],
+    }
+
+
+def _refuse_nulls(names: list[str]) -> None:
+    if names:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(names)}")
 
 
 def _describe_entry(c: ConfigEntry, version: int, include_synonyms: bool, include_documentation: bool | None) -> Body:

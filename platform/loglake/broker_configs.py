@@ -186,4 +186,3 @@ class DynamicBrokerConfig:
             LogConfig.from_broker_properties({**self.effective(), **props})
         except KafkaError as exc:
             raise KafkaError(ErrorCode.INVALID_REQUEST, exc.message) from None
-

@@ -54,7 +54,9 @@ def describe(admin: AdminClient, rtype: ResourceType, name: str) -> dict[str, Co
 
 
 def incremental(admin: AdminClient, rtype: ResourceType, name: str, *entries: ConfigEntry, **kw) -> None:
-    (future,) = admin.incremental_alter_configs([ConfigResource(rtype, name, incremental_configs=list(entries))], **kw).values()
+    (future,) = admin.incremental_alter_configs(
+        [ConfigResource(rtype, name, incremental_configs=list(entries))], **kw
+    ).values()
     future.result(timeout=30)
 
 
@@ -230,9 +232,7 @@ def test_incremental_alter_topic_set_delete_append_subtract(broker, admin, topic
     assert describe(admin, ResourceType.TOPIC, topic)["cleanup.policy"].value == "compact"
 
     # validate_only checks and changes nothing.
-    incremental(
-        admin, ResourceType.TOPIC, topic, op("segment.ms", "9999", AlterConfigOpType.SET), validate_only=True
-    )
+    incremental(admin, ResourceType.TOPIC, topic, op("segment.ms", "9999", AlterConfigOpType.SET), validate_only=True)
     assert describe(admin, ResourceType.TOPIC, topic)["segment.ms"].value == "5000"
 
     # APPEND and SUBTRACT only on list configs.
@@ -247,7 +247,10 @@ def test_incremental_alter_raw_errors(broker, topic):
 
     def alter(resources: list[dict]) -> list[tuple[int, str | None]]:
         body = {"resources": resources, "validate_only": False}
-        return [(r["error_code"], r["error_message"]) for r in raw(broker.bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, body)["responses"]]
+        return [
+            (r["error_code"], r["error_message"])
+            for r in raw(broker.bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, body)["responses"]
+        ]
 
     def resource(name: str, *configs: tuple[str, int, str | None], rtype: int = TOPIC) -> dict:
         return {
@@ -365,6 +368,9 @@ def test_kafka_python_describe_and_alter(broker, topic):
         entry = configs["topic"][topic]["retention.ms"]
         assert entry["value"] == "4242" and entry["config_source"] == "DYNAMIC_TOPIC_CONFIG"
         brokers = admin.describe_configs([KConfigResource(ConfigResourceType.BROKER, "0")], config_filter="all")
-        assert brokers["broker"]["0"]["log.segment.bytes"]["config_source"] in ("STATIC_BROKER_CONFIG", "DEFAULT_CONFIG")
+        assert brokers["broker"]["0"]["log.segment.bytes"]["config_source"] in (
+            "STATIC_BROKER_CONFIG",
+            "DEFAULT_CONFIG",
+        )
     finally:
         admin.close()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import httpx
+
+from ingest_gateway.kafka_client import KafkaClient
+from loglake.protocol import ApiKey
 
 # Settings that make failures show within seconds: short ZooKeeper sessions and ISR lag,
 # no initial rebalance delay, few offsets partitions, no background leader moves.
@@ -34,3 +38,17 @@ def serving_get(url: str, **kwargs: Any) -> Any:
     r = serving("GET", url, **kwargs)
     r.raise_for_status()
     return r.json()
+
+
+def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
+    """One Kafka protocol request to one broker ("host:port"); the decoded response body."""
+    host, port = bootstrap.split(":")
+
+    async def go() -> dict:
+        client = KafkaClient(host, int(port))
+        try:
+            return await client.request(api_key, version, body)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())

@@ -4,7 +4,6 @@ others through their watch, taking effect on the topics they lead."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from typing import Any, Callable
@@ -16,26 +15,13 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from confluent_kafka.admin import NewTopic, ResourceType
 from kazoo.client import KazooClient
 
-from ingest_gateway.kafka_client import KafkaClient
+from cluster_helpers import call
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 BROKER = 4
-
-
-def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
-    host, port = bootstrap.split(":")
-
-    async def go() -> dict:
-        client = KafkaClient(host, int(port))
-        try:
-            return await client.request(api_key, version, body)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -68,9 +54,13 @@ def produce_error(bootstrap: str, topic: str, size: int) -> int | None:
 @pytest.mark.timeout(180)
 def test_dynamic_default_set_through_one_broker_reaches_the_others(cluster: LocalCluster, zk_connect: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    futures = admin.create_topics([NewTopic("led-by-second", 1, 1, config={"min.insync.replicas": "1"})], operation_timeout=20)
+    futures = admin.create_topics(
+        [NewTopic("led-by-second", 1, 1, config={"min.insync.replicas": "1"})], operation_timeout=20
+    )
     futures["led-by-second"].result(timeout=30)
-    status = cluster.wait_for(lambda s: any(p["topic"] == "led-by-second" and p["leader"] >= 0 for p in s["partitions"]))
+    status = cluster.wait_for(
+        lambda s: any(p["topic"] == "led-by-second" and p["leader"] >= 0 for p in s["partitions"])
+    )
     # `second` leads the topic; the change goes through `first`.
     second = next(p["leader"] for p in status["partitions"] if p["topic"] == "led-by-second")
     first, third = sorted(b for b in cluster.brokers if b != second)
