@@ -14,7 +14,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.admin import ResourceType
 
-from client_helpers import create_topic
+from client_helpers import create_topic, make_broker
 from ingest_gateway.kafka_client import KafkaClient
 from loglake.protocol import ApiKey
 
@@ -306,16 +306,7 @@ def test_describe_broker_resources(broker, admin):
         assert configs["log.retention.ms"].value == "5000"
         assert configs["log.retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
         assert list(configs["log.retention.ms"].synonyms) == ["log.retention.ms", "log.retention.hours"]
-        topic_configs = raw(
-            broker.bootstrap,
-            ApiKey.DESCRIBE_CONFIGS,
-            4,
-            {
-                "resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": None}],
-                "include_synonyms": True,
-            },
-        )["results"][0]["configs"]
-        assert topic_configs == []  # the cluster-wide default resource holds dynamic defaults only
+        assert described_default(broker.bootstrap) == {}  # the "" resource: dynamic defaults only
     finally:
         incremental(admin, ResourceType.BROKER, "0", op("log.retention.ms", None, AlterConfigOpType.DELETE))
     assert describe(admin, ResourceType.BROKER, "0")["log.retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
@@ -374,3 +365,26 @@ def test_kafka_python_describe_and_alter(broker, topic):
         )
     finally:
         admin.close()
+
+
+def test_dynamic_configs_survive_a_restart_of_a_standalone_broker(tmp_path):
+    own = make_broker(tmp_path / "logs")
+    own.start()
+    try:
+        response = set_cluster_default(own.bootstrap, [("log.segment.bytes", SET, "65536")], validate_only=True)
+        assert response["error_code"] == 0
+        assert described_default(own.bootstrap) == {}  # validate_only changed nothing
+        assert set_cluster_default(own.bootstrap, [("log.segment.bytes", SET, "65536")])["error_code"] == 0
+        assert own.stop() == 0
+        own.start()
+        assert described_default(own.bootstrap) == {"log.segment.bytes": "65536"}
+        admin = AdminClient({"bootstrap.servers": own.bootstrap})
+        assert describe(admin, ResourceType.BROKER, "0")["log.segment.bytes"].value == "65536"
+    finally:
+        own.stop()
+
+
+def described_default(bootstrap: str) -> dict[str, str | None]:
+    body = {"resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": None}]}
+    (result,) = raw(bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, body)["results"]
+    return {c["name"]: c["value"] for c in result["configs"]}

@@ -5,6 +5,7 @@ others through their watch, taking effect on the topics they lead."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any, Callable
 
@@ -142,3 +143,22 @@ def test_dynamic_default_set_through_one_broker_reaches_the_others(cluster: Loca
     configs = eventually(lambda: (c := topic_configs())["retention.ms"].value == "12345" and c)
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["cleanup.policy"].value == "delete,compact"
+
+
+def test_zookeeper_store_broker_configs_reach_another_store_by_notification(make_store) -> None:
+    writer, reader = make_store(), make_store()
+    seen: list[dict] = []
+    arrived = threading.Event()
+
+    def on_change(configs: dict) -> None:
+        seen.append(configs)
+        if configs:
+            arrived.set()
+
+    reader.watch_broker_configs(on_change)
+    assert seen == [{}]
+    writer.set_broker_config("<default>", {"log.retention.ms": "1000"})
+    assert arrived.wait(10), "the watch did not fire"
+    assert seen[-1] == {"<default>": {"log.retention.ms": "1000"}}
+    writer.set_broker_config("3", {})
+    assert reader.broker_configs() == {"<default>": {"log.retention.ms": "1000"}, "3": {}}
