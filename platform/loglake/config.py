@@ -210,7 +210,7 @@ TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
     _prop(
         "compression.type",
         _T.STRING,
-        "Final compression of the topic's batches; producer keeps the producer's codec.",
+        "Final compression of the topic's batches (stored; batches keep the producer's codec for now).",
         one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
         "compression.type",
     ),
