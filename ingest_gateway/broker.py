@@ -14,8 +14,10 @@ from typing import Any
 
 import uvicorn
 
+from ingest_gateway.config_apis import register_config_apis
 from ingest_gateway.controller_apis import register_controller_apis
 from ingest_gateway.controller_channel import ControllerChannelManager
+from ingest_gateway.dynamic_config import DynamicConfigManager
 from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
@@ -85,6 +87,7 @@ class Broker:
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
         self.kafka_apis = KafkaApis(self)
+        self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
@@ -168,6 +171,8 @@ class Broker:
         from ingest_gateway.http_api import create_app
 
         register_group_apis(self.kafka_apis, self.group_coordinator)
+        register_config_apis(self.kafka_apis, self)
+        self.dynamic_config.start()
         if self.clustered:
             self._watch_cluster()
         for p in self._pending_group_loads:

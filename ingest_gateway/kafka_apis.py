@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from loglake.config import TOPIC_PROPERTIES, LogConfig, validate_topic_name
+from loglake.config import validate_topic_name
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.batch import validate_client_records
 from loglake.protocol import (
@@ -28,6 +28,7 @@ from loglake.protocol import (
     encode_response,
 )
 
+from ingest_gateway.config_apis import describe_topic_configs
 from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
@@ -53,21 +54,12 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
-    ApiKey.DESCRIBE_CONFIGS: (0, 4),
-    ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-# DescribeConfigs config_source values.
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
@@ -94,8 +86,6 @@ class KafkaApis:
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.CREATE_PARTITIONS: self.create_partitions,
-            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
-            ApiKey.ALTER_CONFIGS: self.alter_configs,
             ApiKey.FIND_COORDINATOR: self.find_coordinator,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.DELETE_RECORDS: self.delete_records,
@@ -480,8 +470,14 @@ class KafkaApis:
                     num_partitions=created.num_partitions,
                     replication_factor=created.replication_factor,
                     configs=[
-                        {"name": k, "value": v, "read_only": False, "config_source": src, "is_sensitive": False}
-                        for k, v, src in self._topic_config_entries(created.config)
+                        {
+                            "name": c.name,
+                            "value": c.value,
+                            "read_only": c.read_only,
+                            "config_source": int(c.source),
+                            "is_sensitive": c.sensitive,
+                        }
+                        for c in describe_topic_configs(created.config, self.broker.dynamic_config.config)
                     ],
                 )
             except KafkaError as exc:
@@ -528,85 +524,6 @@ class KafkaApis:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
         return {"throttle_time_ms": 0, "results": results}
-
-    def _topic_config_entries(self, overrides: dict[str, str]) -> list[tuple[str, str, int]]:
-        """Every topic property with its effective value and where that value comes from."""
-        effective = LogConfig.from_properties(overrides, self.broker.config.log_defaults).to_properties()
-        raw = self.broker.config.raw
-        out = []
-        for prop in TOPIC_PROPERTIES:
-            if prop.name in overrides:
-                source = SOURCE_DYNAMIC_TOPIC
-            elif prop.broker_name in raw:
-                source = SOURCE_STATIC_BROKER
-            else:
-                source = SOURCE_DEFAULT
-            out.append((prop.name, effective[prop.name], source))
-        return out
-
-    async def describe_configs(self, header: RequestHeader, body: Body) -> Body:
-        version = header.request_api_version
-        results = []
-        for r in body["resources"]:
-            entry: Body = {
-                "error_code": 0,
-                "error_message": None,
-                "resource_type": r["resource_type"],
-                "resource_name": r["resource_name"],
-                "configs": [],
-            }
-            try:
-                if r["resource_type"] == RESOURCE_TOPIC:
-                    topic = self.broker.image.topic(r["resource_name"])
-                    items = self._topic_config_entries(topic.config)
-                elif r["resource_type"] == RESOURCE_BROKER:
-                    if r["resource_name"] not in ("", str(self.broker.config.broker_id)):
-                        raise KafkaError(ErrorCode.INVALID_REQUEST, f"this is broker {self.broker.config.broker_id}")
-                    items = [(k, v, SOURCE_STATIC_BROKER) for k, v in sorted(self.broker.config.raw.items())]
-                else:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {r['resource_type']} is not supported")
-                keys = r["configuration_keys"]
-                entry["configs"] = [
-                    {
-                        "name": name,
-                        "value": value,
-                        "read_only": r["resource_type"] == RESOURCE_BROKER,
-                        "is_default": source == SOURCE_DEFAULT,
-                        "config_source": source,
-                        "is_sensitive": False,
-                        "synonyms": [{"name": name, "value": value, "source": source}]
-                        if version >= 1 and body.get("include_synonyms")
-                        else [],
-                    }
-                    for name, value, source in items
-                    if keys is None or name in keys
-                ]
-            except KafkaError as exc:
-                entry["error_code"], entry["error_message"] = exc.code, exc.message
-            results.append(entry)
-        return {"throttle_time_ms": 0, "results": results}
-
-    async def alter_configs(self, header: RequestHeader, body: Body) -> Body:
-        responses = []
-        for r in body["resources"]:
-            entry: Body = {
-                "error_code": 0,
-                "error_message": None,
-                "resource_type": r["resource_type"],
-                "resource_name": r["resource_name"],
-            }
-            try:
-                if r["resource_type"] != RESOURCE_TOPIC:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST, "only topic configs can be altered")
-                topic = self.broker.image.topic(r["resource_name"])
-                # AlterConfigs replaces the whole set: keys not named go back to defaults.
-                wanted = {c["name"]: c["value"] for c in r["configs"] if c["value"] is not None}
-                change = {k: "" for k in topic.config if k not in wanted} | wanted
-                await self.broker.alter_topic_config(topic.name, change, body["validate_only"])
-            except KafkaError as exc:
-                entry["error_code"], entry["error_message"] = exc.code, exc.message
-            responses.append(entry)
-        return {"throttle_time_ms": 0, "responses": responses}
 
     # Coordinators and producer ids -------------------------------------------------------
 

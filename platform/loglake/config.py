@@ -8,13 +8,23 @@ operator's existing server.properties and `--config k=v` habits carry over.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from loglake.config_defs import (
+    LONG_MAX,
+    ConfigKey,
+    ConfigType,
+    ConfigValueError,
+    Rule,
+    at_least,
+    between,
+    items_of,
+    one_of,
+    to_config_string,
+)
 from loglake.errors import ErrorCode, KafkaError
-
-LONG_MAX = 2**63 - 1
 
 
 def _parse_bool(value: str) -> bool:
@@ -24,106 +34,69 @@ def _parse_bool(value: str) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
-def _parse_choice(*choices: str) -> Callable[[str], str]:
-    def parse(value: str) -> str:
-        value = value.strip()
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return parse
+HOUR_MS = 3600_000
+MINUTE_MS = 60_000
+_ZSTD_MIN_LEVEL, _ZSTD_MAX_LEVEL = -131072, 22
+_MESSAGE_FORMAT_VERSION = re.compile(r"^(0\.(8\.[0-2]|9\.0|10\.[0-2]|11\.0)|[12]\.[0-8]|3\.[0-9])(\.\d+)?(-IV\d+)?$")
+_THROTTLED_REPLICA = re.compile(r"^\d+:\d+$")
 
 
-def _parse_policy(value: str) -> str:
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError(f"expected delete, compact or 'compact,delete', got {value!r}")
-    return ",".join(sorted(set(parts)))
+def _gzip_level(level: int) -> str | None:
+    return None if level == -1 or 1 <= level <= 9 else "Value must be -1 (the codec's default) or between 1 and 9"
 
 
-@dataclass(frozen=True)
-class _TopicProperty:
-    """One topic-level property: its broker-level fallback, Kafka's default, and its type."""
-
-    name: str
-    broker_name: str
-    attr: str
-    default: Any
-    parse: Callable[[str], Any]
-    minimum: int | None = None
+def _message_format_version(version: str) -> str | None:
+    # Kafka 3.x accepts any known release and ignores it (the log holds format v2 only).
+    return None if _MESSAGE_FORMAT_VERSION.match(version) else "not a Kafka release version such as 3.0-IV1"
 
 
-TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
-    _TopicProperty("segment.bytes", "log.segment.bytes", "segment_bytes", 1073741824, int, 14),
-    _TopicProperty("segment.ms", "log.roll.ms", "segment_ms", 604800000, int, 1),
-    _TopicProperty("segment.index.bytes", "log.index.size.max.bytes", "segment_index_bytes", 10485760, int, 4),
-    _TopicProperty("index.interval.bytes", "log.index.interval.bytes", "index_interval_bytes", 4096, int, 0),
-    _TopicProperty("retention.ms", "log.retention.ms", "retention_ms", 604800000, int, -1),
-    _TopicProperty("retention.bytes", "log.retention.bytes", "retention_bytes", -1, int, -1),
-    _TopicProperty("cleanup.policy", "log.cleanup.policy", "cleanup_policy", "delete", _parse_policy),
-    _TopicProperty("min.insync.replicas", "min.insync.replicas", "min_insync_replicas", 1, int, 1),
-    _TopicProperty("max.message.bytes", "message.max.bytes", "max_message_bytes", 1048588, int, 0),
-    _TopicProperty(
-        "message.timestamp.type",
-        "log.message.timestamp.type",
-        "message_timestamp_type",
-        "CreateTime",
-        _parse_choice("CreateTime", "LogAppendTime"),
-    ),
-    _TopicProperty("flush.messages", "log.flush.interval.messages", "flush_messages", LONG_MAX, int, 1),
-    _TopicProperty("flush.ms", "log.flush.interval.ms", "flush_ms", LONG_MAX, int, 0),
-    _TopicProperty("delete.retention.ms", "log.cleaner.delete.retention.ms", "delete_retention_ms", 86400000, int, 0),
-    _TopicProperty("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", 0, int, 0),
-    _TopicProperty("file.delete.delay.ms", "log.segment.delete.delay.ms", "file_delete_delay_ms", 60000, int, 0),
-    _TopicProperty(
-        "unclean.leader.election.enable",
-        "unclean.leader.election.enable",
-        "unclean_leader_election_enable",
-        False,
-        _parse_bool,
-    ),
-    _TopicProperty(
-        "compression.type",
-        "compression.type",
-        "compression_type",
-        "producer",
-        _parse_choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-    ),
-)
-_BY_NAME = {p.name: p for p in TOPIC_PROPERTIES}
-
-
-def _convert(prop: _TopicProperty, raw: Any) -> Any:
-    try:
-        value = prop.parse(raw) if isinstance(raw, str) else raw
-    except ValueError as exc:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {prop.name}: {exc}") from None
-    if prop.minimum is not None and value < prop.minimum:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"invalid value {raw!r} for {prop.name}: must be >= {prop.minimum}")
-    return value
+def _throttled_replicas(items: list[str]) -> str | None:
+    if items == ["*"] or all(_THROTTLED_REPLICA.match(i) for i in items):
+        return None
+    return "must be the literal '*' or a list of replicas in the format [partitionId]:[brokerId],..."
 
 
 @dataclass(frozen=True)
 class LogConfig:
-    """The effective configuration of one topic's logs (Kafka's LogConfig)."""
+    """The effective configuration of one topic's logs (Kafka's LogConfig). Lists are kept
+    as their comma-joined strings."""
 
     segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
+    segment_ms: int = 7 * 24 * HOUR_MS
+    segment_jitter_ms: int = 0
     segment_index_bytes: int = 10485760
     index_interval_bytes: int = 4096
-    retention_ms: int = 604800000
+    retention_ms: int = 7 * 24 * HOUR_MS
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
     delete_retention_ms: int = 86400000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
     file_delete_delay_ms: int = 60000
     unclean_leader_election_enable: bool = False
     compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    preallocate: bool = False
+    message_format_version: str = "3.0-IV1"
+    message_downconversion_enable: bool = True
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     @classmethod
     def from_properties(cls, overrides: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
@@ -133,34 +106,42 @@ class LogConfig:
         for name, raw in overrides.items():
             prop = _BY_NAME.get(name)
             if prop is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {name!r}")
-            values[prop.attr] = _convert(prop, raw)
-        return cls(**values)
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+            values[prop.attr] = _convert(prop.key, raw)
+        config = cls(**values)
+        config._check_consistency()
+        return config
 
     @classmethod
     def from_broker_properties(cls, props: Mapping[str, str]) -> LogConfig:
-        """The broker-wide defaults for topics, from `log.segment.bytes`-style names."""
+        """The broker-wide defaults for topics, from `log.segment.bytes`-style names (the
+        first synonym present wins: log.retention.ms, then .minutes, then .hours)."""
         values: dict[str, Any] = {}
         for prop in TOPIC_PROPERTIES:
-            raw = props.get(prop.broker_name)
-            if raw is None and prop.name == "segment.ms" and "log.roll.hours" in props:
-                raw = str(int(props["log.roll.hours"]) * 3600_000)
-            if raw is None and prop.name == "retention.ms":
-                if "log.retention.minutes" in props:
-                    raw = str(int(props["log.retention.minutes"]) * 60_000)
-                elif "log.retention.hours" in props:
-                    raw = str(int(props["log.retention.hours"]) * 3600_000)
-            if raw is not None:
-                values[prop.attr] = _convert(prop, raw)
+            for synonym in prop.synonyms:
+                if synonym.name in props:
+                    values[prop.attr] = synonym.to_topic_value(prop.key, props[synonym.name])
+                    break
         return cls(**values)
 
     def to_properties(self) -> dict[str, str]:
         """Every topic-level property with its effective value, as Kafka's strings."""
-        out = {}
-        for prop in TOPIC_PROPERTIES:
-            value = getattr(self, prop.attr)
-            out[prop.name] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
+        return {prop.name: to_config_string(getattr(self, prop.attr)) or "" for prop in TOPIC_PROPERTIES}
+
+    def _check_consistency(self) -> None:
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})",
+            )
+        if self.remote_storage_enable:
+            # Kafka's answer when the broker has no remote log storage system (tiered storage).
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG,
+                "You have to enable remote log storage system (remote.log.storage.system.enable) on the broker "
+                "before setting remote.storage.enable=true on a topic; loglake has no tiered storage",
+            )
 
     @property
     def compact(self) -> bool:
@@ -169,6 +150,269 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
+
+
+@dataclass(frozen=True)
+class BrokerSynonym:
+    """A broker-level name of a topic property; `unit_ms` scales hours/minutes to ms."""
+
+    name: str
+    unit_ms: int = 1
+
+    def to_topic_value(self, key: ConfigKey, raw: str) -> Any:
+        text = raw
+        if self.unit_ms != 1:
+            try:
+                text = str(int(raw.strip()) * self.unit_ms)
+            except ValueError:
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {self.name}: expected an int"
+                ) from None
+        return _convert(replace(key, name=self.name), text)
+
+
+@dataclass(frozen=True)
+class _TopicProperty:
+    """One topic-level property: its definition, LogConfig field and broker-level synonyms
+    (highest precedence first, as Kafka's ServerTopicConfigSynonyms)."""
+
+    key: ConfigKey
+    attr: str
+    synonyms: tuple[BrokerSynonym, ...]
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    @property
+    def broker_name(self) -> str | None:
+        """The main broker synonym (Kafka's TOPIC_CONFIG_SYNONYMS), None if there is none."""
+        return self.synonyms[0].name if self.synonyms else None
+
+
+def _prop(
+    name: str, type_: ConfigType, doc: str, rule: Rule | None = None, *synonyms: str | BrokerSynonym
+) -> _TopicProperty:
+    attr = name.replace(".", "_")
+    syns = tuple(s if isinstance(s, BrokerSynonym) else BrokerSynonym(s) for s in synonyms)
+    return _TopicProperty(ConfigKey(name, type_, getattr(LogConfig, attr), doc, rule), attr, syns)
+
+
+_T = ConfigType
+TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
+    _prop(
+        "cleanup.policy",
+        _T.LIST,
+        "delete and/or compact: what happens to old segments (compaction not yet acted on).",
+        items_of("compact", "delete"),
+        "log.cleanup.policy",
+    ),
+    _prop(
+        "compression.type",
+        _T.STRING,
+        "Final compression of the topic's batches (stored; batches keep the producer's codec for now).",
+        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        "compression.type",
+    ),
+    _prop("compression.gzip.level", _T.INT, "Compression level for gzip.", _gzip_level, "compression.gzip.level"),
+    _prop("compression.lz4.level", _T.INT, "Compression level for lz4.", between(1, 17), "compression.lz4.level"),
+    _prop(
+        "compression.zstd.level",
+        _T.INT,
+        "Compression level for zstd.",
+        between(_ZSTD_MIN_LEVEL, _ZSTD_MAX_LEVEL),
+        "compression.zstd.level",
+    ),
+    _prop(
+        "delete.retention.ms",
+        _T.LONG,
+        "How long delete tombstones are kept in compacted topics.",
+        at_least(0),
+        "log.cleaner.delete.retention.ms",
+    ),
+    _prop(
+        "file.delete.delay.ms",
+        _T.LONG,
+        "Time to wait before deleting a file from the filesystem.",
+        at_least(0),
+        "log.segment.delete.delay.ms",
+    ),
+    _prop(
+        "flush.messages",
+        _T.LONG,
+        "Messages written to a partition before its log is fsynced.",
+        at_least(1),
+        "log.flush.interval.messages",
+    ),
+    _prop(
+        "flush.ms",
+        _T.LONG,
+        "Time after which a partition's log is fsynced.",
+        at_least(0),
+        "log.flush.interval.ms",
+        "log.flush.scheduler.interval.ms",
+    ),
+    _prop(
+        "follower.replication.throttled.replicas",
+        _T.LIST,
+        "Replicas whose follower fetches are throttled (stored; throttling is not implemented).",
+        _throttled_replicas,
+    ),
+    _prop(
+        "index.interval.bytes",
+        _T.INT,
+        "Bytes between entries of the offset index.",
+        at_least(0),
+        "log.index.interval.bytes",
+    ),
+    _prop(
+        "leader.replication.throttled.replicas",
+        _T.LIST,
+        "Replicas whose leader-side reads are throttled (stored; throttling is not implemented).",
+        _throttled_replicas,
+    ),
+    _prop(
+        "local.retention.bytes",
+        _T.LONG,
+        "Local bytes kept when tiered storage is on (-2: retention.bytes).",
+        at_least(-2),
+        "log.local.retention.bytes",
+    ),
+    _prop(
+        "local.retention.ms",
+        _T.LONG,
+        "Local time kept when tiered storage is on (-2: retention.ms).",
+        at_least(-2),
+        "log.local.retention.ms",
+    ),
+    _prop(
+        "max.compaction.lag.ms",
+        _T.LONG,
+        "Longest time a message stays uncompacted.",
+        at_least(1),
+        "log.cleaner.max.compaction.lag.ms",
+    ),
+    _prop("max.message.bytes", _T.INT, "Largest record batch size allowed.", at_least(0), "message.max.bytes"),
+    _prop(
+        "message.downconversion.enable",
+        _T.BOOLEAN,
+        "Whether old consumers get down-converted batches.",
+        None,
+        "log.message.downconversion.enable",
+    ),
+    _prop(
+        "message.format.version",
+        _T.STRING,
+        "Ignored since Kafka 3.0 (the log holds format v2 only).",
+        _message_format_version,
+        "log.message.format.version",
+    ),
+    _prop(
+        "message.timestamp.after.max.ms",
+        _T.LONG,
+        "How far a CreateTime may be ahead of the broker's clock.",
+        at_least(0),
+        "log.message.timestamp.after.max.ms",
+    ),
+    _prop(
+        "message.timestamp.before.max.ms",
+        _T.LONG,
+        "How far a CreateTime may be behind the broker's clock.",
+        at_least(0),
+        "log.message.timestamp.before.max.ms",
+    ),
+    _prop(
+        "message.timestamp.difference.max.ms",
+        _T.LONG,
+        "Deprecated: both bounds of a CreateTime's distance.",
+        at_least(0),
+        "log.message.timestamp.difference.max.ms",
+    ),
+    _prop(
+        "message.timestamp.type",
+        _T.STRING,
+        "CreateTime or LogAppendTime.",
+        one_of("CreateTime", "LogAppendTime"),
+        "log.message.timestamp.type",
+    ),
+    _prop(
+        "min.cleanable.dirty.ratio",
+        _T.DOUBLE,
+        "Dirty share of a log that makes it eligible for compaction.",
+        between(0, 1),
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    _prop(
+        "min.compaction.lag.ms",
+        _T.LONG,
+        "Shortest time a message stays uncompacted.",
+        at_least(0),
+        "log.cleaner.min.compaction.lag.ms",
+    ),
+    _prop(
+        "min.insync.replicas", _T.INT, "In-sync replicas an acks=all write needs.", at_least(1), "min.insync.replicas"
+    ),
+    _prop("preallocate", _T.BOOLEAN, "Preallocate segment files.", None, "log.preallocate"),
+    _prop("remote.log.copy.disable", _T.BOOLEAN, "Stop copying segments to tiered storage.", None),
+    _prop("remote.log.delete.on.disable", _T.BOOLEAN, "Delete remote data when tiered storage is turned off.", None),
+    _prop("remote.storage.enable", _T.BOOLEAN, "Tiered storage for the topic (not available in loglake).", None),
+    _prop(
+        "retention.bytes",
+        _T.LONG,
+        "Largest size of a partition's log before old segments go (-1: no limit).",
+        None,
+        "log.retention.bytes",
+    ),
+    _prop(
+        "retention.ms",
+        _T.LONG,
+        "How long a log segment is kept (-1: no limit).",
+        at_least(-1),
+        "log.retention.ms",
+        BrokerSynonym("log.retention.minutes", MINUTE_MS),
+        BrokerSynonym("log.retention.hours", HOUR_MS),
+    ),
+    _prop("segment.bytes", _T.INT, "Size of a log segment file.", at_least(14), "log.segment.bytes"),
+    _prop("segment.index.bytes", _T.INT, "Size of a segment's offset index.", at_least(4), "log.index.size.max.bytes"),
+    _prop(
+        "segment.jitter.ms",
+        _T.LONG,
+        "Random jitter subtracted from segment.ms.",
+        at_least(0),
+        "log.roll.jitter.ms",
+        BrokerSynonym("log.roll.jitter.hours", HOUR_MS),
+    ),
+    _prop(
+        "segment.ms",
+        _T.LONG,
+        "Time after which a segment is rolled even if not full.",
+        at_least(1),
+        "log.roll.ms",
+        BrokerSynonym("log.roll.hours", HOUR_MS),
+    ),
+    _prop(
+        "unclean.leader.election.enable",
+        _T.BOOLEAN,
+        "Whether an out-of-sync replica may become leader.",
+        None,
+        "unclean.leader.election.enable",
+    ),
+)
+_BY_NAME = {p.name: p for p in TOPIC_PROPERTIES}
+
+
+def topic_property(name: str) -> _TopicProperty | None:
+    return _BY_NAME.get(name)
+
+
+def _convert(key: ConfigKey, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        raw = to_config_string(raw) or ""
+    try:
+        value = key.parse(raw)
+    except ConfigValueError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    return ",".join(value) if key.type == ConfigType.LIST else value
 
 
 def validate_topic_configs(overrides: Mapping[str, str]) -> dict[str, str]:

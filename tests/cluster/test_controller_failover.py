@@ -4,7 +4,6 @@ election on broker loss, offline partitions without unclean election."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -12,26 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster_helpers import FAST, partition_of, serving_get
-from ingest_gateway.kafka_client import KafkaClient
+from cluster_helpers import FAST, call, partition_of, serving_get
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-
-def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
-    host, port = bootstrap.split(":")
-
-    async def go() -> dict:
-        client = KafkaClient(host, int(port))
-        try:
-            return await client.request(api_key, version, body)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
 
 
 def create_topic(

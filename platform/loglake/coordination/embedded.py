@@ -50,6 +50,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._controller_id: int | None = None
         self._next_producer_id = 0
         self._pending_deletions: set[str] = set()
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._watches: list[_LocalWatch] = []
         # Held while callbacks run, so each watch hears of changes one at a time and in
         # order; reentrant so a callback may itself change the store.
@@ -64,6 +65,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._controller_epoch = doc.get("controller_epoch", 0)
         self._next_producer_id = doc.get("next_producer_id", 0)
         self._pending_deletions = set(doc.get("pending_deletions", []))
+        self._broker_configs = {entity: dict(c) for entity, c in doc.get("broker_configs", {}).items()}
         for name, t in doc["topics"].items():
             self._topics[name] = TopicDescription(
                 name=name,
@@ -89,6 +91,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "controller_epoch": self._controller_epoch,
             "next_producer_id": self._next_producer_id,
             "pending_deletions": sorted(self._pending_deletions),
+            "broker_configs": self._broker_configs,
             "topics": {
                 name: {
                     "topic_id": t.topic_id,
@@ -119,6 +122,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return set(self._topics)
             if kind == "deletions":
                 return sorted(self._pending_deletions)
+            if kind == "broker_configs":
+                return {entity: dict(c) for entity, c in self._broker_configs.items()}
             raise ValueError(kind)
 
     def _deliver(self, watch: _LocalWatch) -> None:
@@ -151,6 +156,9 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
         self._watch("topics", callback)
+
+    def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        self._watch("broker_configs", callback)
 
     def close(self) -> None:
         with self._notify_lock:
@@ -257,3 +265,12 @@ class EmbeddedMetadataStore(MetadataStore):
             self._next_producer_id += size
             self._save()
             return first
+
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        return self._current("broker_configs")
+
+    def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        with self._lock:
+            self._broker_configs[entity] = dict(config)
+            self._save()
+        self._notify("broker_configs")

@@ -98,6 +98,22 @@ class MetadataStore(ABC):
     def pending_topic_deletions(self) -> list[str]:
         """Topics whose deletion was requested and not yet completed, sorted."""
 
+    # Dynamic broker configs -------------------------------------------------------------------
+
+    @abstractmethod
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """Every dynamic broker config by entity: a broker id, or "<default>" for the
+        cluster-wide default (/config/brokers/<entity>)."""
+
+    @abstractmethod
+    def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace one entity's dynamic broker config and tell every broker of the change
+        (ZooKeeper: a /config/changes/config_change_ notification, as Kafka writes)."""
+
+    @abstractmethod
+    def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        """Call `callback` with `broker_configs()` now and whenever a change is notified."""
+
     # Watches (see the module docstring for threading) -----------------------------------------
 
     @abstractmethod

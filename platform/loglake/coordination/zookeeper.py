@@ -4,6 +4,8 @@
     /brokers/topics/<t>                        replica assignment and topic id
     /brokers/topics/<t>/partitions/<p>/state   leader, leader epoch, ISR (CAS on the znode version)
     /config/topics/<t>                         topic config overrides
+    /config/brokers/<id>, /config/brokers/<default>   dynamic broker configs
+    /config/changes/config_change_<n>          sequential notifications of config changes
     /controller, /controller_epoch             the elected controller (ephemeral) and its epoch
     /admin/delete_topics/<t>                   deletion requests, completed by the controller
     /latest_producer_id_block                  the last reserved block of producer ids
@@ -60,6 +62,9 @@ log = logging.getLogger(__name__)
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
@@ -727,3 +732,57 @@ class ZooKeeperMetadataStore(MetadataStore):
                 return int(json.loads(raw)["brokerid"]), stat.czxid
 
         self._add_watch(read, lambda value: value[0], callback)
+
+    # Dynamic broker configs ------------------------------------------------------------------
+
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        return self._retry(self._read_broker_configs)
+
+    def _read_broker_configs(self) -> dict[str, dict[str, str]]:
+        try:
+            entities = self._client.get_children(CONFIG_BROKERS)
+        except NoNodeError:
+            return {}
+        replies = {e: self._client.get_async(f"{CONFIG_BROKERS}/{e}") for e in entities}
+        out = {}
+        for entity, reply in replies.items():
+            try:
+                config = json.loads(reply.get()[0] or b"{}").get("config", {})
+            except NoNodeError:
+                continue
+            out[entity] = {str(k): str(v) for k, v in config.items()}
+        return out
+
+    def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+        """Write /config/brokers/<entity>, then the change notification Kafka's brokers
+        (and ours, through `watch_broker_configs`) act on."""
+        path = f"{CONFIG_BROKERS}/{entity}"
+        doc = config_document(config)
+
+        def write() -> None:
+            while True:
+                try:
+                    self._client.set(path, doc)
+                    return
+                except NoNodeError:
+                    pass
+                try:
+                    self._client.create(path, doc, makepath=True)
+                    return
+                except NodeExistsError:
+                    continue  # created meanwhile: set it
+
+        self._retry(write)
+        notification = _dumps({"version": 2, "entity_path": f"brokers/{entity}"})
+        self._retry(
+            self._client.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification, sequence=True, makepath=True
+        )
+
+    def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        changes = self._children_reader(CONFIG_CHANGES)
+
+        def read(watcher: Callable[[WatchedEvent], None]) -> dict[str, dict[str, str]]:
+            changes(watcher)  # arms the watch on new notifications
+            return self._read_broker_configs()
+
+        self._add_watch(read, lambda configs: configs, callback)

@@ -1,0 +1,164 @@
+"""Dynamic broker configs across a 3-broker cluster: a change made through one broker is
+stored in ZooKeeper as Kafka stores it (/config/brokers, /config/changes) and picked up by the
+others through their watch, taking effect on the topics they lead."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from confluent_kafka.admin import NewTopic, ResourceType
+from kazoo.client import KazooClient
+
+from cluster_helpers import call
+from ingest_gateway.local_cluster import LocalCluster
+from loglake.protocol import ApiKey
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+BROKER = 4
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Retry `check` until it returns a truthy value (a watch fires asynchronously)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            assert value, "condition not met before the deadline"
+            return value
+        time.sleep(0.2)
+
+
+def described(bootstrap: str, resource_name: str) -> dict[str, tuple[str | None, int]]:
+    body = {"resources": [{"resource_type": BROKER, "resource_name": resource_name, "configuration_keys": None}]}
+    (result,) = call(bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
+    assert result["error_code"] == 0, result
+    return {c["name"]: (c["value"], c["config_source"]) for c in result["configs"]}
+
+
+def produce_error(bootstrap: str, topic: str, size: int) -> int | None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "message.max.bytes": 10_000_000})
+    result: list[CKafkaError | None] = []
+    producer.produce(topic, b"x" * size, partition=0, on_delivery=lambda err, msg: result.append(err))
+    producer.flush(30)
+    assert result, "no delivery report"
+    return None if result[0] is None else result[0].code()
+
+
+@pytest.mark.timeout(180)
+def test_dynamic_default_set_through_one_broker_reaches_the_others(cluster: LocalCluster, zk_connect: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    futures = admin.create_topics(
+        [NewTopic("led-by-second", 1, 1, config={"min.insync.replicas": "1"})], operation_timeout=20
+    )
+    futures["led-by-second"].result(timeout=30)
+    status = cluster.wait_for(
+        lambda s: any(p["topic"] == "led-by-second" and p["leader"] >= 0 for p in s["partitions"])
+    )
+    # `second` leads the topic; the change goes through `first`.
+    second = next(p["leader"] for p in status["partitions"] if p["topic"] == "led-by-second")
+    first, third = sorted(b for b in cluster.brokers if b != second)
+    eventually(lambda: produce_error(cluster.bootstrap, "led-by-second", 5000) is None)
+
+    body = {
+        "resources": [
+            {
+                "resource_type": BROKER,
+                "resource_name": "",
+                "configs": [{"name": "message.max.bytes", "config_operation": 0, "value": "2000"}],
+            }
+        ],
+        "validate_only": False,
+    }
+    (response,) = call(cluster.brokers[first].bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
+    assert response["error_code"] == 0, response
+
+    # Stored as Kafka stores it, with the change notification Kafka's brokers watch.
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=15)
+    try:
+        doc = json.loads(zk.get("/config/brokers/<default>")[0])
+        assert doc == {"version": 1, "config": {"message.max.bytes": "2000"}}
+        changes = zk.get_children("/config/changes")
+        assert changes and all(c.startswith("config_change_") and len(c) == len("config_change_") + 10 for c in changes)
+        notes = [json.loads(zk.get(f"/config/changes/{c}")[0]) for c in changes]
+        assert {"version": 2, "entity_path": "brokers/<default>"} in notes
+    finally:
+        zk.stop()
+        zk.close()
+
+    # The other brokers picked it up through the watch: described, and in force.
+    for broker_id in (second, third):
+        bootstrap = cluster.brokers[broker_id].bootstrap
+        eventually(lambda: described(bootstrap, str(broker_id)).get("message.max.bytes") == ("2000", 3))
+        assert described(bootstrap, "") == {"message.max.bytes": ("2000", 3)}
+    assert produce_error(cluster.bootstrap, "led-by-second", 5000) == CKafkaError.MSG_SIZE_TOO_LARGE
+
+    # A per-broker config goes to that broker only; it wins over the default there.
+    (future,) = admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                ResourceType.BROKER,
+                str(second),
+                incremental_configs=[
+                    ConfigEntry("message.max.bytes", "100000", incremental_operation=AlterConfigOpType.SET)
+                ],
+            )
+        ]
+    ).values()
+    future.result(timeout=30)
+    assert described(cluster.brokers[second].bootstrap, str(second))["message.max.bytes"] == ("100000", 2)
+    assert described(cluster.brokers[third].bootstrap, str(third))["message.max.bytes"] == ("2000", 3)
+    assert produce_error(cluster.bootstrap, "led-by-second", 5000) is None
+
+    # A topic config changed incrementally through a broker that is not the controller.
+    controller = cluster.status()["controller"]["broker_id"]
+    via = next(b for b in cluster.brokers if b != controller)
+    via_admin = AdminClient({"bootstrap.servers": cluster.brokers[via].bootstrap})
+    (future,) = via_admin.incremental_alter_configs(
+        [
+            ConfigResource(
+                ResourceType.TOPIC,
+                "led-by-second",
+                incremental_configs=[
+                    ConfigEntry("retention.ms", "12345", incremental_operation=AlterConfigOpType.SET),
+                    ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+                ],
+            )
+        ]
+    ).values()
+    future.result(timeout=30)
+
+    def topic_configs() -> dict[str, ConfigEntry]:
+        (f,) = via_admin.describe_configs([ConfigResource(ResourceType.TOPIC, "led-by-second")]).values()
+        return f.result(timeout=30)
+
+    configs = eventually(lambda: (c := topic_configs())["retention.ms"].value == "12345" and c)
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["cleanup.policy"].value == "delete,compact"
+
+
+def test_zookeeper_store_broker_configs_reach_another_store_by_notification(make_store) -> None:
+    writer, reader = make_store(), make_store()
+    seen: list[dict] = []
+    arrived = threading.Event()
+
+    def on_change(configs: dict) -> None:
+        seen.append(configs)
+        if configs:
+            arrived.set()
+
+    reader.watch_broker_configs(on_change)
+    assert seen == [{}]
+    writer.set_broker_config("<default>", {"log.retention.ms": "1000"})
+    assert arrived.wait(10), "the watch did not fire"
+    assert seen[-1] == {"<default>": {"log.retention.ms": "1000"}}
+    writer.set_broker_config("3", {})
+    assert reader.broker_configs() == {"<default>": {"log.retention.ms": "1000"}, "3": {}}
