@@ -304,7 +304,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
             self._groups[group_id] = group
         if group.state is GroupState.DEAD:
             # Just deleted or unloaded: the client should look the coordinator up again.
@@ -465,7 +465,7 @@ class GroupCoordinator:
             if generation_id >= 0:
                 # A member of a generation this coordinator never had (e.g. an old one).
                 return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
             self._groups[group_id] = group
         error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:
@@ -513,7 +513,7 @@ class GroupCoordinator:
         write their tombstones, and drop Empty groups left with no offsets. Returns how many
         offsets expired.
         """
-        now = self._now_ms() if now_ms is None else now_ms
+        now = self.now_ms() if now_ms is None else now_ms
         retention = self._config.offsets_retention_ms
         return await self._cleanup_groups(
             list(self._groups.values()), lambda g: g.remove_expired_offsets(now, retention)
@@ -548,7 +548,8 @@ class GroupCoordinator:
     # ---------------------------------------------------------------- administration
 
     async def list_groups(self, states: Collection[str] | None = None) -> ListGroupsResult:
-        """ListGroups: this coordinator's groups, optionally only those in `states` (v4+).
+        """ListGroups: this coordinator's groups, optionally only those in `states` (v4+,
+        compared case-insensitively as Kafka does).
 
         The error is COORDINATOR_LOAD_IN_PROGRESS while any partition loads (with the
         groups known so far), as Kafka answers.
@@ -556,10 +557,11 @@ class GroupCoordinator:
         if not self._active:
             return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        wanted = {s.lower() for s in states or ()}
         groups = tuple(
             GroupOverview(g.group_id, g.protocol_type or "", g.state)
             for g in self._groups.values()
-            if not states or g.state.value in states
+            if not wanted or g.state.value.lower() in wanted
         )
         return ListGroupsResult(error, groups)
 
@@ -580,7 +582,7 @@ class GroupCoordinator:
             elif group is None or group.state is GroupState.DEAD:
                 errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
             elif group.state is GroupState.EMPTY:
-                group.transition_to(GroupState.DEAD, self._now_ms())
+                group.transition_to(GroupState.DEAD, self.now_ms())
                 deletable.append(group)
             else:
                 errors[group_id] = ErrorCode.NON_EMPTY_GROUP
@@ -591,7 +593,8 @@ class GroupCoordinator:
 
     # ---------------------------------------------------------------- internals: validation
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """The coordinator's clock in ms (commit and expiry timestamps come from it)."""
         return int(self._clock() * 1000)
 
     def _validate(self, group_id: str, allow_empty_id: bool = False) -> ErrorCode | None:
@@ -837,7 +840,7 @@ class GroupCoordinator:
         else:
             group.join_is_initial = False
             group.join_timer = loop.call_later(group.rebalance_timeout_ms / 1000, self._complete_join, group)
-        group.transition_to(GroupState.PREPARING_REBALANCE, self._now_ms())
+        group.transition_to(GroupState.PREPARING_REBALANCE, self.now_ms())
         self._try_complete_join(group)
 
     def _try_complete_join(self, group: GroupMetadata) -> None:
@@ -873,7 +876,7 @@ class GroupCoordinator:
                 group.rebalance_timeout_ms / 1000, self._complete_join, group
             )
             return
-        now = self._now_ms()
+        now = self.now_ms()
         group.init_next_generation(now)
         if group.state is GroupState.EMPTY:
             self._spawn(self._store_group_logged(group, {}))
@@ -941,7 +944,7 @@ class GroupCoordinator:
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
         self._propagate_assignment(group, ErrorCode.NONE)
-        group.transition_to(GroupState.STABLE, self._now_ms())
+        group.transition_to(GroupState.STABLE, self.now_ms())
 
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -1012,7 +1015,7 @@ class GroupCoordinator:
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         previous = group.state
-        group.transition_to(GroupState.DEAD, self._now_ms())
+        group.transition_to(GroupState.DEAD, self.now_ms())
         for member in group.members.values():
             join_future, member.awaiting_join = member.awaiting_join, None
             sync_future, member.awaiting_sync = member.awaiting_sync, None
@@ -1076,7 +1079,7 @@ class GroupCoordinator:
     async def _store_offsets(
         self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetCommitData]
     ) -> dict[TopicPartition, ErrorCode]:
-        now = self._now_ms()
+        now = self.now_ms()
         max_length = self._config.offset_metadata_max_bytes
         valid = {}
         for tp, data in offsets.items():
@@ -1117,7 +1120,7 @@ class GroupCoordinator:
         next expiry pass or coordinator takes care of what is left."""
         tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         removed = 0
-        now = self._now_ms()
+        now = self.now_ms()
         for group in groups:
             removed_offsets = remove_offsets(group)
             removed += len(removed_offsets)
@@ -1159,7 +1162,7 @@ class GroupCoordinator:
             per_group[group_id][tp] = OffsetAndMetadata(
                 v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
             )
-        now = self._now_ms()
+        now = self.now_ms()
         for group_id, value in groups.items():
             group = GroupMetadata(
                 group_id,
