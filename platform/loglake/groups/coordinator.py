@@ -676,9 +676,7 @@ class GroupCoordinator:
         current_id = group.static_members.get(new.group_instance_id)
         if current_id is None:
             return self._add_member_and_rebalance(group, new.member_id(), new, protocols)
-        return self._replace_static_member(
-            group, group.members[current_id], new, protocols, supports_skip_assignment
-        )
+        return self._replace_static_member(group, group.members[current_id], new, protocols, supports_skip_assignment)
 
     def _replace_static_member(
         self,
@@ -698,7 +696,9 @@ class GroupCoordinator:
         sync_future, member.awaiting_sync = member.awaiting_sync, None
         _resolve(sync_future, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         leader_before = group.leader_id
-        previous = _StaticMemberState(member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
+        previous = _StaticMemberState(
+            member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms
+        )
         old_member_id = group.replace_static_member(member, new.member_id())
         self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()

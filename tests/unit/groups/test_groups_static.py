@@ -44,9 +44,7 @@ async def static_group(coordinator: GroupCoordinator, *instances: str, session_m
 
 
 async def partitions_of(coordinator: GroupCoordinator, joined: JoinResult, instance: str) -> set[TopicPartition]:
-    synced = await coordinator.sync_group(
-        GROUP, joined.generation_id, joined.member_id, {}, group_instance_id=instance
-    )
+    synced = await coordinator.sync_group(GROUP, joined.generation_id, joined.member_id, {}, group_instance_id=instance)
     assert_ok(synced)
     return set(decode_assignment(synced.assignment).partitions)
 
@@ -112,7 +110,7 @@ async def test_restarted_leader_skips_assignment_from_v9() -> None:
 async def test_second_live_instance_fences_the_waiting_one() -> None:
     coordinator = await new_coordinator()
     a, b = await static_group(coordinator, "i-a", "i-b")
-    a2, b2 = await asyncio.gather(
+    await asyncio.gather(
         join(coordinator, a.member_id, group_instance_id="i-a"), join(coordinator, b.member_id, group_instance_id="i-b")
     )
     # b's SyncGroup waits for the leader's assignment when another process claims "i-b".
@@ -205,13 +203,14 @@ async def test_offset_delete_rules() -> None:
 async def test_offset_delete_writes_tombstones() -> None:
     log = FakeOffsetsLog()
     coordinator = await new_coordinator(log)
-    await coordinator.commit_offsets(GROUP, "", -1, {T0: OffsetCommitData(7), TopicPartition("t", 1): OffsetCommitData(8)})
+    t1 = TopicPartition("t", 1)
+    await coordinator.commit_offsets(GROUP, "", -1, {T0: OffsetCommitData(7), t1: OffsetCommitData(8)})
     await coordinator.delete_offsets(GROUP, [T0])
     key, value = log.partitions[0][-1]
     assert decode_key(key).partition == 0 and value is None  # type: ignore[union-attr]
     successor = await new_coordinator(log)
     fetched = await successor.fetch_offsets(GROUP, None)
-    assert list(fetched.partitions) == [TopicPartition("t", 1)]
+    assert list(fetched.partitions) == [t1]
 
 
 async def test_retention_time_is_stored_as_an_expire_timestamp() -> None:
