@@ -11,7 +11,7 @@ from typing import Any
 
 from ingest_gateway.kafka_apis import KafkaApis
 from loglake.errors import ErrorCode
-from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, TopicPartition
+from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, SyncResult, TopicPartition
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
 
@@ -88,15 +88,20 @@ class GroupApis:
         }
 
     async def sync_group(self, header: RequestHeader, body: Body) -> Body:
-        result = await self.coordinator.sync_group(
-            body["group_id"],
-            body["generation_id"],
-            body["member_id"],
-            {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]},
-            group_instance_id=body.get("group_instance_id"),
-            protocol_type=body.get("protocol_type"),
-            protocol_name=body.get("protocol_name"),
-        )
+        protocol_type, protocol_name = body.get("protocol_type"), body.get("protocol_name")
+        if header.request_api_version >= 5 and (protocol_type is None or protocol_name is None):
+            # From v5 both are mandatory, as Kafka checks before the coordinator sees the request.
+            result = SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        else:
+            result = await self.coordinator.sync_group(
+                body["group_id"],
+                body["generation_id"],
+                body["member_id"],
+                {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]},
+                group_instance_id=body.get("group_instance_id"),
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
+            )
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,

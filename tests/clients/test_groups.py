@@ -188,10 +188,15 @@ def test_sync_group_v5_checks_the_protocol(broker, shared_topic):
     group = unique_name("sync-v5")
     joined = raw_request(broker.bootstrap, ApiKey.JOIN_GROUP, 9, join_request(group, shared_topic, "i"))
     base = {"group_id": group, "generation_id": 1, "member_id": joined["member_id"], "group_instance_id": "i"}
-    wrong_type = raw_request(broker.bootstrap, ApiKey.SYNC_GROUP, 5, {**base, "protocol_type": "connect"})
-    assert wrong_type["error_code"] == INCONSISTENT_GROUP_PROTOCOL
-    wrong_name = raw_request(broker.bootstrap, ApiKey.SYNC_GROUP, 5, {**base, "protocol_name": "roundrobin"})
-    assert wrong_name["error_code"] == INCONSISTENT_GROUP_PROTOCOL
+    wrong_type, wrong_name, name_missing = (
+        {"protocol_type": "connect", "protocol_name": "range"},
+        {"protocol_type": "consumer", "protocol_name": "roundrobin"},
+        {"protocol_type": "consumer"},  # from v5 both are mandatory
+    )
+    for protocol in (wrong_type, wrong_name, name_missing):
+        wrong = raw_request(broker.bootstrap, ApiKey.SYNC_GROUP, 5, {**base, **protocol})
+        assert wrong["error_code"] == INCONSISTENT_GROUP_PROTOCOL, protocol
+    base |= {"protocol_type": "consumer", "protocol_name": "range"}
     fenced = raw_request(broker.bootstrap, ApiKey.SYNC_GROUP, 5, {**base, "member_id": "someone-else"})
     assert fenced["error_code"] == FENCED_INSTANCE_ID
     by_instance = {"group_id": group, "members": [{"member_id": "", "group_instance_id": "i"}]}
