@@ -442,3 +442,44 @@ def test_kafka_python_static_member_at_3_9(broker, shared_topic):
     assert generation.member_id != generation_before.member_id
     assert generation.generation_id == generation_before.generation_id
     second.close(autocommit=False)
+
+
+def test_kafka_python_dynamic_members_at_3_9(broker, shared_topic):
+    """JoinGroup v9 (MEMBER_ID_REQUIRED first), SyncGroup v5, Heartbeat v4, OffsetCommit and
+    OffsetFetch v9, LeaveGroup v5 on close: the versions kafka-python pins for Kafka 3.9."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    group = unique_name("dynamic-kp")
+
+    def consumer() -> KafkaConsumer:
+        return KafkaConsumer(
+            shared_topic,
+            bootstrap_servers=broker.bootstrap,
+            group_id=group,
+            api_version=(3, 9),
+            enable_auto_commit=False,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=500,
+        )
+
+    first, second = consumer(), consumer()
+
+    def both_assigned() -> bool:
+        first.poll(timeout_ms=100)
+        second.poll(timeout_ms=100)
+        parts = [{tp.partition for tp in c.assignment()} for c in (first, second)]
+        return all(parts) and parts[0] | parts[1] == {0, 1, 2, 3} and not parts[0] & parts[1]
+
+    wait_until(both_assigned, 60, "both kafka-python members assigned")
+    mine = sorted(first.assignment())
+    first.commit({tp: OffsetAndMetadata(3, "", -1) for tp in mine})
+    assert {tp: first.committed(tp) for tp in mine} == {tp: 3 for tp in mine}
+
+    first.close(autocommit=False)  # LeaveGroup: the other member takes every partition
+    wait_until(
+        lambda: second.poll(timeout_ms=100) is not None and len(second.assignment()) == 4, 60, "the reassignment"
+    )
+    assert second.committed(KpTopicPartition(shared_topic, mine[0].partition)) == 3
+    second.close(autocommit=False)
