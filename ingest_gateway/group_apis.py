@@ -11,25 +11,37 @@ from typing import Any
 
 from ingest_gateway.kafka_apis import KafkaApis
 from loglake.errors import ErrorCode
-from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, TopicPartition
+from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, SyncResult, TopicPartition
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.release import release_versions
 
 Body = dict[str, Any]
 
-# The versions before static membership (group.instance.id, KIP-345), which the coordinator
-# does not implement; OffsetFetch v9 and ListGroups v5 belong to the new consumer protocol
-# (KIP-848).
-GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.JOIN_GROUP: (0, 4),
-    ApiKey.SYNC_GROUP: (0, 2),
-    ApiKey.HEARTBEAT: (0, 2),
-    ApiKey.LEAVE_GROUP: (0, 2),
-    ApiKey.OFFSET_COMMIT: (0, 6),
-    ApiKey.OFFSET_FETCH: (0, 8),
-    ApiKey.LIST_GROUPS: (0, 4),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.DELETE_GROUPS: (0, 2),
-}
+_GROUP_APIS = (
+    ApiKey.JOIN_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.OFFSET_DELETE,
+    ApiKey.LIST_GROUPS,
+    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.DELETE_GROUPS,
+)
+# Kafka 3.9.0's ranges. The KIP-848 fields of the newest versions (OffsetCommit v9's member
+# epoch, OffsetFetch v9's member id and epoch) are ignored, as Kafka's classic coordinator does.
+GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _GROUP_APIS}
+
+# The classic protocol's group type (ListGroups v5); the only kind this coordinator has.
+CLASSIC_GROUP_TYPE = "classic"
+# DescribeGroups v3+ authorized operations without an authorizer: every operation a group
+# resource supports (READ = 3, DELETE = 6, DESCRIBE = 8) as a bit field, as Kafka answers.
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+# The "not requested" value of authorized_operations.
+AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
+# OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
+DEFAULT_RETENTION_TIME = -1
 
 
 class GroupApis:
@@ -57,10 +69,12 @@ class GroupApis:
             [(p["name"], p["metadata"]) for p in body["protocols"]],
             group_instance_id=body.get("group_instance_id"),
             require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
         )
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,
+            "skip_assignment": result.skip_assignment,
             "generation_id": result.generation_id,
             "protocol_type": result.protocol_type,
             # Before v7 the name is not nullable: "" stands for none.
@@ -74,14 +88,20 @@ class GroupApis:
         }
 
     async def sync_group(self, header: RequestHeader, body: Body) -> Body:
-        result = await self.coordinator.sync_group(
-            body["group_id"],
-            body["generation_id"],
-            body["member_id"],
-            {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]},
-            protocol_type=body.get("protocol_type"),
-            protocol_name=body.get("protocol_name"),
-        )
+        protocol_type, protocol_name = body.get("protocol_type"), body.get("protocol_name")
+        if header.request_api_version >= 5 and (protocol_type is None or protocol_name is None):
+            # From v5 both are mandatory, as Kafka checks before the coordinator sees the request.
+            result = SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        else:
+            result = await self.coordinator.sync_group(
+                body["group_id"],
+                body["generation_id"],
+                body["member_id"],
+                {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]},
+                group_instance_id=body.get("group_instance_id"),
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
+            )
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,
@@ -91,7 +111,9 @@ class GroupApis:
         }
 
     async def heartbeat(self, header: RequestHeader, body: Body) -> Body:
-        error = await self.coordinator.heartbeat(body["group_id"], body["member_id"], body["generation_id"])
+        error = await self.coordinator.heartbeat(
+            body["group_id"], body["member_id"], body["generation_id"], group_instance_id=body.get("group_instance_id")
+        )
         return {"throttle_time_ms": 0, "error_code": error}
 
     async def leave_group(self, header: RequestHeader, body: Body) -> Body:
@@ -113,6 +135,10 @@ class GroupApis:
         }
 
     async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        retention_ms = body.get("retention_time_ms", DEFAULT_RETENTION_TIME)
+        expire_timestamp = None
+        if retention_ms != DEFAULT_RETENTION_TIME:
+            expire_timestamp = self.coordinator.now_ms() + retention_ms
         offsets = {}
         errors: dict[TopicPartition, int] = {}
         for t in body["topics"]:
@@ -123,11 +149,19 @@ class GroupApis:
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
                 offsets[tp] = OffsetCommitData(
-                    p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+                    p["committed_offset"],
+                    p.get("committed_leader_epoch", -1),
+                    p["committed_metadata"],
+                    p.get("commit_timestamp", -1),
+                    expire_timestamp,
                 )
         if offsets:
             errors |= await self.coordinator.commit_offsets(
-                body["group_id"], body.get("member_id", ""), body.get("generation_id_or_member_epoch", -1), offsets
+                body["group_id"],
+                body.get("member_id", ""),
+                body.get("generation_id_or_member_epoch", -1),
+                offsets,
+                group_instance_id=body.get("group_instance_id"),
             )
         return {
             "throttle_time_ms": 0,
@@ -183,19 +217,40 @@ class GroupApis:
         answer = answers[0]
         return {"throttle_time_ms": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
 
+    async def offset_delete(self, header: RequestHeader, body: Body) -> Body:
+        wanted = [TopicPartition(t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]]
+        result = await self.coordinator.delete_offsets(body["group_id"], wanted)
+        by_topic: dict[str, list[Body]] = {}
+        for tp, error in result.partitions.items():
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "error_code": error})
+        return {
+            "error_code": result.error,
+            "throttle_time_ms": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+
     async def list_groups(self, header: RequestHeader, body: Body) -> Body:
         result = await self.coordinator.list_groups(body.get("states_filter") or None)
+        types = {t.lower() for t in body.get("types_filter") or ()}
+        # Every group here is a classic one: a types filter without "classic" matches none.
+        groups = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,
             "groups": [
-                {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state.value}
-                for g in result.groups
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.state.value,
+                    "group_type": CLASSIC_GROUP_TYPE,
+                }
+                for g in groups
             ],
         }
 
     async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
         described = await self.coordinator.describe_groups(body["groups"])
+        with_operations = body.get("include_authorized_operations", False)
         return {
             "throttle_time_ms": 0,
             "groups": [
@@ -216,6 +271,9 @@ class GroupApis:
                         }
                         for m in d.members
                     ],
+                    "authorized_operations": GROUP_AUTHORIZED_OPERATIONS
+                    if with_operations and d.error is ErrorCode.NONE
+                    else AUTHORIZED_OPERATIONS_OMITTED,
                 }
                 for d in described
             ],
@@ -242,6 +300,7 @@ def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> Group
         ApiKey.LEAVE_GROUP: groups.leave_group,
         ApiKey.OFFSET_COMMIT: groups.offset_commit,
         ApiKey.OFFSET_FETCH: groups.offset_fetch,
+        ApiKey.OFFSET_DELETE: groups.offset_delete,
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.config import validate_topic_name
 from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
 from loglake.protocol import (
     ApiKey,
@@ -47,7 +48,7 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.FETCH: (4, 12),
     ApiKey.LIST_OFFSETS: (1, 7),  # 7 adds the max-timestamp query (-3); 8 the local-log start (-4)
     ApiKey.METADATA: (0, 12),
-    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.FIND_COORDINATOR: release_versions(ApiKey.FIND_COORDINATOR),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (0, 7),
     ApiKey.DELETE_TOPICS: (0, 6),
@@ -62,6 +63,10 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+
+# FindCoordinator key types.
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
 
 
 def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
@@ -545,9 +550,16 @@ class KafkaApis:
 
     def _coordinator_for(self, key: str, key_type: int) -> Body:
         entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
-        if key_type != 0:
-            entry["error_code"] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            # No transaction coordinator: librdkafka and the Java client treat this error as
+            # fatal, so init_transactions() fails at once instead of retrying until it times out.
+            entry["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
             entry["error_message"] = "transactions are not supported by this broker"
+            return entry
+        if key_type != COORDINATOR_KEY_GROUP:
+            # Share groups (2, KIP-932) or an unknown type: not served; non-retriable.
+            entry["error_code"] = ErrorCode.INVALID_REQUEST
+            entry["error_message"] = f"coordinator key type {key_type} is not supported"
             return entry
         try:
             endpoint = self.broker.group_coordinator_endpoint(key)

@@ -1,7 +1,7 @@
 """Kafka's group coordinator (classic protocol), independent of any transport.
 
 The broker's Kafka protocol handlers (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups) and its REST-Proxy
+OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups) and its REST-Proxy
 style HTTP consumers call the same `GroupCoordinator`, whose async methods answer plain
 dataclasses carrying an `ErrorCode`:
 
@@ -44,6 +44,7 @@ from loglake.groups.api import (
     MemberLeaveResult,
     OffsetAndMetadata,
     OffsetCommitData,
+    OffsetDeleteResult,
     OffsetFetchResult,
     PartitionOffset,
     SyncResult,
@@ -85,6 +86,7 @@ __all__ = [
     "MemberLeaveResult",
     "OffsetAndMetadata",
     "OffsetCommitData",
+    "OffsetDeleteResult",
     "OffsetFetchResult",
     "OffsetsLog",
     "PartitionAssignor",

@@ -48,6 +48,8 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[JoinGroupMember, ...] = ()
+    # JoinGroup v9: a static leader rejoining a Stable group keeps the current assignment.
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,11 +85,17 @@ class LeaveGroupResult:
 
 @dataclass(frozen=True)
 class OffsetCommitData:
-    """One partition of an OffsetCommit request (a null metadata is stored as "")."""
+    """One partition of an OffsetCommit request (a null metadata is stored as "").
+
+    `commit_timestamp` is v1's explicit one (-1: now); `expire_timestamp` comes from the
+    retention time of v2-v4 (None: the broker's offsets.retention.ms applies).
+    """
 
     offset: int
     leader_epoch: int = -1
     metadata: str | None = ""
+    commit_timestamp: int = -1
+    expire_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,14 @@ class PartitionOffset:
 class OffsetFetchResult:
     error: ErrorCode
     partitions: dict[TopicPartition, PartitionOffset] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResult:
+    """OffsetDelete: a group-level error (then no partitions), or one error per partition."""
+
+    error: ErrorCode
+    partitions: dict[TopicPartition, ErrorCode] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

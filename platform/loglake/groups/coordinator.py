@@ -15,10 +15,14 @@ Persistence goes through `OffsetsLog`: offsets and group metadata are appended a
 records in Kafka's own formats (`loglake.groups.records`), and loading a partition
 replays them (last value per key wins, a null value deletes).
 
-Deliberately left out: static membership (group.instance.id: JoinGroup with an instance
-id answers UNSUPPORTED_VERSION, so a broker should advertise JoinGroup up to v4),
-group.max.size, transactional offset commits, the per-request retention time of
-OffsetCommit v2-v4, and KIP-848's consumer protocol.
+Static members (KIP-345, `group.instance.id`) follow Kafka's rules: a restarted instance
+rejoins under a new member id without a rebalance (when its protocols leave the group's
+choice unchanged) and keeps its assignment; a request naming an instance id held by
+another member id gets FENCED_INSTANCE_ID; a static member that has not rejoined is not
+dropped at the end of a join phase, only when its session times out or it leaves.
+
+Deliberately left out: group.max.size, transactional offset commits and KIP-848's
+consumer protocol.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Protocol, Sequence, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
@@ -45,11 +49,13 @@ from loglake.groups.api import (
     MemberLeaveResult,
     OffsetAndMetadata,
     OffsetCommitData,
+    OffsetDeleteResult,
     OffsetFetchResult,
     PartitionOffset,
     SyncResult,
     TopicPartition,
 )
+from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE
 from loglake.groups.group import GroupMetadata, MemberMetadata
 from loglake.groups.records import (
     GroupMetadataKey,
@@ -278,17 +284,17 @@ class GroupCoordinator:
         *,
         group_instance_id: str | None = None,
         require_known_member_id: bool = True,
+        supports_skip_assignment: bool = False,
     ) -> JoinResult:
         """JoinGroup. `member_id` "" for a new member; `protocols` as (name, metadata) in
-        preference order. `require_known_member_id` is JoinGroup v4+: a new member first
-        gets MEMBER_ID_REQUIRED with its id and must join again with it. v0 requests pass
-        their session timeout as `rebalance_timeout_ms`.
+        preference order. `require_known_member_id` is JoinGroup v4+: a new dynamic member
+        first gets MEMBER_ID_REQUIRED with its id and must join again with it (a static one,
+        with `group_instance_id`, joins at once). `supports_skip_assignment` is JoinGroup v9.
+        v0 requests pass their session timeout as `rebalance_timeout_ms`.
         """
         error = self._validate(group_id)
         if error is not None:
             return JoinResult(error, member_id=member_id)
-        if group_instance_id is not None:
-            return JoinResult(ErrorCode.UNSUPPORTED_VERSION, member_id=member_id)  # no static membership
         if not (
             self._config.group_min_session_timeout_ms <= session_timeout_ms <= self._config.group_max_session_timeout_ms
         ):
@@ -298,18 +304,23 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
             self._groups[group_id] = group
         if group.state is GroupState.DEAD:
             # Just deleted or unloaded: the client should look the coordinator up again.
             return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id)
         if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
-        new_member = _NewMember(client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type)
-        if not member_id:
-            outcome = self._join_unknown_member(group, new_member, protocols, require_known_member_id)
-        else:
+        new_member = _NewMember(
+            group_instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms, protocol_type
+        )
+        outcome: JoinResult | asyncio.Future[JoinResult]
+        if member_id:
             outcome = self._join_current_member(group, member_id, new_member, protocols)
+        elif group_instance_id is not None:
+            outcome = self._join_static_unknown_member(group, new_member, protocols, supports_skip_assignment)
+        else:
+            outcome = self._join_unknown_member(group, new_member, protocols, require_known_member_id)
         if group.state is GroupState.PREPARING_REBALANCE:
             self._try_complete_join(group)
         return outcome if isinstance(outcome, JoinResult) else await outcome
@@ -321,6 +332,7 @@ class GroupCoordinator:
         member_id: str,
         assignments: Mapping[str, bytes],
         *,
+        group_instance_id: str | None = None,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
     ) -> SyncResult:
@@ -339,9 +351,10 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.state is GroupState.DEAD:
             return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        member = group.members.get(member_id)
-        if member is None:
-            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        member_error = group.member_error(member_id, group_instance_id)
+        if member_error is not None:
+            return SyncResult(member_error)
+        member = group.members[member_id]
         if generation_id != group.generation_id:
             return SyncResult(ErrorCode.ILLEGAL_GENERATION)
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
@@ -367,7 +380,9 @@ class GroupCoordinator:
             self._spawn(self._store_assignment(group, generation_id, assignment))
         return await future
 
-    async def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+    async def heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, *, group_instance_id: str | None = None
+    ) -> ErrorCode:
         """Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
         error = self._validate(group_id)
         if error is ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
@@ -379,9 +394,10 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        member_error = group.member_error(member_id, group_instance_id)
+        if member_error is not None:
+            return member_error
+        member = group.members[member_id]
         if generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         if group.state is GroupState.EMPTY:
@@ -392,7 +408,9 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     async def leave_group(self, group_id: str, members: Sequence[MemberIdentity]) -> LeaveGroupResult:
-        """LeaveGroup: v0-v2 name one member, v3+ a batch (each answered separately)."""
+        """LeaveGroup: v0-v2 name one member, v3+ a batch (each answered separately). A member
+        named by instance id alone (member id "") is the static member holding it, which is
+        how an administrator removes one."""
         error = self._validate(group_id)
         if error is not None:
             return LeaveGroupResult(error)
@@ -406,15 +424,22 @@ class GroupCoordinator:
             return LeaveGroupResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         results = []
         for identity in members:
-            member_error = ErrorCode.NONE
-            if identity.member_id in group.pending_members:
+            member_error: ErrorCode | None = None
+            if not identity.member_id:
+                static_id = group.static_members.get(identity.group_instance_id or "")
+                if static_id is None or identity.group_instance_id is None:
+                    member_error = ErrorCode.UNKNOWN_MEMBER_ID
+                else:
+                    self._remove_member_and_update_group(group, group.members[static_id])
+            elif identity.member_id in group.pending_members:
                 self._remove_pending_member(group, identity.member_id)
-            elif identity.member_id in group.members:
-                self._remove_member_and_update_group(group, group.members[identity.member_id])
             else:
-                # Also an empty member id with an instance id: there are no static members.
-                member_error = ErrorCode.UNKNOWN_MEMBER_ID
-            results.append(MemberLeaveResult(identity.member_id, identity.group_instance_id, member_error))
+                member_error = group.member_error(identity.member_id, identity.group_instance_id)
+                if member_error is None:
+                    self._remove_member_and_update_group(group, group.members[identity.member_id])
+            results.append(
+                MemberLeaveResult(identity.member_id, identity.group_instance_id, member_error or ErrorCode.NONE)
+            )
         return LeaveGroupResult(ErrorCode.NONE, tuple(results))
 
     # ---------------------------------------------------------------- offsets
@@ -425,10 +450,12 @@ class GroupCoordinator:
         member_id: str,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommitData],
+        *,
+        group_instance_id: str | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit. Members of a group pass their id and generation; a "simple" commit
-        (generation -1, member "") is allowed while the group has no members, and creates
-        the group if needed. Durable in __consumer_offsets when it returns NONE.
+        """OffsetCommit. Members of a group pass their id and generation (and instance id if
+        static); a "simple" commit (generation -1) is allowed while the group has no members,
+        and creates the group if needed. Durable in __consumer_offsets when it returns NONE.
         """
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
@@ -438,9 +465,9 @@ class GroupCoordinator:
             if generation_id >= 0:
                 # A member of a generation this coordinator never had (e.g. an old one).
                 return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            group = GroupMetadata(group_id, GroupState.EMPTY, self._now_ms())
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
             self._groups[group_id] = group
-        error = self._validate_offset_commit(group, member_id, generation_id)
+        error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return {tp: error for tp in offsets}
         member = group.members.get(member_id)
@@ -486,16 +513,43 @@ class GroupCoordinator:
         write their tombstones, and drop Empty groups left with no offsets. Returns how many
         offsets expired.
         """
-        now = self._now_ms() if now_ms is None else now_ms
+        now = self.now_ms() if now_ms is None else now_ms
         retention = self._config.offsets_retention_ms
         return await self._cleanup_groups(
             list(self._groups.values()), lambda g: g.remove_expired_offsets(now, retention)
         )
 
+    async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
+        """OffsetDelete (KIP-496): remove committed offsets and write their tombstones.
+
+        An Empty group loses any of them; a consumer group with members keeps those of topics
+        a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC); other groups with members answer
+        NON_EMPTY_GROUP. Partitions without a commit answer NONE, as Kafka does.
+        """
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return OffsetDeleteResult(error)
+        group = self._groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        if group.state is GroupState.EMPTY:
+            deletable = list(partitions)
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            deletable = [tp for tp in partitions if not group.is_subscribed_to(tp.topic)]
+            errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if group.is_subscribed_to(tp.topic)}
+        else:
+            return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
+        if deletable:
+            await self._cleanup_groups([group], lambda g: g.remove_offsets(deletable))
+            errors.update((tp, ErrorCode.NONE) for tp in deletable)
+        return OffsetDeleteResult(ErrorCode.NONE, errors)
+
     # ---------------------------------------------------------------- administration
 
     async def list_groups(self, states: Collection[str] | None = None) -> ListGroupsResult:
-        """ListGroups: this coordinator's groups, optionally only those in `states` (v4+).
+        """ListGroups: this coordinator's groups, optionally only those in `states` (v4+,
+        compared case-insensitively as Kafka does).
 
         The error is COORDINATOR_LOAD_IN_PROGRESS while any partition loads (with the
         groups known so far), as Kafka answers.
@@ -503,10 +557,11 @@ class GroupCoordinator:
         if not self._active:
             return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        wanted = {s.lower() for s in states or ()}
         groups = tuple(
             GroupOverview(g.group_id, g.protocol_type or "", g.state)
             for g in self._groups.values()
-            if not states or g.state.value in states
+            if not wanted or g.state.value.lower() in wanted
         )
         return ListGroupsResult(error, groups)
 
@@ -527,7 +582,7 @@ class GroupCoordinator:
             elif group is None or group.state is GroupState.DEAD:
                 errors[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
             elif group.state is GroupState.EMPTY:
-                group.transition_to(GroupState.DEAD, self._now_ms())
+                group.transition_to(GroupState.DEAD, self.now_ms())
                 deletable.append(group)
             else:
                 errors[group_id] = ErrorCode.NON_EMPTY_GROUP
@@ -538,7 +593,8 @@ class GroupCoordinator:
 
     # ---------------------------------------------------------------- internals: validation
 
-    def _now_ms(self) -> int:
+    def now_ms(self) -> int:
+        """The coordinator's clock in ms (commit and expiry timestamps come from it)."""
         return int(self._clock() * 1000)
 
     def _validate(self, group_id: str, allow_empty_id: bool = False) -> ErrorCode | None:
@@ -554,21 +610,24 @@ class GroupCoordinator:
             return ErrorCode.NOT_COORDINATOR
         return None
 
-    def _validate_offset_commit(self, group: GroupMetadata, member_id: str, generation_id: int) -> ErrorCode | None:
+    def _validate_offset_commit(
+        self, group: GroupMetadata, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if generation_id >= 0 or member_id:
-            if member_id not in group.members:
-                return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return None  # an admin client or a consumer without group management
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            member_error = group.member_error(member_id, group_instance_id)
+            if member_error is not None:
+                return member_error
             if generation_id != group.generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
             if group.state is GroupState.COMPLETING_REBALANCE:
                 # The member has its JoinGroup answer but not its assignment yet.
                 return ErrorCode.REBALANCE_IN_PROGRESS
             return None
-        if group.state is not GroupState.EMPTY:
-            return ErrorCode.UNKNOWN_MEMBER_ID  # once a group has members, only they commit
-        return None
+        return ErrorCode.UNKNOWN_MEMBER_ID  # once a group has members, only they commit
 
     def _describe(self, group_id: str) -> GroupDescription:
         error = self._validate(group_id, allow_empty_id=True)
@@ -599,7 +658,7 @@ class GroupCoordinator:
     def _join_unknown_member(
         self, group: GroupMetadata, new: _NewMember, protocols: list[tuple[str, bytes]], require_known_member_id: bool
     ) -> JoinResult | asyncio.Future[JoinResult]:
-        member_id = f"{new.client_id}-{uuid.uuid4()}"
+        member_id = new.member_id()
         if require_known_member_id:
             # The id is reserved until the member rejoins with it or its session timeout passes;
             # meanwhile it holds the rebalance back like a member that has not rejoined.
@@ -610,14 +669,118 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
         return self._add_member_and_rebalance(group, member_id, new, protocols)
 
+    def _join_static_unknown_member(
+        self, group: GroupMetadata, new: _NewMember, protocols: list[tuple[str, bytes]], supports_skip_assignment: bool
+    ) -> asyncio.Future[JoinResult]:
+        assert new.group_instance_id is not None
+        current_id = group.static_members.get(new.group_instance_id)
+        if current_id is None:
+            return self._add_member_and_rebalance(group, new.member_id(), new, protocols)
+        return self._replace_static_member(group, group.members[current_id], new, protocols, supports_skip_assignment)
+
+    def _replace_static_member(
+        self,
+        group: GroupMetadata,
+        member: MemberMetadata,
+        new: _NewMember,
+        protocols: list[tuple[str, bytes]],
+        supports_skip_assignment: bool,
+    ) -> asyncio.Future[JoinResult]:
+        """A known instance joins with no member id (it restarted): Kafka's
+        updateStaticMemberAndRebalance. The old member id is fenced at once; in a Stable group
+        whose protocol choice stays the same the new id is stored and answered with the
+        current generation, without a rebalance."""
+        # Requests the previous incarnation still has waiting are answered: it is fenced.
+        join_future, member.awaiting_join = member.awaiting_join, None
+        _resolve(join_future, JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member.member_id))
+        sync_future, member.awaiting_sync = member.awaiting_sync, None
+        _resolve(sync_future, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
+        leader_before = group.leader_id
+        previous = _StaticMemberState(
+            member.supported_protocols, member.rebalance_timeout_ms, member.session_timeout_ms
+        )
+        old_member_id = group.replace_static_member(member, new.member_id())
+        self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        group.update_member(member, protocols, new.rebalance_timeout_ms, new.session_timeout_ms, future)
+        if group.state is GroupState.STABLE:
+            if group.select_protocol() == group.protocol_name:
+                self._spawn(
+                    self._store_replaced_static_member(
+                        group, member, old_member_id, leader_before, previous, future, supports_skip_assignment
+                    )
+                )
+            else:
+                self._maybe_prepare_rebalance(group)
+        elif group.state is GroupState.COMPLETING_REBALANCE:
+            # The leader may be assigning to the old member id: start over.
+            self._prepare_rebalance(group)
+        # PreparingRebalance: the member simply waits for the join phase to end.
+        return future
+
+    async def _store_replaced_static_member(
+        self,
+        group: GroupMetadata,
+        member: MemberMetadata,
+        old_member_id: str,
+        leader_before: str | None,
+        previous: _StaticMemberState,
+        future: asyncio.Future[JoinResult],
+        supports_skip_assignment: bool,
+    ) -> None:
+        error = await self._store_group(group, {m.member_id: m.assignment for m in group.members.values()})
+        if member.awaiting_join is not future:
+            return  # fenced again, or answered by a rebalance, while the log wrote
+        member.awaiting_join = None
+        if error is not ErrorCode.NONE:
+            # The new member id is not durable: give the instance its old id back.
+            log.warning("group %s: storing static member %s failed: %s", group.group_id, member.member_id, error.name)
+            group.update_member(
+                member, previous.protocols, previous.rebalance_timeout_ms, previous.session_timeout_ms, None
+            )
+            group.replace_static_member(member, old_member_id)
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            _resolve(
+                future,
+                JoinResult(
+                    error, group.generation_id, group.protocol_type, group.protocol_name, leader_before or "", ""
+                ),
+            )
+            return
+        if supports_skip_assignment:
+            # v9: the leader learns it leads but keeps the current assignment (no assignor run).
+            result = self._join_result(group, member)
+            _resolve(future, replace(result, skip_assignment=result.leader == member.member_id))
+            return
+        # Before v9 the old leader id is answered, so a restarted leader does not assign
+        # (a Stable group would not hand out its new assignment anyway).
+        _resolve(
+            future,
+            JoinResult(
+                ErrorCode.NONE,
+                group.generation_id,
+                group.protocol_type,
+                group.protocol_name,
+                leader_before or "",
+                member.member_id,
+            ),
+        )
+
     def _join_current_member(
         self, group: GroupMetadata, member_id: str, new: _NewMember, protocols: list[tuple[str, bytes]]
     ) -> JoinResult | asyncio.Future[JoinResult]:
         if member_id in group.pending_members:
+            if new.group_instance_id is not None:
+                # Pending ids are only handed to dynamic members (Kafka fails with an internal
+                # error here): make the client start over.
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
             _cancel(group.pending_member_timers.pop(member_id, None))
             return self._add_member_and_rebalance(group, member_id, new, protocols)
-        member = group.members.get(member_id)
-        if member is None or group.state is GroupState.EMPTY:
+        member_error = group.member_error(member_id, new.group_instance_id)
+        if member_error is not None:
+            return JoinResult(member_error, member_id=member_id)
+        member = group.members[member_id]
+        if group.state is GroupState.EMPTY:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
         unchanged = member.matches(protocols)
         if group.state is GroupState.COMPLETING_REBALANCE and unchanged:
@@ -639,7 +802,7 @@ class GroupCoordinator:
     ) -> asyncio.Future[JoinResult]:
         member = MemberMetadata(
             member_id,
-            None,
+            new.group_instance_id,
             new.client_id,
             new.client_host,
             new.rebalance_timeout_ms,
@@ -677,7 +840,7 @@ class GroupCoordinator:
         else:
             group.join_is_initial = False
             group.join_timer = loop.call_later(group.rebalance_timeout_ms / 1000, self._complete_join, group)
-        group.transition_to(GroupState.PREPARING_REBALANCE, self._now_ms())
+        group.transition_to(GroupState.PREPARING_REBALANCE, self.now_ms())
         self._try_complete_join(group)
 
     def _try_complete_join(self, group: GroupMetadata) -> None:
@@ -702,12 +865,18 @@ class GroupCoordinator:
         group.join_timer = None
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
-        for member in [m for m in group.members.values() if m.awaiting_join is None]:
+        # Static members that did not rejoin stay (their session timeout decides); others go.
+        for member in [m for m in group.members.values() if m.awaiting_join is None and m.group_instance_id is None]:
             group.remove(member.member_id)
             _cancel(member.heartbeat_timer)
-        # Everyone left now awaits the join, so if the leader did not rejoin, remove() has
-        # already handed leadership to one who did.
-        now = self._now_ms()
+        if group.members and not group.elect_joined_leader():
+            # Only static members that have not rejoined: wait another rebalance timeout.
+            group.join_is_initial = False
+            group.join_timer = asyncio.get_running_loop().call_later(
+                group.rebalance_timeout_ms / 1000, self._complete_join, group
+            )
+            return
+        now = self.now_ms()
         group.init_next_generation(now)
         if group.state is GroupState.EMPTY:
             self._spawn(self._store_group_logged(group, {}))
@@ -775,7 +944,7 @@ class GroupCoordinator:
         for member in group.members.values():
             member.assignment = assignment[member.member_id]
         self._propagate_assignment(group, ErrorCode.NONE)
-        group.transition_to(GroupState.STABLE, self._now_ms())
+        group.transition_to(GroupState.STABLE, self.now_ms())
 
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -846,7 +1015,7 @@ class GroupCoordinator:
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         previous = group.state
-        group.transition_to(GroupState.DEAD, self._now_ms())
+        group.transition_to(GroupState.DEAD, self.now_ms())
         for member in group.members.values():
             join_future, member.awaiting_join = member.awaiting_join, None
             sync_future, member.awaiting_sync = member.awaiting_sync, None
@@ -910,19 +1079,24 @@ class GroupCoordinator:
     async def _store_offsets(
         self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetCommitData]
     ) -> dict[TopicPartition, ErrorCode]:
-        now = self._now_ms()
+        now = self.now_ms()
         max_length = self._config.offset_metadata_max_bytes
         valid = {}
         for tp, data in offsets.items():
             metadata = data.metadata or ""
             if _utf16_length(metadata) <= max_length:
-                valid[tp] = OffsetAndMetadata(data.offset, data.leader_epoch, metadata, now)
+                commit_timestamp = now if data.commit_timestamp == -1 else data.commit_timestamp
+                valid[tp] = OffsetAndMetadata(
+                    data.offset, data.leader_epoch, metadata, commit_timestamp, data.expire_timestamp
+                )
         if not valid:
             return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
         records: list[tuple[bytes, bytes | None]] = [
             (
                 encode_key(OffsetCommitKey(group.group_id, tp.topic, tp.partition)),
-                encode_offset_commit_value(OffsetCommitValue(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp)),
+                encode_offset_commit_value(
+                    OffsetCommitValue(o.offset, o.leader_epoch, o.metadata, o.commit_timestamp, o.expire_timestamp)
+                ),
             )
             for tp, o in valid.items()
         ]
@@ -946,7 +1120,7 @@ class GroupCoordinator:
         next expiry pass or coordinator takes care of what is left."""
         tombstones: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         removed = 0
-        now = self._now_ms()
+        now = self.now_ms()
         for group in groups:
             removed_offsets = remove_offsets(group)
             removed += len(removed_offsets)
@@ -988,7 +1162,7 @@ class GroupCoordinator:
             per_group[group_id][tp] = OffsetAndMetadata(
                 v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, v.expire_timestamp
             )
-        now = self._now_ms()
+        now = self.now_ms()
         for group_id, value in groups.items():
             group = GroupMetadata(
                 group_id,
@@ -1034,11 +1208,25 @@ class GroupCoordinator:
 class _NewMember:
     """The JoinGroup fields that describe the joining client."""
 
+    group_instance_id: str | None
     client_id: str
     client_host: str
     rebalance_timeout_ms: int
     session_timeout_ms: int
     protocol_type: str
+
+    def member_id(self) -> str:
+        """A fresh member id: the instance id (else the client id), a dash, a UUID, as Kafka."""
+        return f"{self.group_instance_id or self.client_id}-{uuid.uuid4()}"
+
+
+@dataclass(frozen=True)
+class _StaticMemberState:
+    """What a static member's rejoin changed, restored if storing the new member id fails."""
+
+    protocols: list[tuple[str, bytes]]
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
 
 
 def _resolve(future: asyncio.Future[_T] | None, result: _T) -> None:

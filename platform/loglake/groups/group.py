@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from loglake.errors import ErrorCode
 from loglake.groups.api import GroupState, JoinResult, OffsetAndMetadata, SyncResult, TopicPartition
 from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE, decode_subscription
 
@@ -72,6 +73,8 @@ class GroupMetadata:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, MemberMetadata] = field(default_factory=dict)  # insertion (join) order
+    # group.instance.id -> member id of the static members (KIP-345).
+    static_members: dict[str, str] = field(default_factory=dict)
     # Ids handed out with MEMBER_ID_REQUIRED, not yet used to rejoin.
     pending_members: set[str] = field(default_factory=set)
     # Members of this generation that have not sent SyncGroup yet.
@@ -108,6 +111,10 @@ class GroupMetadata:
         )
 
     def add(self, member: MemberMetadata, awaiting_join: asyncio.Future[JoinResult] | None) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise RuntimeError(f"group {self.group_id}: instance {member.group_instance_id} is already a member")
+            self.static_members[member.group_instance_id] = member.member_id
         if not self.members:
             self.protocol_type = member.protocol_type
         if self.leader_id is None:
@@ -123,7 +130,7 @@ class GroupMetadata:
         protocols: list[tuple[str, bytes]],
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
-        awaiting_join: asyncio.Future[JoinResult],
+        awaiting_join: asyncio.Future[JoinResult] | None,
     ) -> asyncio.Future[JoinResult] | None:
         """Rejoin with (maybe) new protocols; returns a superseded pending JoinGroup, if any."""
         self.supported_protocols.subtract(member.protocol_names())
@@ -138,10 +145,55 @@ class GroupMetadata:
         member = self.members.pop(member_id, None)
         if member is not None:
             self.supported_protocols.subtract(member.protocol_names())
+            if member.group_instance_id is not None:
+                self.static_members.pop(member.group_instance_id, None)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
         self.pending_members.discard(member_id)
         self.pending_sync_members.discard(member_id)
+
+    def replace_static_member(self, member: MemberMetadata, new_member_id: str) -> str:
+        """Give a static member a new member id (its instance restarted), keeping everything
+        else; returns the old id. Leadership follows the member."""
+        old_member_id = member.member_id
+        del self.members[old_member_id]
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = new_member_id
+        # The old id can no longer sync; leaving it pending would rebalance at the sync timeout.
+        self.pending_sync_members.discard(old_member_id)
+        return old_member_id
+
+    def elect_joined_leader(self) -> bool:
+        """Kafka's maybeElectNewJoinedLeader: if the leader has not rejoined, hand leadership
+        to a member that has. False when there is no leader or nobody rejoined."""
+        leader = self.members.get(self.leader_id) if self.leader_id is not None else None
+        if leader is None:
+            return False
+        if leader.awaiting_join is not None:
+            return True
+        joined = next((m.member_id for m in self.members.values() if m.awaiting_join is not None), None)
+        if joined is None:
+            return False
+        self.leader_id = joined
+        return True
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        """Whether a member subscribes to `topic`; True when that cannot be known, to be safe."""
+        return self.subscribed_topics is None or topic in self.subscribed_topics
+
+    def member_error(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Kafka's validateCurrentMember: with an instance id, it must map to `member_id`
+        (FENCED_INSTANCE_ID when another member now holds it); without, the member must exist."""
+        if group_instance_id is not None:
+            current = self.static_members.get(group_instance_id)
+            if current is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            return ErrorCode.FENCED_INSTANCE_ID if current != member_id else None
+        return None if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID
 
     def has_all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
@@ -218,6 +270,8 @@ class GroupMetadata:
         return expired
 
     def remove_all_offsets(self) -> list[TopicPartition]:
-        removed = list(self.offsets)
-        self.offsets.clear()
-        return removed
+        return self.remove_offsets(list(self.offsets))
+
+    def remove_offsets(self, partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
+        """Drop the offsets of `partitions`; returns those that were committed."""
+        return [tp for tp in partitions if self.offsets.pop(tp, None) is not None]

@@ -4,7 +4,8 @@ Each record's key and value start with a big-endian int16 schema version, then t
 fields in order: int16/int32/int64 big-endian, strings as int16 length + UTF-8 (length -1
 for a null string), bytes as int32 length + bytes. Key version 0 or 1 is an
 `OffsetCommitKey`, version 2 a `GroupMetadataKey`. We write the versions Kafka 2.3-3.x
-writes (key 1 / value 3 for offsets, key 2 / value 3 for groups) and read values back
+writes (key 1 / value 3 for offsets, value 1 for one with an explicit expiry, key 2 / value 3
+for groups, whose members carry their group.instance.id) and read values back
 to version 0, so a topic copied from a Kafka cluster loads too. A null value is a
 tombstone: compaction then drops the key.
 """
@@ -165,6 +166,10 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
+    if value.expire_timestamp is not None:
+        # Only version 1 carries an explicit expiry (OffsetCommit v2-v4 retention), as Kafka writes it.
+        w = _Writer().int16(1).int64(value.offset).string(value.metadata).int64(value.commit_timestamp)
+        return w.int64(value.expire_timestamp).getvalue()
     w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
     return w.string(value.metadata).int64(value.commit_timestamp).getvalue()
 

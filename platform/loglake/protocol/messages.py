@@ -1300,6 +1300,32 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "OffsetDeleteRequest": {
+        "apiKey": 47, "type": "request", "validVersions": "0", "flexibleVersions": "none",
+        "fields": (
+            {"name": "group_id", "type": "string", "versions": "0+"},
+            {"name": "topics", "type": "[]OffsetDeleteRequestTopic", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]OffsetDeleteRequestPartition", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "OffsetDeleteResponse": {
+        "apiKey": 47, "type": "response", "validVersions": "0", "flexibleVersions": "none",
+        "fields": (
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "topics", "type": "[]OffsetDeleteResponseTopic", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]OffsetDeleteResponsePartition", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "error_code", "type": "int16", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
     "AlterPartitionRequest": {
         "apiKey": 56, "type": "request", "validVersions": "0-3", "flexibleVersions": "0+",
         "fields": (
@@ -1442,6 +1468,7 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61

@@ -86,6 +86,8 @@ async def join(
     session_ms: int = SESSION_MS,
     rebalance_ms: int = REBALANCE_MS,
     require_known_member_id: bool = False,
+    group_instance_id: str | None = None,
+    supports_skip_assignment: bool = False,
 ) -> JoinResult:
     return await coordinator.join_group(
         group,
@@ -97,6 +99,8 @@ async def join(
         protocol_type,
         protocols if protocols is not None else [("range", subscription("t"))],
         require_known_member_id=require_known_member_id,
+        group_instance_id=group_instance_id,
+        supports_skip_assignment=supports_skip_assignment,
     )
 
 

@@ -295,12 +295,19 @@ async def test_leave_group_batch_and_rebalance() -> None:
     coordinator = await new_coordinator()
     [a, b, c] = await stable_group(coordinator, 3)
     result = await coordinator.leave_group(
-        GROUP, [MemberIdentity(b.member_id), MemberIdentity(c.member_id, "instance-c"), MemberIdentity("ghost")]
+        GROUP,
+        [
+            MemberIdentity(b.member_id),
+            MemberIdentity(c.member_id, "instance-c"),  # c is dynamic: no such instance
+            MemberIdentity(c.member_id),
+            MemberIdentity("ghost"),
+        ],
     )
     assert result.error is ErrorCode.NONE
     assert result.members == (
         MemberLeaveResult(b.member_id, None, ErrorCode.NONE),
-        MemberLeaveResult(c.member_id, "instance-c", ErrorCode.NONE),
+        MemberLeaveResult(c.member_id, "instance-c", ErrorCode.UNKNOWN_MEMBER_ID),
+        MemberLeaveResult(c.member_id, None, ErrorCode.NONE),
         MemberLeaveResult("ghost", None, ErrorCode.UNKNOWN_MEMBER_ID),
     )
     assert await coordinator.heartbeat(GROUP, a.member_id, 1) is ErrorCode.REBALANCE_IN_PROGRESS
@@ -375,14 +382,6 @@ async def test_inconsistent_group_protocol() -> None:
     [a] = await stable_group(coordinator, 1, group="g3")
     wrong = await coordinator.sync_group("g3", 1, a.member_id, {}, protocol_name="roundrobin")
     assert wrong.error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
-
-
-async def test_static_membership_is_not_supported() -> None:
-    coordinator = await new_coordinator()
-    result = await coordinator.join_group(
-        GROUP, "", "c", "h", SESSION_MS, REBALANCE_MS, "consumer", [("range", b"")], group_instance_id="i-1"
-    )
-    assert result.error is ErrorCode.UNSUPPORTED_VERSION
 
 
 # ------------------------------------------------------------------ coordinator state
