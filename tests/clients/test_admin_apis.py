@@ -318,3 +318,34 @@ def test_list_offsets_special_timestamps_by_version(broker, topic):
     assert ask(6, -3)["error_code"] == ErrorCode.UNSUPPORTED_VERSION
     assert ask(9, -6)["error_code"] == ErrorCode.UNSUPPORTED_VERSION
     assert (ask(9, -2)["offset"], ask(9, -1)["offset"]) == (2, 5)
+
+
+def test_kafka_python_admin_and_transactions(broker, topic):
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewPartitions as KpNewPartitions
+    from kafka.admin import NewTopic as KpNewTopic
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    a = KafkaAdminClient(bootstrap_servers=broker.bootstrap, api_version=(3, 9))
+    try:
+        cluster = a.describe_cluster()
+        assert cluster["controller_id"] == 0
+        assert set(cluster["authorized_operations"]) == {op.name for op in CLUSTER_ACL_OPERATIONS}
+        created = a.create_topics([KpNewTopic(topic, -1, -1, replica_assignments={0: [0], 1: [0]})])
+        assert created["topics"][0]["num_partitions"] == 2
+        a.create_partitions({topic: KpNewPartitions(3, [[0]])})
+        wait_for_topic(broker.bootstrap, topic, 3)
+        answer = a.elect_leaders(1, {topic: [0, 2]})
+        results = {p.partition_id: p.error_code for r in answer.replica_election_results for p in r.partition_result}
+        assert results == {0: ErrorCode.ELECTION_NOT_NEEDED, 2: ErrorCode.ELECTION_NOT_NEEDED}
+    finally:
+        a.close()
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-txn", api_version=(3, 9))
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            producer.init_transactions()
+        assert time.monotonic() - started < 10
+    finally:
+        producer.close(timeout=5)
