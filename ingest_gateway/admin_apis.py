@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ingest_gateway import authorized_operations
-from ingest_gateway.kafka_apis import KafkaApis
 from loglake.coordination.controller import ElectionType
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
+
+from ingest_gateway import authorized_operations
+from ingest_gateway.kafka_apis import KafkaApis
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker

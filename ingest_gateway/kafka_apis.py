@@ -512,7 +512,9 @@ class KafkaApis:
                             "Both numPartitions or replicationFactor and replicasAssignments were set. "
                             "Both cannot be used at the same time.",
                         )
-                    assignment = numbered_assignment([(a["partition_index"], a["broker_ids"]) for a in t["assignments"]])
+                    assignment = numbered_assignment(
+                        [(a["partition_index"], a["broker_ids"]) for a in t["assignments"]]
+                    )
                 partitions = t["num_partitions"] if t["num_partitions"] != -1 else config.num_partitions
                 rf = t["replication_factor"] if t["replication_factor"] != -1 else config.default_replication_factor
                 configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}

@@ -9,16 +9,16 @@ import time
 from typing import Any
 
 import pytest
+from client_helpers import create_topic, wait_for_topic
 from confluent_kafka import ElectionType, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewPartitions, NewTopic
-
-from client_helpers import create_topic, wait_for_topic
-from ingest_gateway.authorized_operations import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
-from ingest_gateway.kafka_client import KafkaClient
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.protocol.release import release_versions
 from loglake.record.batch import encode_batch
+
+from ingest_gateway.authorized_operations import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
+from ingest_gateway.kafka_client import KafkaClient
 
 CLUSTER_ACL_OPERATIONS = {
     AclOperation.CREATE,
@@ -74,8 +74,14 @@ def test_describe_cluster_with_and_without_authorized_operations(broker):
 
 
 def test_describe_cluster_endpoint_types(broker):
-    assert call(broker, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})["error_code"] == ErrorCode.MISMATCHED_ENDPOINT_TYPE
-    assert call(broker, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 7})["error_code"] == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+    assert (
+        call(broker, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})["error_code"]
+        == ErrorCode.MISMATCHED_ENDPOINT_TYPE
+    )
+    assert (
+        call(broker, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 7})["error_code"]
+        == ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+    )
     answer = call(broker, ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 1})
     assert answer["error_code"] == 0 and answer["endpoint_type"] == 1
     assert answer["cluster_authorized_operations"] == NOT_REQUESTED
@@ -138,9 +144,13 @@ def test_assignment_partition_numbers_and_counts_are_checked(broker, topic):
         body = {"topics": [{"name": topic, "num_partitions": -1, "replication_factor": -1} | t], "timeout_ms": 5000}
         return call(broker, ApiKey.CREATE_TOPICS, 7, body)["topics"][0]
 
-    gap = create({"assignments": [{"partition_index": 0, "broker_ids": [0]}, {"partition_index": 2, "broker_ids": [0]}]})
+    gap = create(
+        {"assignments": [{"partition_index": 0, "broker_ids": [0]}, {"partition_index": 2, "broker_ids": [0]}]}
+    )
     assert gap["error_code"] == ErrorCode.INVALID_REPLICA_ASSIGNMENT and "consecutive" in gap["error_message"]
-    empty = create({"assignments": [{"partition_index": 0, "broker_ids": [0]}, {"partition_index": 1, "broker_ids": []}]})
+    empty = create(
+        {"assignments": [{"partition_index": 0, "broker_ids": [0]}, {"partition_index": 1, "broker_ids": []}]}
+    )
     assert empty["error_code"] == ErrorCode.INVALID_REPLICA_ASSIGNMENT and "factor of 0" in empty["error_message"]
     both = create({"num_partitions": 1, "assignments": [{"partition_index": 0, "broker_ids": [0]}]})
     assert both["error_code"] == ErrorCode.INVALID_REQUEST
@@ -227,7 +237,11 @@ def test_every_advertised_version_answers(broker, topic):
     tp = {"name": topic, "topic": topic}
     for version in range(*_inclusive(release_versions(ApiKey.PRODUCE))):
         records = encode_batch([(None, b"v%d" % version, (), None)], int(time.time() * 1000))
-        body = {"acks": -1, "timeout_ms": 5000, "topic_data": [tp | {"partition_data": [{"index": 0, "records": records}]}]}
+        body = {
+            "acks": -1,
+            "timeout_ms": 5000,
+            "topic_data": [tp | {"partition_data": [{"index": 0, "records": records}]}],
+        }
         part = call(broker, ApiKey.PRODUCE, version, body)["responses"][0]["partition_responses"][0]
         assert (part["error_code"], part["base_offset"]) == (0, version - 3), version
     for version in range(*_inclusive(release_versions(ApiKey.LIST_OFFSETS))):

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch
+
+from ingest_gateway.kafka_client import KafkaClient
+from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -67,7 +67,10 @@ def test_manual_assignments_place_replicas_and_are_validated(cluster: LocalClust
 
     admin.create_partitions([NewPartitions("placed", 4, replica_assignment=[[b, controller]])])["placed"].result(60)
     # Sent to a broker that is not the controller: forwarded with its assignment.
-    body = {"topics": [{"name": "placed", "count": 5, "assignments": [{"broker_ids": [controller, a]}]}], "timeout_ms": 30000}
+    body = {
+        "topics": [{"name": "placed", "count": 5, "assignments": [{"broker_ids": [controller, a]}]}],
+        "timeout_ms": 30000,
+    }
     assert call(cluster, a, ApiKey.CREATE_PARTITIONS, 3, body)["results"][0]["error_code"] == 0
     refused = {"topics": [{"name": "placed", "count": 6, "assignments": [{"broker_ids": [a]}]}], "timeout_ms": 30000}
     result = call(cluster, b, ApiKey.CREATE_PARTITIONS, 3, refused)["results"][0]
@@ -79,7 +82,7 @@ def test_manual_assignments_place_replicas_and_are_validated(cluster: LocalClust
 
 @pytest.mark.timeout(300)
 def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
-    controller, a, b = roles(cluster)
+    _, a, b = roles(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for name, replicas in (("pref", [[a, b]]), ("stale", [[a, b]]), ("solo", [[a]])):
         admin.create_topics([NewTopic(name, 1, replica_assignment=replicas)])[name].result(timeout=60)
@@ -91,7 +94,9 @@ def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
     # (automatic rebalancing is off in these tests).
     cluster.kill(a)
     cluster.wait_for(lambda s: partition(s, "pref")["leader"] == b and partition(s, "pref")["isr"] == [b])
-    assert elect(cluster, ElectionType.PREFERRED, ("pref", 0)) == {("pref", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    assert elect(cluster, ElectionType.PREFERRED, ("pref", 0)) == {
+        ("pref", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    }
     cluster.restart(a)
     cluster.wait_for(lambda s: sorted(partition(s, "pref")["isr"]) == sorted([a, b]))
     assert partition(cluster.status(), "pref")["leader"] == b
@@ -107,7 +112,9 @@ def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
     cluster.restart(b)
     status = cluster.wait_for(lambda s: any(x["broker_id"] == b for x in s["brokers"]))
     assert partition(status, "stale")["leader"] == -1, "b was not in the ISR"
-    assert elect(cluster, ElectionType.PREFERRED, ("stale", 0)) == {("stale", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE}
+    assert elect(cluster, ElectionType.PREFERRED, ("stale", 0)) == {
+        ("stale", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+    }
     # Sent to b, which is not the controller: forwarded.
     body = {
         "election_type": ElectionType.UNCLEAN.value,
@@ -115,7 +122,11 @@ def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
         "timeout_ms": 30000,
     }
     answer = call(cluster, b, ApiKey.ELECT_LEADERS, 2, body)
-    codes = {(r["topic"], p["partition_id"]): p["error_code"] for r in answer["replica_election_results"] for p in r["partition_result"]}
+    codes = {
+        (r["topic"], p["partition_id"]): p["error_code"]
+        for r in answer["replica_election_results"]
+        for p in r["partition_result"]
+    }
     assert codes == {("stale", 0): 0, ("solo", 0): ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE}
     status = cluster.wait_for(lambda s: partition(s, "stale")["leader"] == b)
     assert partition(status, "stale")["isr"] == [b]
@@ -124,7 +135,7 @@ def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
 
 @pytest.mark.timeout(180)
 def test_produce_to_a_follower_names_the_current_leader(cluster: LocalCluster) -> None:
-    controller, a, b = roles(cluster)
+    _, a, b = roles(cluster)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("moved", 1, replica_assignment=[[a, b]])])["moved"].result(timeout=60)
     state = partition(cluster.wait_for(lambda s: partition(s, "moved")["leader"] == a), "moved")

@@ -56,7 +56,9 @@ def validate_manual_assignment(
         if not replicas:
             raise _invalid(f"Cannot have replication factor of 0 for partition id {p}.")
         if len(set(replicas)) != len(replicas):
-            raise _invalid(f"Duplicate brokers not allowed in replica assignment: {list(replicas)} for partition id {p}.")
+            raise _invalid(
+                f"Duplicate brokers not allowed in replica assignment: {list(replicas)} for partition id {p}."
+            )
         unknown = sorted(set(replicas) - brokers)
         if unknown:
             raise _invalid(f"Unknown broker(s) in replica assignment: {unknown} (registered: {sorted(brokers)}).")

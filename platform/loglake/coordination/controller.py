@@ -168,7 +168,9 @@ class Controller:
             for name, p in partitions:
                 topic = topics.get(name)
                 if topic is None or p not in topic.assignment:
-                    results[(name, p)] = KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                    results[(name, p)] = KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+                    )
                     continue
                 if name in deleting:
                     results[(name, p)] = KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
