@@ -177,8 +177,10 @@ class Controller:
                     continue
                 if name not in states_of:
                     states_of[name] = self._store.partition_states(name)
-                state = states_of[name][p]
+                state = states_of[name].get(p)
                 try:
+                    if state is None:  # created a moment ago, its state not written yet
+                        raise KafkaError(_ELECTION_FAILED[election_type], "the partition is not online yet; retry")
                     new = _elected_state(election_type, topic.assignment[p], state, live, epoch)
                     if self._store.update_partition_state(name, p, new, state.version) is None:
                         raise KafkaError(
