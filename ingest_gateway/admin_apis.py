@@ -34,11 +34,12 @@ class AdminApis:
         requested = body["topic_partitions"]
         partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
         try:
-            election_type = ElectionType(body["election_type"])
-        except ValueError:
-            error = KafkaError(ErrorCode.INVALID_REQUEST, f"unknown election type {body['election_type']}")
-            return _election_response(error.code, {tp: error for tp in partitions or ()})
-        results = await self.broker.elect_leaders(partitions, election_type)
+            if body["election_type"] not in ElectionType._value2member_map_:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown election type {body['election_type']}")
+            results = await self.broker.elect_leaders(partitions, ElectionType(body["election_type"]))
+        except KafkaError as exc:
+            # The whole request failed (no controller, say): every partition gets the error.
+            return _election_response(exc.code, {tp: exc for tp in partitions or ()})
         if partitions is None:
             # As Kafka: an election over all partitions reports only those it acted on.
             results = {tp: e for tp, e in results.items() if e is None or e.code != ErrorCode.ELECTION_NOT_NEEDED}

@@ -195,7 +195,8 @@ class KafkaApis:
             topics.append(self._topic_metadata(name))
         topic_operations = authorized_operations.topic_operations(body["include_topic_authorized_operations"])
         for entry in topics:
-            entry["topic_authorized_operations"] = topic_operations
+            if entry["name"] is not None:  # not for unknown topic ids, as Kafka
+                entry["topic_authorized_operations"] = topic_operations
         image = self.broker.image
         return {
             "throttle_time_ms": 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,10 @@ from loglake.cluster.assignment import numbered_assignment
 from loglake.coordination.controller import ElectionType
 from loglake.coordination.model import PartitionState
 from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import RequestHeader
 from test_controller import make_controller
+
+from ingest_gateway.admin_apis import AdminApis
 
 
 def _code(action) -> ErrorCode:
@@ -85,3 +89,21 @@ def test_unclean_election(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     states = store.partition_states("t")
     assert [(states[p].leader, states[p].isr, states[p].leader_epoch) for p in (0, 1)] == [(2, (2,), 2), (3, (3,), 2)]
     assert store.partition_states("solo")[0].leader == -1
+
+
+def test_an_election_request_that_fails_whole_answers_every_partition() -> None:
+    """No controller to forward to: Kafka's answer is the error for each partition."""
+
+    class NoController:
+        async def elect_leaders(self, partitions, election_type):
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
+
+    body = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 1]}], "timeout_ms": 1000}
+    header = RequestHeader(request_api_key=43, request_api_version=2, correlation_id=1, client_id="c")
+    answer = asyncio.run(AdminApis(NoController()).elect_leaders(header, body))  # type: ignore[arg-type]
+    assert answer["error_code"] == ErrorCode.NOT_CONTROLLER
+    parts = answer["replica_election_results"][0]["partition_result"]
+    assert [(p["partition_id"], p["error_code"]) for p in parts] == [
+        (0, ErrorCode.NOT_CONTROLLER),
+        (1, ErrorCode.NOT_CONTROLLER),
+    ]
