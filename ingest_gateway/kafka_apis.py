@@ -518,7 +518,10 @@ class KafkaApis:
                     )
                 partitions = t["num_partitions"] if t["num_partitions"] != -1 else config.num_partitions
                 rf = t["replication_factor"] if t["replication_factor"] != -1 else config.default_replication_factor
-                configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
+                nulls = [c["name"] for c in t["configs"] if c["value"] is None]
+                if nulls:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
+                configs = {c["name"]: c["value"] for c in t["configs"]}
                 created = self.broker.create_topic(
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )

@@ -165,6 +165,22 @@ def test_assignment_partition_numbers_and_counts_are_checked(broker, topic):
     assert len(a.list_topics(topic, timeout=10).topics[topic].partitions) == 1
 
 
+def test_a_null_topic_config_value_is_refused(broker, topic):
+    body = {
+        "topics": [
+            {
+                "name": topic,
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "configs": [{"name": "retention.ms", "value": None}],
+            }
+        ],
+        "timeout_ms": 5000,
+    }
+    assert call(broker, ApiKey.CREATE_TOPICS, 7, body)["topics"][0]["error_code"] == ErrorCode.INVALID_CONFIG
+    assert topic not in admin(broker).list_topics(timeout=10).topics
+
+
 def test_elect_leaders_on_one_broker(broker, topic):
     create_topic(broker.bootstrap, topic, 2)
     a = admin(broker)
