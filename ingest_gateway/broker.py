@@ -27,7 +27,7 @@ from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
-from loglake.coordination.controller import BrokerChannel, Controller
+from loglake.coordination.controller import BrokerChannel, Controller, ElectionType
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.store import MetadataStore
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
@@ -167,12 +167,14 @@ class Broker:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
         every `http.listeners` address."""
         self.startup()
+        from ingest_gateway.admin_apis import register_admin_apis
         from ingest_gateway.group_apis import register_group_apis
         from ingest_gateway.http_api import create_app
 
         register_group_apis(self.kafka_apis, self.group_coordinator)
         register_config_apis(self.kafka_apis, self)
         self.dynamic_config.start()
+        register_admin_apis(self.kafka_apis, self)
         if self.clustered:
             self._watch_cluster()
         for p in self._pending_group_loads:
@@ -285,23 +287,57 @@ class Broker:
             self.refresh_metadata(self.store.controller_epoch())
         return topic
 
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
-        """Grow a topic; a cluster broker that is not the controller forwards the request
-        to the controller (which must send the new partitions' LeaderAndIsr)."""
+    async def create_partitions(
+        self, name: str, total: int, validate_only: bool = False, assignment: list[tuple[int, ...]] | None = None
+    ) -> None:
+        """Grow a topic (`assignment`: the new partitions' replicas, else round-robin); a
+        cluster broker that is not the controller forwards the request to the controller
+        (which must send the new partitions' LeaderAndIsr)."""
         if self.controller.is_active or not self.clustered:
-            self.controller.create_partitions(name, total, validate_only)
+            self.controller.create_partitions(name, total, validate_only, assignment)
             return
+        assignments = None if assignment is None else [{"broker_ids": list(replicas)} for replicas in assignment]
         response = await self._forward_to_controller(
             ApiKey.CREATE_PARTITIONS,
             3,
             {
-                "topics": [{"name": name, "count": total, "assignments": None}],
+                "topics": [{"name": name, "count": total, "assignments": assignments}],
                 "timeout_ms": 30000,
                 "validate_only": validate_only,
             },
         )
         _raise_for(response["results"][0])
         self.refresh_metadata(self.store.controller_epoch())
+
+    async def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders on the controller (forwarded there, like `create_partitions`)."""
+        if self.controller.is_active or not self.clustered:
+            return self.controller.elect_leaders(partitions, election_type)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in partitions or ():
+            by_topic.setdefault(topic, []).append(p)
+        response = await self._forward_to_controller(
+            ApiKey.ELECT_LEADERS,
+            2,
+            {
+                "election_type": election_type,
+                "topic_partitions": None
+                if partitions is None
+                else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                "timeout_ms": 30000,
+            },
+        )
+        _raise_for(response)
+        self.refresh_metadata(self.store.controller_epoch())
+        return {
+            (r["topic"], p["partition_id"]): KafkaError(ErrorCode(p["error_code"]), p["error_message"] or "")
+            if p["error_code"]
+            else None
+            for r in response["replica_election_results"]
+            for p in r["partition_result"]
+        }
 
     async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:
         """Change a topic's overrides ("" removes one); forwarded to the controller like

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from loglake.cluster.assignment import numbered_assignment
 from loglake.config import validate_topic_name
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol.release import release_versions
@@ -29,12 +30,14 @@ from loglake.protocol import (
     encode_response,
 )
 
+from ingest_gateway import authorized_operations
 from ingest_gateway.config_apis import describe_topic_configs
 from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
     from loglake.cluster.metadata_image import MetadataImage
+    from loglake.coordination.model import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +47,33 @@ Body = dict[str, Any]
 # range is what the handlers below answer correctly (for example Fetch stops at 12: from
 # 13 on topics travel by id only).
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 9),
+    ApiKey.PRODUCE: release_versions(ApiKey.PRODUCE),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 7),  # 7 adds the max-timestamp query (-3); 8 the local-log start (-4)
-    ApiKey.METADATA: (0, 12),
+    ApiKey.LIST_OFFSETS: release_versions(ApiKey.LIST_OFFSETS),
+    ApiKey.METADATA: release_versions(ApiKey.METADATA),
     ApiKey.FIND_COORDINATOR: release_versions(ApiKey.FIND_COORDINATOR),
-    ApiKey.API_VERSIONS: (0, 3),
-    ApiKey.CREATE_TOPICS: (0, 7),
-    ApiKey.DELETE_TOPICS: (0, 6),
-    ApiKey.DELETE_RECORDS: (0, 2),
-    ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
-    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.API_VERSIONS: release_versions(ApiKey.API_VERSIONS),
+    ApiKey.CREATE_TOPICS: release_versions(ApiKey.CREATE_TOPICS),
+    ApiKey.DELETE_TOPICS: release_versions(ApiKey.DELETE_TOPICS),
+    ApiKey.DELETE_RECORDS: release_versions(ApiKey.DELETE_RECORDS),
+    ApiKey.INIT_PRODUCER_ID: release_versions(ApiKey.INIT_PRODUCER_ID),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: release_versions(ApiKey.OFFSET_FOR_LEADER_EPOCH),
+    ApiKey.CREATE_PARTITIONS: release_versions(ApiKey.CREATE_PARTITIONS),
 }
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the local log's start; without tiered storage, the log start
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage; there is none here
+# The first ListOffsets version that may ask for each special timestamp (as Kafka checks).
+SPECIAL_TIMESTAMP_MIN_VERSION = {
+    LATEST_TIMESTAMP: 1,
+    EARLIEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
@@ -175,16 +188,20 @@ class KafkaApis:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
             topics.append(self._topic_metadata(self.broker.image, name))
+        topic_operations = authorized_operations.topic_operations(body["include_topic_authorized_operations"])
+        for entry in topics:
+            if entry["name"] is not None:  # not for unknown topic ids, as Kafka
+                entry["topic_authorized_operations"] = topic_operations
         image = self.broker.image
         return {
             "throttle_time_ms": 0,
-            "brokers": [
-                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)
-            ],
+            "brokers": [_node_endpoint(b) for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)],
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id,
             "topics": topics,
+            "cluster_authorized_operations": authorized_operations.cluster_operations(
+                body["include_cluster_authorized_operations"]
+            ),
         }
 
     def _topic_metadata(self, image: MetadataImage, name: str) -> Body:
@@ -294,7 +311,24 @@ class KafkaApis:
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
             "throttle_time_ms": 0,
+            "node_endpoints": self._point_to_current_leaders(by_topic),
         }
+
+    def _point_to_current_leaders(self, by_topic: dict[str, list[Body]]) -> list[Body]:
+        """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
+        leader and epoch this broker knows, and the response those leaders' endpoints, so the
+        producer can retry without a metadata round trip. Returns the endpoints."""
+        image = self.broker.image
+        leaders = set()
+        for name, entries in by_topic.items():
+            for entry in entries:
+                if entry["error_code"] != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    continue
+                state = image.partition_states.get(name, {}).get(entry["index"])
+                if state is not None and state.leader in image.brokers:
+                    entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+                    leaders.add(state.leader)
+        return [_node_endpoint(image.brokers[b]) for b in sorted(leaders)]
 
     # Fetch -------------------------------------------------------------------------------
 
@@ -396,16 +430,22 @@ class KafkaApis:
 
     async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
+        version = header.request_api_version
 
         def answer(topic: str, lp: Body, entry: Body) -> None:
+            ts = lp["timestamp"]
+            if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
             partition = rm.leader_partition(topic, lp["partition_index"])
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
-            ts = lp["timestamp"]
             entry["leader_epoch"] = partition.leader_epoch
             if ts == LATEST_TIMESTAMP:
                 entry["offset"] = partition.high_watermark
-            elif ts == EARLIEST_TIMESTAMP:
+            elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 entry["offset"] = partition.log_start_offset
+            elif ts == LATEST_TIERED_TIMESTAMP:
+                # Kafka's answer without remote storage: no offset, no epoch, no error.
+                entry["leader_epoch"] = -1
             else:
                 found = _max_timestamp_offset(partition) if ts == MAX_TIMESTAMP else partition.offset_for_timestamp(ts)
                 if found is not None:
@@ -463,10 +503,23 @@ class KafkaApis:
             name = t["name"]
             entry: Body = {"name": name, "error_code": 0, "error_message": None}
             try:
-                assignment = {a["partition_index"]: tuple(a["broker_ids"]) for a in t["assignments"]} or None
+                assignment = None
+                if t["assignments"]:
+                    if t["num_partitions"] != -1 or t["replication_factor"] != -1:
+                        raise KafkaError(
+                            ErrorCode.INVALID_REQUEST,
+                            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                            "Both cannot be used at the same time.",
+                        )
+                    assignment = numbered_assignment(
+                        [(a["partition_index"], a["broker_ids"]) for a in t["assignments"]]
+                    )
                 partitions = t["num_partitions"] if t["num_partitions"] != -1 else config.num_partitions
                 rf = t["replication_factor"] if t["replication_factor"] != -1 else config.default_replication_factor
-                configs = {c["name"]: c["value"] for c in t["configs"] if c["value"] is not None}
+                nulls = [c["name"] for c in t["configs"] if c["value"] is None]
+                if nulls:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
+                configs = {c["name"]: c["value"] for c in t["configs"]}
                 created = self.broker.create_topic(
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )
@@ -520,11 +573,8 @@ class KafkaApis:
         for t in body["topics"]:
             entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
             try:
-                if t["assignments"] is not None:
-                    raise KafkaError(
-                        ErrorCode.INVALID_REPLICA_ASSIGNMENT, "manual assignment of new partitions is not supported"
-                    )
-                await self.broker.create_partitions(t["name"], t["count"], body["validate_only"])
+                assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
+                await self.broker.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
@@ -570,6 +620,7 @@ class KafkaApis:
 
     async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
         if body["transactional_id"] is not None:
+            # Fatal for clients (librdkafka, the Java producer), unlike a retriable error.
             return {
                 "throttle_time_ms": 0,
                 "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -580,6 +631,10 @@ class KafkaApis:
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _node_endpoint(broker: BrokerEndpoint) -> Body:
+    return {"node_id": broker.broker_id, "host": broker.host, "port": broker.port, "rack": broker.rack}
 
 
 def _per_partition(

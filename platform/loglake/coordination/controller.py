@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 import uuid
+from enum import IntEnum
 from typing import Protocol
 
-from loglake.cluster.assignment import assign_replicas
+from loglake.cluster.assignment import assign_replicas, validate_manual_assignment
 from loglake.config import LogConfig, validate_topic_configs, validate_topic_name
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
@@ -149,22 +150,56 @@ class Controller:
         with self._lock:
             if self.epoch is None:
                 return 0
-            moved = 0
-            for topic in self._store.topics().values():
-                changed = []
-                for p, state in self._store.partition_states(topic.name).items():
-                    preferred = topic.assignment[p][0]
-                    if state.leader == preferred or preferred not in self._live or preferred not in state.isr:
-                        continue
-                    new = PartitionState(preferred, state.leader_epoch + 1, state.isr, self.epoch)
-                    if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
-                        changed.append(p)
-                if changed:
-                    moved += len(changed)
-                    self._send_leader_and_isr(topic, changed)
-            if moved:
-                self._channel.send_update_metadata(self.epoch)
-            return moved
+            results = self.elect_leaders(None, ElectionType.PREFERRED)
+            return sum(error is None for error in results.values())
+
+    def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """ElectLeaders (KIP-460) for `partitions` (None: all). PREFERRED makes the first
+        replica leader if it is alive and in the ISR; UNCLEAN gives a partition without a
+        live leader the first live ISR member or, failing that, any live replica. Returns
+        each partition's outcome: None if its leader changed, else Kafka's error."""
+        with self._lock:
+            epoch = self._require_active()
+            topics = self._store.topics()
+            if partitions is None:
+                partitions = [(name, p) for name, topic in topics.items() for p in topic.assignment]
+            deleting = set(self._store.pending_topic_deletions())
+            live = set(self._live)  # the view the broker events gave (see on_brokers_changed)
+            results: dict[tuple[str, int], KafkaError | None] = {}
+            changed: dict[str, list[int]] = {}
+            states_of: dict[str, dict[int, PartitionState]] = {}
+            for name, p in partitions:
+                topic = topics.get(name)
+                if topic is None or p not in topic.assignment:
+                    results[(name, p)] = KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+                    )
+                    continue
+                if name in deleting:
+                    results[(name, p)] = KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
+                    continue
+                if name not in states_of:
+                    states_of[name] = self._store.partition_states(name)
+                state = states_of[name].get(p)
+                try:
+                    if state is None:  # created a moment ago, its state not written yet
+                        raise KafkaError(_ELECTION_FAILED[election_type], "the partition is not online yet; retry")
+                    new = _elected_state(election_type, topic.assignment[p], state, live, epoch)
+                    if self._store.update_partition_state(name, p, new, state.version) is None:
+                        raise KafkaError(
+                            _ELECTION_FAILED[election_type], "the partition state changed during the election; retry"
+                        )
+                    results[(name, p)] = None
+                    changed.setdefault(name, []).append(p)
+                except KafkaError as exc:
+                    results[(name, p)] = exc
+            for name, changed_partitions in changed.items():
+                self._send_leader_and_isr(topics[name], changed_partitions)
+            if changed:
+                self._channel.send_update_metadata(epoch)
+            return results
 
     def _require_active(self) -> int:
         if self.epoch is None:
@@ -190,6 +225,8 @@ class Controller:
                 if num_partitions < 1:
                     raise KafkaError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
                 assignment = assign_replicas(list(self._store.brokers()), num_partitions, replication_factor)
+            else:
+                validate_manual_assignment(assignment, set(self._store.brokers()))
             topic = TopicDescription(name=name, topic_id=str(uuid.uuid4()), assignment=assignment, config=config)
             if validate_only:
                 return topic
@@ -208,8 +245,15 @@ class Controller:
             states[p] = PartitionState(leader=isr[0] if isr else -1, leader_epoch=0, isr=isr, controller_epoch=epoch)
         return states
 
-    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicDescription:
-        """Grow a topic to `total` partitions; Kafka never removes partitions."""
+    def create_partitions(
+        self,
+        name: str,
+        total: int,
+        validate_only: bool = False,
+        assignment: list[tuple[int, ...]] | None = None,
+    ) -> TopicDescription:
+        """Grow a topic to `total` partitions, placed by `assignment` (the replicas of each
+        new partition, in order) or round-robin; Kafka never removes partitions."""
         with self._lock:
             epoch = self._require_active()
             topic = self._topic(name)
@@ -218,12 +262,23 @@ class Controller:
                     ErrorCode.INVALID_PARTITIONS,
                     f"topic {name!r} has {topic.num_partitions} partitions; the new count must be larger, not {total}",
                 )
-            added = assign_replicas(
-                list(self._store.brokers()),
-                total - topic.num_partitions,
-                topic.replication_factor,
-                first_partition=topic.num_partitions,
-            )
+            brokers = self._store.brokers()
+            if assignment is None:
+                added = assign_replicas(
+                    list(brokers),
+                    total - topic.num_partitions,
+                    topic.replication_factor,
+                    first_partition=topic.num_partitions,
+                )
+            else:
+                if len(assignment) != total - topic.num_partitions:
+                    raise KafkaError(
+                        ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                        f"Increasing the number of partitions by {total - topic.num_partitions} "
+                        f"but {len(assignment)} assignments provided.",
+                    )
+                added = {topic.num_partitions + i: tuple(replicas) for i, replicas in enumerate(assignment)}
+                validate_manual_assignment(added, set(brokers), topic.replication_factor)
             grown = TopicDescription(topic.name, topic.topic_id, {**topic.assignment, **added}, topic.config)
             if validate_only:
                 return grown
@@ -292,17 +347,12 @@ class Controller:
         for p, state in self._store.partition_states(topic.name).items():
             if state.leader in live:
                 continue
-            candidates = [r for r in topic.assignment[p] if r in live and r in state.isr]
-            if not candidates and unclean:
-                candidates = [r for r in topic.assignment[p] if r in live]
-            if candidates:
-                isr = tuple(r for r in state.isr if r in live) or (candidates[0],)
-                new = PartitionState(candidates[0], state.leader_epoch + 1, isr, epoch)
-            elif state.leader != -1:
+            new = _offline_partition_leader(topic.assignment[p], state, live, unclean, epoch)
+            if new is None:
+                if state.leader == -1:
+                    continue
                 # Offline: no leader, but the ISR is kept so that one of them must return.
                 new = PartitionState(-1, state.leader_epoch + 1, state.isr, epoch)
-            else:
-                continue
             if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
                 changed.append(p)
         return changed
@@ -332,3 +382,56 @@ class Controller:
                 by_broker.setdefault(r, []).append(entry)
         for broker_id, entries in by_broker.items():
             self._channel.send_leader_and_isr(broker_id, epoch, entries)
+
+
+class ElectionType(IntEnum):
+    """ElectLeaders' election types (KIP-460)."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+_ELECTION_FAILED = {
+    ElectionType.PREFERRED: ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+    ElectionType.UNCLEAN: ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+}
+
+
+def _offline_partition_leader(
+    replicas: tuple[int, ...], state: PartitionState, live: set[int], unclean: bool, epoch: int
+) -> PartitionState | None:
+    """Kafka's offline-partition election: the first live replica in the ISR, else (if
+    `unclean`) the first live replica, whose ISR is then itself alone. None: no candidate."""
+    candidates = [r for r in replicas if r in live and r in state.isr]
+    if candidates:
+        return PartitionState(candidates[0], state.leader_epoch + 1, tuple(r for r in state.isr if r in live), epoch)
+    candidates = [r for r in replicas if r in live] if unclean else []
+    if candidates:
+        return PartitionState(candidates[0], state.leader_epoch + 1, (candidates[0],), epoch)
+    return None
+
+
+def _elected_state(
+    election_type: ElectionType, replicas: tuple[int, ...], state: PartitionState, live: set[int], epoch: int
+) -> PartitionState:
+    """The partition state an ElectLeaders election gives, or its KafkaError."""
+    if election_type == ElectionType.PREFERRED:
+        preferred = replicas[0]
+        if state.leader == preferred:
+            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, f"the preferred replica {preferred} already leads")
+        if preferred not in live or preferred not in state.isr:
+            raise KafkaError(
+                ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                f"Failed to elect leader: preferred replica {preferred} is "
+                f"{'not in the ISR ' + str(list(state.isr)) if preferred in live else 'not alive'}",
+            )
+        return PartitionState(preferred, state.leader_epoch + 1, state.isr, epoch)
+    if state.leader in live:
+        raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, f"the partition has a live leader ({state.leader})")
+    new = _offline_partition_leader(replicas, state, live, True, epoch)
+    if new is None:
+        raise KafkaError(
+            ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+            f"Failed to elect leader: none of the replicas {list(replicas)} is alive",
+        )
+    return new

@@ -1273,6 +1273,33 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "ElectLeadersRequest": {
+        "apiKey": 43, "type": "request", "validVersions": "0-2", "flexibleVersions": "2+",
+        "fields": (
+            {"name": "election_type", "type": "int8", "versions": "1+"},
+            {"name": "topic_partitions", "type": "[]TopicPartitions", "versions": "0+", "nullableVersions": "0+",
+                "fields": (
+                {"name": "topic", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]int32", "versions": "0+"},
+            )},
+            {"name": "timeout_ms", "type": "int32", "versions": "0+", "default": 60000},
+        ),
+    },
+    "ElectLeadersResponse": {
+        "apiKey": 43, "type": "response", "validVersions": "0-2", "flexibleVersions": "2+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "1+"},
+            {"name": "replica_election_results", "type": "[]ReplicaElectionResult", "versions": "0+", "fields": (
+                {"name": "topic", "type": "string", "versions": "0+"},
+                {"name": "partition_result", "type": "[]PartitionResult", "versions": "0+", "fields": (
+                    {"name": "partition_id", "type": "int32", "versions": "0+"},
+                    {"name": "error_code", "type": "int16", "versions": "0+"},
+                    {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                )},
+            )},
+        ),
+    },
     "IncrementalAlterConfigsRequest": {
         "apiKey": 44, "type": "request", "validVersions": "0-1", "flexibleVersions": "1+",
         "fields": (
@@ -1467,6 +1494,7 @@ class ApiKey(IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56

@@ -1,0 +1,93 @@
+"""Cluster administration APIs of the Kafka protocol: ElectLeaders and DescribeCluster.
+
+ElectLeaders runs on the controller (a broker that is not the controller forwards it);
+DescribeCluster answers from this broker's metadata image, as Kafka's brokers do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from loglake.coordination.controller import ElectionType
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.release import release_versions
+
+from ingest_gateway import authorized_operations
+from ingest_gateway.kafka_apis import KafkaApis
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+
+Body = dict[str, Any]
+
+# DescribeCluster v1's endpoint types (KIP-919): a broker answers only for brokers.
+ENDPOINT_TYPE_BROKER = 1
+ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
+
+
+class AdminApis:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def elect_leaders(self, header: RequestHeader, body: Body) -> Body:
+        requested = body["topic_partitions"]
+        partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
+        try:
+            if body["election_type"] not in ElectionType._value2member_map_:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown election type {body['election_type']}")
+            results = await self.broker.elect_leaders(partitions, ElectionType(body["election_type"]))
+        except KafkaError as exc:
+            # The whole request failed (no controller, say): every partition gets the error.
+            return _election_response(exc.code, {tp: exc for tp in partitions or ()})
+        if partitions is None:
+            # As Kafka: an election over all partitions reports only those it acted on.
+            results = {tp: e for tp, e in results.items() if e is None or e.code != ErrorCode.ELECTION_NOT_NEEDED}
+        return _election_response(ErrorCode.NONE, results)
+
+    async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
+        image = self.broker.image
+        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "cluster_id": image.cluster_id}
+        endpoint_type = body["endpoint_type"]
+        if endpoint_type != ENDPOINT_TYPE_BROKER:
+            # Kafka: v0 cannot carry the endpoint-type errors, so it gets INVALID_REQUEST.
+            v0 = header.request_api_version == 0
+            if endpoint_type in ENDPOINT_TYPES:
+                code = ErrorCode.INVALID_REQUEST if v0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
+                message = f"This is a broker endpoint, not a {ENDPOINT_TYPES[endpoint_type]} one"
+            else:
+                code = ErrorCode.INVALID_REQUEST if v0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+                message = f"Unsupported endpoint type {endpoint_type}"
+            return response | {"error_code": code, "error_message": message}
+        brokers = sorted(image.brokers.values(), key=lambda b: b.broker_id)
+        return response | {
+            # A controller this broker does not know as alive is reported as unknown (-1), as Kafka.
+            "controller_id": image.controller_id if image.controller_id in image.brokers else -1,
+            "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers],
+            "cluster_authorized_operations": authorized_operations.cluster_operations(
+                body["include_cluster_authorized_operations"]
+            ),
+        }
+
+
+def _election_response(error_code: ErrorCode, results: dict[tuple[str, int], KafkaError | None]) -> Body:
+    by_topic: dict[str, list[Body]] = {}
+    for (topic, p), error in results.items():
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition_id": p,
+                "error_code": ErrorCode.NONE if error is None else error.code,
+                "error_message": None if error is None else error.message,
+            }
+        )
+    return {
+        "throttle_time_ms": 0,
+        "error_code": error_code,
+        "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()],
+    }
+
+
+def register_admin_apis(apis: KafkaApis, broker: Broker) -> None:
+    admin = AdminApis(broker)
+    apis.register(ApiKey.ELECT_LEADERS, release_versions(ApiKey.ELECT_LEADERS), admin.elect_leaders)
+    apis.register(ApiKey.DESCRIBE_CLUSTER, release_versions(ApiKey.DESCRIBE_CLUSTER), admin.describe_cluster)
