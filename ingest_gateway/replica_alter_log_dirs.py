@@ -59,8 +59,10 @@ def align_future_log(current: Log, future: Log) -> None:
 def copy_chunk(current: Log, future: Log, max_bytes: int) -> int:
     """Append the current log's next batches (up to `max_bytes`, at least one) to the
     future log; returns the bytes copied. A short chunk means the copy is near the end:
-    the future log is flushed then, so the swap's own flush is short."""
-    piece = current.read(future.log_end_offset, max_bytes)
+    the future log is flushed then, so the swap's own flush is short. Below the current
+    log start the copy resumes at the batch holding the start: a gap the future log takes
+    as a follower's log does."""
+    piece = current.read(max(future.log_end_offset, current.log_start_offset), max_bytes)
     if piece.size:
         future.append_as_follower(piece.read_bytes())
     if piece.size < max_bytes:
