@@ -14,7 +14,7 @@ from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaStorageError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
 
-from client_helpers import create_topic, make_broker, produce_values, raw_request, read_all
+from client_helpers import create_topic, make_broker, produce_values, raw_request, read_all, serve
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -35,12 +35,8 @@ def log_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 @pytest.fixture(scope="module")
 def broker(log_dirs: list[Path]) -> Iterator[BrokerProcess]:
     # Small copy chunks: a move takes many, with appends in between.
-    b = make_broker(log_dirs[0], **{"log.dirs": ",".join(str(d) for d in log_dirs), "replica.fetch.max.bytes": "16384"})
-    b.start()
-    yield b
-    if b.proc is not None:
-        code = b.stop()
-        assert code == 0, f"broker exited with {code}:\n{b.output()}"
+    overrides = {"log.dirs": ",".join(str(d) for d in log_dirs), "replica.fetch.max.bytes": "16384"}
+    yield from serve(make_broker(log_dirs[0], **overrides))
 
 
 @pytest.fixture
@@ -152,7 +148,9 @@ def test_a_partition_not_yet_created_goes_to_the_preferred_dir(broker: BrokerPro
 
 
 @pytest.mark.parametrize("version", range(release_versions(ApiKey.ALTER_REPLICA_LOG_DIRS)[1] + 1))
-def test_move_while_producing_with_acks_all(broker: BrokerProcess, log_dirs: list[Path], topic: str, version: int) -> None:
+def test_move_while_producing_with_acks_all(
+    broker: BrokerProcess, log_dirs: list[Path], topic: str, version: int
+) -> None:
     create_topic(broker.bootstrap, topic, config={"segment.bytes": "100000"})
     before_values = [f"before-{i}".encode().ljust(200, b".") for i in range(2000)]
     produce_values(broker.bootstrap, topic, before_values, partition=0, **SMALL_BATCHES)

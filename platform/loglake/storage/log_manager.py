@@ -155,7 +155,9 @@ class LogManager:
         `replace_current_with_future` leaves: the future had caught up, so it is the log."""
         for key, future in list(self._future_logs.items()):
             if key not in self._logs:
-                logger.warning("%s: finishing its move to %s, interrupted by a crash", future.dir.name, future.dir.parent)
+                logger.warning(
+                    "%s: finishing its move to %s, interrupted by a crash", future.dir.name, future.dir.parent
+                )
                 future.rename_dir(future.dir.with_name(f"{key[0]}-{key[1]}"))
                 self._logs[key] = self._future_logs.pop(key)
 
