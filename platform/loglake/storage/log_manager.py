@@ -132,10 +132,9 @@ class LogManager:
                 # A deletion interrupted by a crash: finish it.
                 shutil.rmtree(child, ignore_errors=True)
                 continue
-            key = parse_topic_partition(child.name)
             future_key = parse_future_topic_partition(child.name)
-            logs = self._future_logs if future_key is not None else self._logs
-            key = key or future_key
+            key = future_key or parse_topic_partition(child.name)
+            logs = self._logs if future_key is None else self._future_logs
             if key is None:
                 continue
             if key in logs:
