@@ -108,9 +108,7 @@ def register_log_dir_apis(apis: KafkaApis, replica_manager: ReplicaManager) -> R
     caller stops the returned mover before shutting the logs down."""
     mover = ReplicaAlterLogDirsManager(replica_manager)
     handlers = LogDirApis(replica_manager, mover)
-    apis.register(
-        ApiKey.DESCRIBE_LOG_DIRS, release_versions(ApiKey.DESCRIBE_LOG_DIRS), handlers.describe_log_dirs
-    )
+    apis.register(ApiKey.DESCRIBE_LOG_DIRS, release_versions(ApiKey.DESCRIBE_LOG_DIRS), handlers.describe_log_dirs)
     apis.register(
         ApiKey.ALTER_REPLICA_LOG_DIRS, release_versions(ApiKey.ALTER_REPLICA_LOG_DIRS), handlers.alter_replica_log_dirs
     )

@@ -4,15 +4,10 @@ that changes under it, the swap and its checkpoints, and restarts at every crash
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
-
-from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager, align_future_log, copy_chunk
-from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
-from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 from loglake.config import LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
@@ -20,6 +15,10 @@ from loglake.record.batch import decode_batches, encode_batch
 from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
+
+from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager, align_future_log, copy_chunk
+from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
+from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 
 TOPIC = "moving"
 KEY = (TOPIC, 0)
@@ -61,9 +60,7 @@ class Node:
     def __init__(self, dirs: list[Path]) -> None:
         self.dirs = dirs
         self.logs = LogManager(dirs, CONFIG)
-        self.replicas = ReplicaManager(
-            0, self.logs, CONFIG, fetcher_config=ReplicaFetcherConfig(fetch_max_bytes=CHUNK)
-        )
+        self.replicas = ReplicaManager(0, self.logs, CONFIG, fetcher_config=ReplicaFetcherConfig(fetch_max_bytes=CHUNK))
         self.mover = ReplicaAlterLogDirsManager(self.replicas)
 
     def lead(self, leader_epoch: int = 1) -> None:
