@@ -190,3 +190,28 @@ def test_move_while_producing_with_acks_all(
     expected = before_values + [f"during-{b}-{i}".encode() for b in range(len(produced)) for i in range(200)]
     assert values == expected
     assert [o for batch in produced for _, o in batch] == list(range(2000, len(records)))
+
+
+@pytest.mark.parametrize("kill_after_s", [0.0, 0.05, 0.2])
+def test_kill_9_during_a_move_then_restart_keeps_one_copy_of_everything(tmp_path: Path, kill_after_s: float) -> None:
+    """Wherever the kill lands (copying, swapping, done), the restarted broker ends with the
+    partition in the target dir once, every acknowledged record in it, and no leftovers."""
+    dirs = [tmp_path / "logs-a", tmp_path / "logs-b"]
+    b = make_broker(dirs[0], **{"log.dirs": ",".join(map(str, dirs)), "replica.fetch.max.bytes": "16384"})
+    with b:
+        topic = "killed-mid-move"
+        create_topic(b.bootstrap, topic, config={"segment.bytes": "100000"})
+        values = [f"{i}".encode().ljust(300, b".") for i in range(6000)]
+        produce_values(b.bootstrap, topic, values, partition=0, **SMALL_BATCHES)
+        source, _ = dir_of(b, topic)
+        target = next(str(d) for d in dirs if str(d) != source)
+        body = {"dirs": [{"path": target, "topics": [{"name": topic, "partitions": [0]}]}]}
+        response = raw_request(b.bootstrap, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, body)
+        assert response["results"][0]["partitions"][0]["error_code"] == 0
+        time.sleep(kill_after_s)
+        b.kill()
+        b.start()
+        wait_until(lambda: dir_of(b, topic)[0] == target, what=f"{topic} in {target} after the restart")
+        assert [v for _, _, _, v in read_all(b.bootstrap, topic)] == values
+        leftovers = [p.name for d in dirs for p in d.iterdir() if p.name.startswith(topic)]
+        assert leftovers == [f"{topic}-0"], leftovers
