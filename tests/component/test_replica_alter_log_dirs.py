@@ -16,6 +16,7 @@ from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, RECOVERY_PO
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 
+from ingest_gateway.log_dir_apis import LogDirApis
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager, align_future_log, copy_chunk
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
@@ -244,6 +245,41 @@ def test_a_new_destination_replaces_a_move_and_stop_replica_deletes_the_future_l
         node.replicas.stop_replicas(1, [KEY], delete=True)
         assert node.logs.get_future_log(*KEY) is None and node.logs.get_log(*KEY) is None
         assert not [p for d in dirs for p in d.iterdir() if p.name.startswith("moving")]
+        await node.stop()
+
+    run(dirs, scenario)
+
+
+def test_describe_log_dirs_shows_a_future_log_and_its_lag(dirs: list[Path]) -> None:
+    async def scenario(node: Node) -> None:
+        await node.produce("before", 40)
+        source, target = dirs
+        future = node.logs.create_future_log(TOPIC, 0, target)  # filled by hand: no move task
+        copy_chunk(node.log, future, CHUNK)
+        node.logs.get_or_create_log("unhosted", 0)
+        apis = LogDirApis(node.replicas, node.mover)
+        response = await apis.describe_log_dirs(None, {"topics": None})  # type: ignore[arg-type]
+        by_dir = {r["log_dir"]: {t["name"]: t["partitions"] for t in r["topics"]} for r in response["results"]}
+        (current_entry,) = by_dir[str(source)][TOPIC]
+        (future_entry,) = by_dir[str(target)][TOPIC]
+        assert current_entry == {
+            "partition_index": 0,
+            "partition_size": node.log.size,
+            "offset_lag": 0,
+            "is_future_key": False,
+        }
+        assert future_entry == {
+            "partition_index": 0,
+            "partition_size": future.size,
+            "offset_lag": 120 - future.log_end_offset,
+            "is_future_key": True,
+        }
+        assert 0 < future_entry["offset_lag"] < 120
+        (unhosted,) = next(t for t in by_dir.values() if "unhosted" in t)["unhosted"]
+        assert unhosted["offset_lag"] == -1
+        wanted = {"topics": [{"topic": "unhosted", "partitions": [0]}]}
+        only = await apis.describe_log_dirs(None, wanted)  # type: ignore[arg-type]
+        assert [t["name"] for r in only["results"] for t in r["topics"]] == ["unhosted"]
         await node.stop()
 
     run(dirs, scenario)
