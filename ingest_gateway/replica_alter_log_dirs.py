@@ -156,7 +156,11 @@ class ReplicaAlterLogDirsManager:
                     log.info("moving %s-%d: %s; retrying", key[0], key[1], exc)
                     await asyncio.sleep(RETRY_BACKOFF_S)
         except Exception:
-            log.exception("moving %s-%d to another log dir failed; the future log is kept", *key)
+            if self._logs.get_future_log(*key) is None:
+                # Deleted under a chunk being copied (StopReplica with delete): nothing to keep.
+                log.info("moving %s-%d: abandoned, its future log was deleted", *key)
+            else:
+                log.exception("moving %s-%d to another log dir failed; the future log is kept", *key)
         finally:
             self._moves.pop(key, None)
 
