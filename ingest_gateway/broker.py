@@ -22,7 +22,9 @@ from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
+from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
@@ -93,6 +95,7 @@ class Broker:
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
         self._checkpointer: asyncio.Task | None = None
+        self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
         # __consumer_offsets leadership changes seen before the event loop ran (startup).
         self._pending_group_loads: list[int] = []
         self._stopped = asyncio.Event()
@@ -175,6 +178,7 @@ class Broker:
         register_config_apis(self.kafka_apis, self)
         self.dynamic_config.start()
         register_admin_apis(self.kafka_apis, self)
+        self._log_dir_mover = register_log_dir_apis(self.kafka_apis, self.replica_manager)
         if self.clustered:
             self._watch_cluster()
         for p in self._pending_group_loads:
@@ -227,6 +231,8 @@ class Broker:
             await kafka_server.stop()
         await self.consumer_manager.shutdown()
         await self.group_coordinator.stop()
+        if self._log_dir_mover is not None:
+            await self._log_dir_mover.stop()
         await self.replica_manager.stop()
         if self.channel is not self:
             await self.channel.close()

@@ -30,11 +30,13 @@ class LocalCluster:
         size: int = 3,
         overrides: dict[str, str] | None = None,
         zookeeper_connect: str | None = None,
+        log_dirs_per_broker: int = 1,
     ) -> None:
         """With `zookeeper_connect` (e.g. a chroot of a shared test ZooKeeper) no ZooKeeper
-        of its own is started."""
+        of its own is started. Broker n's log dirs are broker-n/logs, then logs2, logs3..."""
         self.base_dir = Path(base_dir)
         self.size = size
+        self.log_dirs_per_broker = log_dirs_per_broker
         self.overrides = overrides or {}
         self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper")
         self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
@@ -44,10 +46,16 @@ class LocalCluster:
         if self.zookeeper is not None:
             self.zookeeper.start()
         for broker_id in range(1, self.size + 1):
+            logs = self.base_dir / f"broker-{broker_id}" / "logs"
+            log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
             broker = BrokerProcess(
-                self.base_dir / f"broker-{broker_id}" / "logs",
+                logs,
                 config=CLUSTER_CONF / f"broker-{broker_id}.properties",
-                overrides={"zookeeper.connect": self.zookeeper_connect, **self.overrides},
+                overrides={
+                    "zookeeper.connect": self.zookeeper_connect,
+                    "log.dirs": ",".join(log_dirs),
+                    **self.overrides,
+                },
                 broker_id=broker_id,
             )
             self.brokers[broker_id] = broker

@@ -114,20 +114,23 @@ class ReplicaManager:
         # Told (topic, partition, state) after this broker changed a partition's ISR (the
         # broker may propagate it, as Kafka's /isr_change_notification did).
         self.isr_change_listeners: list[Callable[[str, int, PartitionState], None]] = []
+        # Told of each partition this broker starts hosting (a move of its log to another
+        # log dir, interrupted by a restart, resumes this way).
+        self.hosted_listeners: list[Callable[[Partition], None]] = []
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
         return None if self.endpoint_of is None else self.endpoint_of(broker_id)
 
     def _read_high_watermarks(self) -> dict[TopicPartition, int]:
         out: dict[TopicPartition, int] = {}
-        for d in self.log_manager.log_dirs:
+        for d in self.log_manager.live_dirs:
             path = Path(d) / HIGH_WATERMARK_CHECKPOINT
             if path.exists():
                 out.update(OffsetCheckpointFile(path).read())
         return out
 
     def checkpoint_high_watermarks(self) -> None:
-        by_dir: dict[Path, dict[TopicPartition, int]] = {Path(d): {} for d in self.log_manager.log_dirs}
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_manager.live_dirs}
         for key, p in self.partitions.items():
             by_dir.setdefault(p.log.dir.parent, {})[key] = p.high_watermark
         # Logs the controller has not given us yet keep the HW they were loaded with.
@@ -173,6 +176,8 @@ class ReplicaManager:
                     high_watermark=self._checkpointed_hw.pop(key, 0),
                 )
                 self.partitions[key] = partition
+                for listener in self.hosted_listeners:
+                    listener(partition)
             else:
                 partition.log.update_config(config)
             if state.leader_epoch < partition.leader_epoch:

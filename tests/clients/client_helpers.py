@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from ingest_gateway.process import BrokerProcess
@@ -27,6 +28,15 @@ BROKER_OVERRIDES = {
 
 def make_broker(log_dir: Path, **overrides: str) -> BrokerProcess:
     return BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides={**BROKER_OVERRIDES, **overrides})
+
+
+def serve(broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """A fixture's body: start the broker, hand it over, then stop it and check it exited cleanly."""
+    broker.start()
+    yield broker
+    if broker.proc is not None:
+        code = broker.stop()
+        assert code == 0, f"broker exited with {code}:\n{broker.output()}"
 
 
 def unique_name(base: str) -> str:

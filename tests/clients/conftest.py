@@ -11,18 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from client_helpers import make_broker, unique_name
+from client_helpers import make_broker, serve, unique_name
 from ingest_gateway.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    b = make_broker(tmp_path_factory.mktemp("broker") / "logs")
-    b.start()
-    yield b
-    if b.proc is not None:
-        code = b.stop()
-        assert code == 0, f"broker exited with {code}:\n{b.output()}"
+    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs"))
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import pytest
 from test_storage_support import make_batch
 
 from loglake.config import LogConfig
+from loglake.errors import ErrorCode, KafkaError
 from loglake.storage.checkpoints import OffsetCheckpointFile
 from loglake.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from loglake.storage.meta_properties import InconsistentMetaPropertiesError, MetaProperties
@@ -147,3 +148,30 @@ def test_flush_dirty_honours_flush_ms(tmp_path: Path) -> None:
         log.append_as_leader(make_batch(3), 0)
     manager.flush_dirty()
     assert (eager.recovery_point, lazy.recovery_point) == (3, 0)
+
+
+def test_placement_counts_future_logs_prefers_the_requested_dir_and_skips_offline_dirs(tmp_path: Path) -> None:
+    log_dirs = dirs(tmp_path, 3)
+    log_dirs[2].write_text("not a directory")
+    manager = LogManager(log_dirs, DEFAULTS)
+    assert manager.offline_dirs == {log_dirs[2]} and manager.live_dirs == log_dirs[:2]
+    first = manager.get_or_create_log("orders", 0)
+    assert first.dir.parent == log_dirs[0]
+    future = manager.create_future_log("orders", 0, log_dirs[1])
+    assert future.is_future and future.dir.name.startswith("orders-0.") and future.dir.name.endswith("-future")
+    # One log in each dir now (the future counts, as in Kafka): the tie goes to the first.
+    assert manager.get_or_create_log("orders", 1).dir.parent == log_dirs[0]
+    manager.maybe_update_preferred_log_dir("orders", 2, log_dirs[1])
+    manager.maybe_update_preferred_log_dir("orders", 3, log_dirs[0])
+    assert manager.get_or_create_log("orders", 3).dir.parent == log_dirs[0]
+    assert manager.get_or_create_log("orders", 2).dir.parent == log_dirs[1]
+    assert manager.resolve_log_dir(str(log_dirs[1])) == log_dirs[1]
+    for path, code in [(log_dirs[2], ErrorCode.KAFKA_STORAGE_ERROR), (tmp_path / "nope", ErrorCode.LOG_DIR_NOT_FOUND)]:
+        with pytest.raises(KafkaError) as refused:
+            manager.resolve_log_dir(str(path))
+        assert refused.value.code == code
+    manager.shutdown()
+    assert not (log_dirs[2].is_dir())
+    reopened = LogManager(log_dirs, DEFAULTS)
+    assert reopened.get_future_log("orders", 0).dir == future.dir
+    assert sorted(log.partition for log in reopened.all_logs()) == [0, 1, 2, 3]

@@ -111,6 +111,12 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
+    def replace_log(self, swap: Callable[[], Log]) -> None:
+        """Take the log `swap` returns (a replica moved to another log dir), under the
+        partition lock so no append or truncation runs in between."""
+        with self._lock:
+            self.log = swap()
+
     @property
     def config(self) -> LogConfig:
         return self.log.config

@@ -1183,6 +1183,31 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "AlterReplicaLogDirsRequest": {
+        "apiKey": 34, "type": "request", "validVersions": "0-2", "flexibleVersions": "2+",
+        "fields": (
+            {"name": "dirs", "type": "[]AlterReplicaLogDir", "versions": "0+", "fields": (
+                {"name": "path", "type": "string", "versions": "0+"},
+                {"name": "topics", "type": "[]AlterReplicaLogDirTopic", "versions": "0+", "fields": (
+                    {"name": "name", "type": "string", "versions": "0+"},
+                    {"name": "partitions", "type": "[]int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "AlterReplicaLogDirsResponse": {
+        "apiKey": 34, "type": "response", "validVersions": "0-2", "flexibleVersions": "2+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "results", "type": "[]AlterReplicaLogDirTopicResult", "versions": "0+", "fields": (
+                {"name": "topic_name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]AlterReplicaLogDirPartitionResult", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "error_code", "type": "int16", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
     "DescribeLogDirsRequest": {
         "apiKey": 35, "type": "request", "validVersions": "0-4", "flexibleVersions": "2+",
         "fields": (
@@ -1490,6 +1515,7 @@ class ApiKey(IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37

@@ -19,6 +19,7 @@ import re
 import shutil
 import struct
 import threading
+import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -50,6 +51,8 @@ from loglake.storage.time_index import NO_TIMESTAMP
 logger = logging.getLogger(__name__)
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+FUTURE_DIR_SUFFIX = "-future"
+_FUTURE_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}" + FUTURE_DIR_SUFFIX + "$")
 # attributes int16, then (after lastOffsetDelta) baseTimestamp and maxTimestamp int64s.
 _ATTRIBUTES = struct.Struct(">h")
 _TIMESTAMPS = struct.Struct(">qq")
@@ -67,8 +70,19 @@ def parse_topic_partition(name: str) -> tuple[str, int] | None:
     return topic, int(partition)
 
 
+def future_log_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>.<uuid>-future`: a replica being moved here from another log dir."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
+def parse_future_topic_partition(name: str) -> tuple[str, int] | None:
+    """The partition of a future log's directory name; None for any other name."""
+    match = _FUTURE_DIR.match(name)
+    return None if match is None else parse_topic_partition(match.group(1))
+
+
 def _topic_partition_of(dir: Path) -> tuple[str, int]:
-    parsed = parse_topic_partition(dir.name)
+    parsed = parse_topic_partition(dir.name) or parse_future_topic_partition(dir.name)
     if parsed is None:
         raise ValueError(f"{dir} is not named <topic>-<partition>")
     return parsed
@@ -172,6 +186,11 @@ class Log:
     @property
     def dir(self) -> Path:
         return self._dir
+
+    @property
+    def is_future(self) -> bool:
+        """A copy being filled in another log dir, to replace the current log (KIP-113)."""
+        return parse_future_topic_partition(self._dir.name) is not None
 
     @property
     def config(self) -> LogConfig:

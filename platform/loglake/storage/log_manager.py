@@ -5,6 +5,16 @@ clean-shutdown marker skips recovery; otherwise each log recovers from its check
 recovery point. The marker is removed once the logs are loaded, so a crash from then on
 is noticed at the next start, and written again by `shutdown` after the final flush and
 checkpoints.
+
+A log dir that cannot be opened at start-up is offline (Kafka's offline log dir): no log
+is loaded from or created in it, and DescribeLogDirs reports it with KAFKA_STORAGE_ERROR.
+
+Moving a replica to another log dir (AlterReplicaLogDirs, KIP-113) goes through a future
+log, `<topic>-<partition>.<uuid>-future` in the target dir, which the broker fills from
+the current log and then swaps in (`replace_current_with_future`). The swap renames the
+current log to `-delete` first and the future to `<topic>-<partition>` second, so a crash
+in between leaves only the caught-up future, which start-up promotes; a future found next
+to its current log is loaded as a future, and the move resumes.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from loglake.config import LogConfig, validate_topic_name
+from loglake.errors import ErrorCode, KafkaError
 from loglake.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -24,7 +35,7 @@ from loglake.storage.checkpoints import (
     OffsetCheckpointFile,
 )
 from loglake.storage.fileutil import atomic_write_text
-from loglake.storage.log import Log, parse_topic_partition
+from loglake.storage.log import Log, future_log_dir_name, parse_future_topic_partition, parse_topic_partition
 from loglake.storage.meta_properties import (
     META_PROPERTIES,
     InconsistentMetaPropertiesError,
@@ -51,22 +62,48 @@ class LogManager:
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
-        self.log_dirs = [Path(d) for d in log_dirs]
+        self.log_dirs = [Path(d).absolute() for d in log_dirs]
         self.default_config = default_config
         self.broker_id = broker_id
+        self.offline_dirs: set[Path] = set()
         self._logs: dict[TopicPartition, Log] = {}
+        self._future_logs: dict[TopicPartition, Log] = {}
+        # Where a partition not yet hosted is to be created (AlterReplicaLogDirs before LeaderAndIsr).
+        self._preferred_dirs: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self.cluster_id = self._check_meta_properties(cluster_id)
-        for log_dir in self.log_dirs:
-            self._load_dir(log_dir)
+        for log_dir in self.live_dirs:
+            try:
+                self._load_dir(log_dir)
+            except OSError:
+                self._take_offline(log_dir)
+        self._promote_orphan_futures()
+
+    @property
+    def live_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
+    def _take_offline(self, log_dir: Path) -> None:
+        logger.exception("log dir %s is offline", log_dir)
+        self.offline_dirs.add(log_dir)
+        for logs in (self._logs, self._future_logs):
+            for key, log in list(logs.items()):
+                if log.dir.parent == log_dir:
+                    del logs[key]
+        if not self.live_dirs:
+            raise RuntimeError(f"every log dir is offline: {[str(d) for d in self.log_dirs]}")
 
     def _check_meta_properties(self, cluster_id: str | None) -> str:
         """Every dir must be this broker's and this cluster's; new dirs are stamped."""
         found: dict[Path, MetaProperties] = {}
         for log_dir in self.log_dirs:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            meta = MetaProperties.read(log_dir / META_PROPERTIES)
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                meta = MetaProperties.read(log_dir / META_PROPERTIES)
+            except OSError:
+                self._take_offline(log_dir)
+                continue
             if meta is None:
                 continue
             if meta.broker_id != self.broker_id:
@@ -85,7 +122,7 @@ class LogManager:
         if len(cluster_ids) > 1:
             raise InconsistentMetaPropertiesError(f"log dirs belong to different clusters: {sorted(cluster_ids)}")
         resolved = cluster_ids.pop() if cluster_ids else new_cluster_id()
-        for log_dir in self.log_dirs:
+        for log_dir in self.live_dirs:
             if log_dir not in found:
                 MetaProperties(self.broker_id, resolved).write(log_dir / META_PROPERTIES)
         return resolved
@@ -102,12 +139,14 @@ class LogManager:
                 # A deletion interrupted by a crash: finish it.
                 shutil.rmtree(child, ignore_errors=True)
                 continue
-            key = parse_topic_partition(child.name)
+            future_key = parse_future_topic_partition(child.name)
+            key = future_key or parse_topic_partition(child.name)
+            logs = self._logs if future_key is None else self._future_logs
             if key is None:
                 continue
-            if key in self._logs:
-                raise RuntimeError(f"{key[0]}-{key[1]} is in two log dirs: {self._logs[key].dir} and {child}")
-            self._logs[key] = Log.open(
+            if key in logs:
+                raise RuntimeError(f"{key[0]}-{key[1]} is in two log dirs: {logs[key].dir} and {child}")
+            logs[key] = Log.open(
                 child,
                 self.default_config,
                 recovery_point=recovery_points.get(key, 0),
@@ -117,10 +156,24 @@ class LogManager:
         logger.info("loaded %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
         marker.unlink(missing_ok=True)
 
+    def _promote_orphan_futures(self) -> None:
+        """A future log without a current one is what a crash between the two renames of
+        `replace_current_with_future` leaves: the future had caught up, so it is the log."""
+        for key, future in list(self._future_logs.items()):
+            if key not in self._logs:
+                logger.warning(
+                    "%s: finishing its move to %s, interrupted by a crash", future.dir.name, future.dir.parent
+                )
+                future.rename_dir(future.dir.with_name(f"{key[0]}-{key[1]}"))
+                self._logs[key] = self._future_logs.pop(key)
+
     # Logs --------------------------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
+
+    def get_future_log(self, topic: str, partition: int) -> Log | None:
+        return self._future_logs.get((topic, partition))
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """The partition's log, created in the log dir with the fewest partitions if new.
@@ -135,29 +188,118 @@ class LogManager:
             validate_topic_name(topic)
             if partition < 0:
                 raise ValueError(f"partition {partition} is negative")
-            counts = {d: 0 for d in self.log_dirs}
-            for existing in self._logs.values():
-                counts[existing.dir.parent] = counts.get(existing.dir.parent, 0) + 1
-            log_dir = min(self.log_dirs, key=lambda d: counts[d])
+            log_dir = self._preferred_dirs.pop((topic, partition), None)
+            if log_dir is None or log_dir in self.offline_dirs:
+                log_dir = self._next_log_dir()
             log = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config)
             self._logs[(topic, partition)] = log
             return log
 
+    def _next_log_dir(self) -> Path:
+        """The live log dir with the fewest logs, future logs included (as Kafka counts)."""
+        counts = {d: 0 for d in self.live_dirs}
+        for existing in self._all_logs():
+            if existing.dir.parent in counts:
+                counts[existing.dir.parent] += 1
+        return min(counts, key=lambda d: counts[d])
+
     def delete_log(self, topic: str, partition: int) -> bool:
         """Rename the partition dir to `<dir>.<uuid>-delete` (so a crash midway cannot
-        resurrect it), then remove it. Returns False if there was no such log."""
+        resurrect it), then remove it; its future log, if any, goes first (a future alone
+        would be promoted at start-up). Returns False if there was no such log."""
+        self.remove_future_log(topic, partition)
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._preferred_dirs.pop((topic, partition), None)
         if log is None:
             return False
-        log.rename_dir(log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"))
-        log.delete()
+        _delete_renamed(log)
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
         return True
 
     def all_logs(self) -> list[Log]:
+        """The current logs (future logs are copies in the making: see `future_logs`)."""
         return list(self._logs.values())
+
+    def future_logs(self) -> list[Log]:
+        return list(self._future_logs.values())
+
+    def _all_logs(self) -> list[Log]:
+        return [*self._logs.values(), *self._future_logs.values()]
+
+    # Moving a replica between log dirs -----------------------------------------------------
+
+    def resolve_log_dir(self, path: str) -> Path:
+        """The configured log dir at absolute `path`: LOG_DIR_NOT_FOUND if there is none,
+        KAFKA_STORAGE_ERROR if it is offline (Kafka's LogManager.isLogDirOnline)."""
+        log_dir = Path(path)
+        if not log_dir.is_absolute() or log_dir not in self.log_dirs:
+            raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"log dir {path} is not in log.dirs")
+        if log_dir in self.offline_dirs:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {path} is offline")
+        return log_dir
+
+    def maybe_update_preferred_log_dir(self, topic: str, partition: int, log_dir: Path) -> None:
+        """Create the partition in `log_dir` when it comes, unless a log of it is there already."""
+        with self._lock:
+            logs = (self._logs.get((topic, partition)), self._future_logs.get((topic, partition)))
+            if not any(log is not None and log.dir.parent == log_dir for log in logs):
+                self._preferred_dirs[(topic, partition)] = log_dir
+
+    def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log | None:
+        """An empty future log of a current log, in `log_dir`, starting where the current
+        log's first segment does (a batch boundary the copy can start from). None if the
+        current log is in `log_dir` already; the existing future log if it is there."""
+        key = (topic, partition)
+        with self._lock:
+            current = self._logs.get(key)
+            if current is None:
+                raise KafkaError(ErrorCode.REPLICA_NOT_AVAILABLE, f"this broker has no log of {topic}-{partition}")
+            future = self._future_logs.get(key)
+            if future is not None and future.dir.parent == log_dir:
+                return future
+            if future is not None:
+                raise ValueError(f"{topic}-{partition} already has a future log in {future.dir.parent}")
+            if current.dir.parent == log_dir:
+                return None
+            start = current.segments[0].base_offset
+            future = Log.open(log_dir / future_log_dir_name(topic, partition), current.config, start, start)
+            self._future_logs[key] = future
+            return future
+
+    def remove_future_log(self, topic: str, partition: int) -> bool:
+        """Abandon a move: delete the future log. Returns False if there was none."""
+        with self._lock:
+            future = self._future_logs.pop((topic, partition), None)
+        if future is None:
+            return False
+        _delete_renamed(future)
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        return True
+
+    def replace_current_with_future(self, topic: str, partition: int) -> Log:
+        """Swap in the future log, which must hold exactly what the current log holds; the
+        caller keeps appends away meanwhile. The old copy is deleted; returns the new log."""
+        key = (topic, partition)
+        with self._lock:
+            current, future = self._logs.get(key), self._future_logs.get(key)
+            if current is None or future is None:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} has no current or future log")
+            if (future.log_start_offset, future.log_end_offset) != (current.log_start_offset, current.log_end_offset):
+                raise ValueError(f"future {future} has not caught up with {current}")
+            future.flush()
+            # The checkpoints of the target dir take in the future log before it is the
+            # only copy: a crash after the next rename recovers it from there.
+            self._checkpoint_all()
+            _rename_for_deletion(current)
+            future.rename_dir(future.dir.with_name(f"{topic}-{partition}"))
+            del self._future_logs[key]
+            self._logs[key] = future
+        current.delete()
+        self._checkpoint_all()
+        return future
 
     # Durability --------------------------------------------------------------------------
 
@@ -167,10 +309,15 @@ class LogManager:
     def checkpoint_log_start_offsets(self) -> None:
         self._checkpoint(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
 
+    def _checkpoint_all(self) -> None:
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
     def _checkpoint(self, name: str, value: Callable[[Log], int]) -> None:
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        for key, log in list(self._logs.items()):
-            by_dir.setdefault(log.dir.parent, {})[key] = value(log)
+        # A future log is never in its current log's dir, so a dir has one entry per partition.
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_dirs}
+        for log in self._all_logs():
+            by_dir.setdefault(log.dir.parent, {})[(log.topic, log.partition)] = value(log)
         with self._checkpoint_lock:
             for log_dir, offsets in by_dir.items():
                 OffsetCheckpointFile(log_dir / name).write(offsets)
@@ -178,20 +325,27 @@ class LogManager:
     def flush_dirty(self, now: int | None = None) -> None:
         """Flush every log whose last flush is at least its flush.ms ago."""
         now = now_ms() if now is None else now
-        for log in self.all_logs():
+        for log in self._all_logs():
             if now - log.last_flush_ms >= log.config.flush_ms:
                 log.flush()
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
-        logs = self.all_logs()
-        for log in logs:
+        for log in self._all_logs():
             log.flush()
             log.close()
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        for log_dir in self.log_dirs:
+        self._checkpoint_all()
+        for log_dir in self.live_dirs:
             atomic_write_text(log_dir / CLEAN_SHUTDOWN_FILE, "")
+
+
+def _rename_for_deletion(log: Log) -> None:
+    log.rename_dir(log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"))
+
+
+def _delete_renamed(log: Log) -> None:
+    _rename_for_deletion(log)
+    log.delete()
 
 
 def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
