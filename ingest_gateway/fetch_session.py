@@ -193,6 +193,7 @@ class FetchSessionCache:
         session.partitions = {session.key(c.tp): c for c in partitions}
         self.sessions[session.id] = session
         self.touch(session, now)
+        log.debug("created fetch session %d (privileged=%s, %d partitions)", session.id, privileged, len(partitions))
         return session.id
 
     def _new_session_id(self) -> int:
@@ -204,7 +205,7 @@ class FetchSessionCache:
     def _try_evict(self, privileged: bool, size: int, now: int) -> bool:
         """Kafka's tryEvict: a new entry A may evict B if B is stale (unused for the
         eviction time), or else if B is the least valuable evictable entry and A is worth
-        at least as much (privileged over not, then more partitions)."""
+        more (privileged over not, then more partitions; a tie keeps B)."""
         if not self.sessions:
             return False
         stale = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
