@@ -146,7 +146,9 @@ class FetchApis:
         if not readable:
             answers: Answers = []
         elif replica_id >= 0:
-            answers = await self._fetch_for_follower(replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes)
+            answers = await self._fetch_for_follower(
+                replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes
+            )
         else:
             answers = await self._fetch_for_consumer(readable, body["max_wait_ms"], body["min_bytes"], max_bytes)
         result = context.respond(answers + erroneous)
@@ -161,7 +163,11 @@ class FetchApis:
         return response
 
     async def _fetch_for_consumer(
-        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_wait_ms: int, min_bytes: int, max_bytes: int
+        self,
+        readable: list[tuple[TopicIdPartition, PartitionRequest]],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
     ) -> Answers:
         """Committed data; long-polls until `min_bytes` or `max_wait_ms` (an error answers at once)."""
         rm = self.broker.replica_manager
@@ -175,7 +181,9 @@ class FetchApis:
                 return answers
             await rm.wait_for_change(keys, remaining)  # type: ignore[arg-type]
 
-    def _read_committed(self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int) -> tuple[Answers, int]:
+    def _read_committed(
+        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int
+    ) -> tuple[Answers, int]:
         """One pass over the partitions: (answers, bytes, or -1 if an answer is an error)."""
         rm = self.broker.replica_manager
         budget = max_bytes
@@ -190,7 +198,10 @@ class FetchApis:
                 # KIP-74: the first batch goes out whole even over the limits, so a
                 # consumer can always make progress.
                 piece = partition.read(
-                    request.fetch_offset, min(request.max_bytes, budget), committed_only=True, min_one_message=total == 0
+                    request.fetch_offset,
+                    min(request.max_bytes, budget),
+                    committed_only=True,
+                    min_one_message=total == 0,
                 )
                 entry["high_watermark"] = entry["last_stable_offset"] = partition.high_watermark
                 entry["log_start_offset"] = partition.log_start_offset

@@ -212,7 +212,9 @@ class FetchSessionCache:
         if now - stale.last_used_ms > self.eviction_ms:
             self._evict(stale)
             return True
-        candidates = [s for s in self.sessions.values() if (s.evictable_by_privileged if privileged else s.evictable_by_all)]
+        candidates = [
+            s for s in self.sessions.values() if (s.evictable_by_privileged if privileged else s.evictable_by_all)
+        ]
         if not candidates:
             return False
         victim = min(candidates, key=FetchSession.evictable_key)
@@ -222,7 +224,12 @@ class FetchSessionCache:
         return True
 
     def _evict(self, session: FetchSession) -> None:
-        log.debug("evicting fetch session %d (privileged=%s, %d partitions)", session.id, session.privileged, session.cached_size)
+        log.debug(
+            "evicting fetch session %d (privileged=%s, %d partitions)",
+            session.id,
+            session.privileged,
+            session.cached_size,
+        )
         self.remove(session.id)
         self.evictions += 1
 
@@ -322,7 +329,9 @@ class IncrementalContext(FetchContext):
         session = self.session
         if session.epoch != next_epoch(self.request_epoch):
             # Another request of this session came in while this one waited.
-            log.info("fetch session %d: expected epoch %d, now %d", session.id, next_epoch(self.request_epoch), session.epoch)
+            log.info(
+                "fetch session %d: expected epoch %d, now %d", session.id, next_epoch(self.request_epoch), session.epoch
+            )
             return FetchResult(ErrorCode.INVALID_FETCH_SESSION_EPOCH, session.id, [])
         kept = []
         for tp, response in answers:

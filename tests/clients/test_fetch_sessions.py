@@ -196,7 +196,7 @@ def test_follower_fetch_from_a_non_replica_names_the_leader(broker, topic, versi
         entry = answered(response)[0]
         assert entry["error_code"] == NOT_LEADER_OR_FOLLOWER
         if version >= 16:
-            host, port = broker.bootstrap.rsplit(":", 1)
+            port = broker.bootstrap.rsplit(":", 1)[1]
             assert entry["current_leader"]["leader_id"] == 0 and entry["current_leader"]["leader_epoch"] >= 0
             (node,) = response["node_endpoints"]
             assert (node["node_id"], node["port"]) == (0, int(port))

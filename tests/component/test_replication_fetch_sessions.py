@@ -5,33 +5,15 @@ restarted leader (whose sessions are gone) keep replication going."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from pathlib import Path
 
-from replication_harness import Cluster, produce, until
+from replication_harness import Cluster, cluster_test, produce, until
 
 from ingest_gateway.fetch_session import INITIAL_EPOCH
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.storage.file_records import LogSlice
 
 TOPICS = [f"t{i}" for i in range(12)]
-
-
-def cluster_test(fn):
-    def wrapper(tmp_path: Path) -> None:
-        async def main() -> None:
-            cluster = Cluster(tmp_path)
-            try:
-                await asyncio.wait_for(fn(cluster), 30)
-            finally:
-                await cluster.close()
-
-        asyncio.run(main())
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 class Recorder:

@@ -239,9 +239,11 @@ def test_eviction_by_value_once_sessions_are_old_enough(clock):
     assert m.new_context(12, 0, 0, False, [(p, req()) for p in tiny], [], no_names).respond([]).session_id == 0
     # ...a larger one evicts the smallest.
     two = [tp("d", 0), tp("d", 1)]
-    new_id = m.new_context(12, 0, 0, False, [(p, req()) for p in two], [], no_names).respond(
-        [(p, answer()) for p in two]
-    ).session_id
+    new_id = (
+        m.new_context(12, 0, 0, False, [(p, req()) for p in two], [], no_names)
+        .respond([(p, answer()) for p in two])
+        .session_id
+    )
     assert new_id and m.cache.get(small) is None and m.cache.get(big) is not None
 
 
