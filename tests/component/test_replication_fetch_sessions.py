@@ -6,10 +6,12 @@ restarted leader (whose sessions are gone) keep replication going."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from replication_harness import Cluster, cluster_test, produce, until
 
 from ingest_gateway.fetch_session import INITIAL_EPOCH
+from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.storage.file_records import LogSlice
 
@@ -40,6 +42,32 @@ class Recorder:
     def clear(self) -> None:
         self.sent.clear()
         self.answered.clear()
+
+
+def consumer_fetch(topic_id: uuid.UUID, offsets: dict[int, int], session_id: int = 0, epoch: int = -1) -> dict:
+    """A consumer's Fetch body (v13+) for partitions of one topic."""
+    partitions = [
+        {
+            "partition": p,
+            "fetch_offset": offset,
+            "partition_max_bytes": 1 << 20,
+            "current_leader_epoch": -1,
+            "last_fetched_epoch": -1,
+            "log_start_offset": -1,
+        }
+        for p, offset in offsets.items()
+    ]
+    return {
+        "replica_id": -1,
+        "replica_state": {"replica_id": -1, "replica_epoch": -1},
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "session_id": session_id,
+        "session_epoch": epoch,
+        "topics": [{"topic_id": topic_id, "partitions": partitions}] if partitions else [],
+        "forgotten_topics_data": [],
+    }
 
 
 async def replicated(cluster: Cluster, topic: str, end: int) -> None:
@@ -91,32 +119,10 @@ async def test_incremental_answers_are_file_ranges(cluster: Cluster) -> None:
     topic_id = cluster.topics["t0"].topic_id
     fetch = leader.apis.fetch_apis.fetch
     header = RequestHeader(ApiKey.FETCH, 17, 1, "test")
-
-    def body(session_id: int, epoch: int, partitions: list[dict]) -> dict:
-        return {
-            "replica_id": -1,
-            "replica_state": {"replica_id": -1, "replica_epoch": -1},
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "session_id": session_id,
-            "session_epoch": epoch,
-            "topics": [{"topic_id": uuid.UUID(topic_id), "partitions": partitions}] if partitions else [],
-            "forgotten_topics_data": [],
-        }
-
-    partition = {
-        "partition": 0,
-        "fetch_offset": 1,
-        "partition_max_bytes": 1 << 20,
-        "current_leader_epoch": -1,
-        "last_fetched_epoch": -1,
-        "log_start_offset": -1,
-    }
-    full = await fetch(header, body(0, 0, [partition]))
+    full = await fetch(header, consumer_fetch(uuid.UUID(topic_id), {0: 1}, session_id=0, epoch=0))
     assert full["session_id"] > 0
     assert (await produce(client, "t0", [b"b"]))["error_code"] == 0
-    incremental = await fetch(header, body(full["session_id"], 1, []))
+    incremental = await fetch(header, consumer_fetch(uuid.UUID(topic_id), {}, session_id=full["session_id"], epoch=1))
     (entry,) = incremental["responses"][0]["partitions"]
     assert isinstance(entry["records"], LogSlice) and entry["records"].size > 0
 
@@ -148,3 +154,17 @@ async def test_replication_survives_leader_changes_and_a_restarted_leader(cluste
     for t in TOPICS[1:4]:
         assert (await produce(cluster.client(1), t, [b"three"]))["error_code"] == 0
         await replicated(cluster, t, 3)
+
+
+@cluster_test
+async def test_a_topic_id_that_is_not_the_local_replicas_is_inconsistent(cluster: Cluster) -> None:
+    """The metadata names the topic by a new id (deleted and recreated) while this broker
+    still holds the old topic's replica: a fetch by the new id must not read it."""
+    leader = await cluster.start_node(1)
+    cluster.create_topic("t0", (1,))
+    new_id = uuid.uuid4()
+    cluster.topics["t0"] = replace(cluster.topics["t0"], topic_id=str(new_id))
+    header = RequestHeader(ApiKey.FETCH, 13, 1, "test")
+    response = await leader.apis.fetch_apis.fetch(header, consumer_fetch(new_id, {0: 0}))
+    (t,) = response["responses"]
+    assert t["topic_id"] == new_id and t["partitions"][0]["error_code"] == ErrorCode.INCONSISTENT_TOPIC_ID
