@@ -44,6 +44,10 @@ NO_MAX_BYTES = 0x7FFFFFFF
 _LEADER_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
+# Topic ids are kept as strings; a fetch compares them with the request's for every partition.
+_parse_uuid = functools.lru_cache(maxsize=65536)(uuid.UUID)
+
+
 def _partition_response(partition: int, error: int = ErrorCode.NONE) -> PartitionResponse:
     return {
         "partition_index": partition,
@@ -81,12 +85,12 @@ class FetchApis:
         image = self.broker.image
         if image is not self._names_image or topic_id not in self._names:
             self._names_image = image
-            names = {uuid.UUID(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
+            names = {_parse_uuid(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
             # A leader learns its partitions (LeaderAndIsr) before the image has their
             # topic (UpdateMetadata): its followers may already fetch them by id.
             for (name, _), p in self.broker.replica_manager.partitions.items():
                 if name not in image.topics and p.topic_id:
-                    names[uuid.UUID(p.topic_id)] = name
+                    names[_parse_uuid(p.topic_id)] = name
             self._names = names
         return self._names.get(topic_id)
 
@@ -95,7 +99,7 @@ class FetchApis:
         if tp.topic_id == ZERO_UUID:
             return False
         local = self.broker.replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
-        return local is not None and bool(local.topic_id) and uuid.UUID(local.topic_id) != tp.topic_id
+        return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
 
     def _requested(self, version: int, body: Body) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list]:
         fetch_data = []

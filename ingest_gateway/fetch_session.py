@@ -62,7 +62,7 @@ class TopicIdPartition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PartitionRequest:
     """One partition's request data, from the request or from the session."""
 
