@@ -15,6 +15,10 @@ copy of that epoch and asks again, until both agree on an epoch. This is what ke
 the "lost m2" story (the follower does not trust its stale HW) and removes the old
 leader's m2 in the "diverged" story (its epoch ends earlier on the new leader).
 
+Fetches go in an incremental fetch session with the leader (KIP-227, fetch_session_handler.py):
+after the first full request, a request names only the partitions whose fetch position
+changed (or that were added or removed), and the leader answers only partitions with news.
+
 A partition stops (until the next LeaderAndIsr) when the leader says we are fenced
 (FENCED_LEADER_EPOCH) or not its follower (NOT_LEADER_OR_FOLLOWER); retriable errors and
 an unreachable leader back off for replica.fetch.backoff.ms.
