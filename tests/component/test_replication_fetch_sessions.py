@@ -11,6 +11,8 @@ from dataclasses import replace
 from replication_harness import Cluster, cluster_test, produce, until
 
 from ingest_gateway.fetch_session import INITIAL_EPOCH
+from loglake.cluster.metadata_image import MetadataImage
+from loglake.coordination.model import BrokerEndpoint
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.storage.file_records import LogSlice
@@ -168,3 +170,32 @@ async def test_a_topic_id_that_is_not_the_local_replicas_is_inconsistent(cluster
     response = await leader.apis.fetch_apis.fetch(header, consumer_fetch(new_id, {0: 0}))
     (t,) = response["responses"]
     assert t["topic_id"] == new_id and t["partitions"][0]["error_code"] == ErrorCode.INCONSISTENT_TOPIC_ID
+
+
+@cluster_test
+async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster) -> None:
+    """The session stays valid; the partition that moved answers NOT_LEADER_OR_FOLLOWER
+    with, from v16, the new leader and its endpoint (KIP-951)."""
+    old, new = await cluster.start_node(1), await cluster.start_node(2)
+    cluster.create_topic("t0", (1, 2))
+    client = cluster.client(1)
+    assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
+    topic_id = uuid.UUID(cluster.topics["t0"].topic_id)
+    header = RequestHeader(ApiKey.FETCH, 16, 1, "test")
+    full = await old.apis.fetch_apis.fetch(header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0))
+    session_id = full["session_id"]
+    assert session_id > 0
+
+    cluster.elect("t0", 2, (1, 2))
+    old.broker.image = MetadataImage(
+        brokers={2: BrokerEndpoint(2, "127.0.0.1", cluster.ports[2], "127.0.0.1", 0)},
+        topics=cluster.topics,
+        partition_states={"t0": {0: cluster.states[("t0", 0)]}},
+    )
+    moved = await old.apis.fetch_apis.fetch(header, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
+    assert (moved["error_code"], moved["session_id"]) == (ErrorCode.NONE, session_id)
+    (entry,) = moved["responses"][0]["partitions"]
+    assert entry["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert entry["current_leader"] == {"leader_id": 2, "leader_epoch": 1}
+    assert moved["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": cluster.ports[2], "rack": None}]
+    assert new.partition("t0").is_leader
