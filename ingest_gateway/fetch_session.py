@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from loglake.cluster.partition import monotonic_ms
 from loglake.errors import ErrorCode
+from loglake.protocol.types import records_size
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +74,9 @@ class PartitionRequest:
     log_start_offset: int = -1
 
 
-def records_size(response: PartitionResponse) -> int:
+def response_records_size(response: PartitionResponse) -> int:
     records = response.get("records")
-    if records is None:
-        return 0
-    size = getattr(records, "size", None)  # a LogSlice (file range)
-    return size if size is not None else len(records)
+    return 0 if records is None else records_size(records)
 
 
 @dataclass(slots=True)
@@ -93,7 +91,7 @@ class CachedPartition:
     def must_respond(self, response: PartitionResponse) -> bool:
         """Whether an incremental answer includes this partition; remembers what it says
         (Kafka's CachedPartition.maybeUpdateResponseData)."""
-        must = records_size(response) > 0
+        must = response_records_size(response) > 0
         if self.high_watermark != response["high_watermark"]:
             must = True
             self.high_watermark = response["high_watermark"]
@@ -340,7 +338,7 @@ class IncrementalContext(FetchContext):
             if cached is None or not cached.must_respond(response):
                 continue
             kept.append((tp, response))
-            if records_size(response) > 0:
+            if response_records_size(response) > 0:
                 session.partitions[key] = session.partitions.pop(key)
         return FetchResult(ErrorCode.NONE, session.id, kept)
 
