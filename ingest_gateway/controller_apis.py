@@ -4,23 +4,19 @@ gets STALE_CONTROLLER_EPOCH and changes nothing)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.release import release_versions
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
     from ingest_gateway.kafka_apis import KafkaApis
 
 Body = dict[str, Any]
-
-CONTROLLER_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.LEADER_AND_ISR: (5, 5),
-    ApiKey.STOP_REPLICA: (3, 3),
-    ApiKey.UPDATE_METADATA: (7, 7),
-}
 
 
 class ControllerApis:
@@ -29,17 +25,27 @@ class ControllerApis:
 
     async def leader_and_isr(self, header: RequestHeader, body: Body) -> Body:
         topics = self._broker.store.topics()
+        if header.request_api_version < 2:  # partition states not yet grouped by topic
+            by_topic: dict[str, list[Body]] = {}
+            for ps in body["ungrouped_partition_states"]:
+                by_topic.setdefault(ps["topic_name"], []).append(ps)
+            topic_states = [{"topic_name": n, "partition_states": ps} for n, ps in by_topic.items()]
+        else:
+            topic_states = body["topic_states"]
         entries = []
-        for t in body["topic_states"]:
+        for t in topic_states:
             topic = topics.get(t["topic_name"])
             config = topic.config if topic is not None else {}
+            if header.request_api_version < 5:  # topics travel by name only; the id is the store's
+                t["topic_id"] = uuid.UUID(topic.topic_id) if topic is not None else uuid.UUID(int=0)
+            topic_id = t["topic_id"]
             for ps in t["partition_states"]:
                 state = PartitionState(
                     ps["leader"], ps["leader_epoch"], tuple(ps["isr"]), ps["controller_epoch"], ps["partition_epoch"]
                 )
                 entries.append(
                     LeaderAndIsrPartition(
-                        t["topic_name"], str(t["topic_id"]), ps["partition_index"], tuple(ps["replicas"]), state, config
+                        t["topic_name"], str(topic_id), ps["partition_index"], tuple(ps["replicas"]), state, config
                     )
                 )
         error = ErrorCode.NONE
@@ -49,21 +55,35 @@ class ControllerApis:
             error = exc.code
         return {
             "error_code": error,
-            "topics": [
+            "partition_errors": [  # up to v4
+                {"topic_name": t["topic_name"], "partition_index": ps["partition_index"], "error_code": error}
+                for t in topic_states
+                for ps in t["partition_states"]
+            ],
+            "topics": [  # from v5
                 {
                     "topic_id": t["topic_id"],
                     "partition_errors": [
                         {"partition_index": ps["partition_index"], "error_code": error} for ps in t["partition_states"]
                     ],
                 }
-                for t in body["topic_states"]
+                for t in topic_states
             ],
         }
 
     async def stop_replica(self, header: RequestHeader, body: Body) -> Body:
         error = ErrorCode.NONE
         by_delete: dict[bool, list[tuple[str, int]]] = {}
-        for t in body["topic_states"]:
+        version = header.request_api_version
+        if version == 0:
+            by_delete[body["delete_partitions"]] = [
+                (p["topic_name"], p["partition_index"]) for p in body["ungrouped_partitions"]
+            ]
+        elif version <= 2:
+            by_delete[body["delete_partitions"]] = [
+                (t["name"], p) for t in body["topics"] for p in t["partition_indexes"]
+            ]
+        for t in body["topic_states"] if version >= 3 else []:
             for ps in t["partition_states"]:
                 by_delete.setdefault(ps["delete_partition"], []).append((t["topic_name"], ps["partition_index"]))
         try:
@@ -98,4 +118,4 @@ def register_controller_apis(apis: KafkaApis, broker: Broker) -> None:
         ApiKey.UPDATE_METADATA: controller_apis.update_metadata,
     }
     for key, handler in handlers.items():
-        apis.register(key, CONTROLLER_API_VERSIONS[key], handler)
+        apis.register(key, release_versions(key), handler)

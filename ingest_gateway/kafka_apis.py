@@ -8,7 +8,6 @@ with LogSlice file ranges that the server sends with sendfile.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,6 +31,7 @@ from loglake.protocol import (
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.config_apis import describe_topic_configs
+from ingest_gateway.fetch_apis import FetchApis
 from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
@@ -44,11 +44,10 @@ log = logging.getLogger(__name__)
 Body = dict[str, Any]
 
 # What this broker implements, per API: the versions it advertises in ApiVersions. Each
-# range is what the handlers below answer correctly (for example Fetch stops at 12: from
-# 13 on topics travel by id only).
+# range is what the handlers below answer correctly.
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.PRODUCE: release_versions(ApiKey.PRODUCE),
-    ApiKey.FETCH: (4, 12),
+    ApiKey.FETCH: release_versions(ApiKey.FETCH),
     ApiKey.LIST_OFFSETS: release_versions(ApiKey.LIST_OFFSETS),
     ApiKey.METADATA: release_versions(ApiKey.METADATA),
     ApiKey.FIND_COORDINATOR: release_versions(ApiKey.FIND_COORDINATOR),
@@ -95,11 +94,12 @@ def _topic_uuid(topic_id: str) -> uuid.UUID:
 class KafkaApis:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.fetch_apis = FetchApis(broker)
         self._handlers: dict[int, Callable[[RequestHeader, Body], Awaitable[Body | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
             ApiKey.PRODUCE: self.produce,
-            ApiKey.FETCH: self.fetch,
+            ApiKey.FETCH: self.fetch_apis.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
@@ -329,102 +329,6 @@ class KafkaApis:
                     entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                     leaders.add(state.leader)
         return [_node_endpoint(image.brokers[b]) for b in sorted(leaders)]
-
-    # Fetch -------------------------------------------------------------------------------
-
-    async def fetch(self, header: RequestHeader, body: Body) -> Body:
-        rm = self.broker.replica_manager
-        replica_id = body.get("replica_id", -1)
-        if replica_id >= 0:
-            # A follower: the replica manager reads up to the log end and records its
-            # position (KIP-392 consumers of followers are not supported).
-            from ingest_gateway.replica_manager import FollowerFetchPartition
-
-            requests = [
-                FollowerFetchPartition(
-                    t["topic"],
-                    p["partition"],
-                    p["fetch_offset"],
-                    p.get("current_leader_epoch", -1),
-                    p["partition_max_bytes"],
-                )
-                for t in body["topics"]
-                for p in t["partitions"]
-            ]
-            results = await rm.fetch_for_follower(
-                replica_id, requests, body["max_wait_ms"], body["min_bytes"], body.get("max_bytes") or 0x7FFFFFFF
-            )
-            by_topic: dict[str, list[Body]] = {}
-            for r in results:
-                by_topic.setdefault(r.topic, []).append(
-                    {
-                        "partition_index": r.partition,
-                        "error_code": r.error,
-                        "high_watermark": r.high_watermark,
-                        "last_stable_offset": r.high_watermark,
-                        "log_start_offset": r.log_start_offset,
-                        "aborted_transactions": None,
-                        "preferred_read_replica": -1,
-                        "records": r.records if r.records is not None else b"",
-                    }
-                )
-            responses = [{"topic": name, "partitions": parts} for name, parts in by_topic.items()]
-            return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": responses}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0, body["max_wait_ms"]) / 1000
-        min_bytes = body["min_bytes"]
-        keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
-        while True:
-            topics, total = self._read_for_fetch(body)
-            remaining = deadline - loop.time()
-            if total >= min_bytes or remaining <= 0 or total < 0:
-                break
-            await rm.wait_for_change(keys, remaining)
-        return {"throttle_time_ms": 0, "error_code": 0, "session_id": 0, "responses": topics}
-
-    def _read_for_fetch(self, body: Body) -> tuple[list[Body], int]:
-        """One pass over the requested partitions. total < 0 means an error is in the
-        answer, which is returned at once rather than waited on."""
-        rm = self.broker.replica_manager
-        budget = body.get("max_bytes") or 0x7FFFFFFF
-        total = 0
-        has_error = False
-        topics = []
-        for t in body["topics"]:
-            partitions = []
-            for fp in t["partitions"]:
-                entry: Body = {
-                    "partition_index": fp["partition"],
-                    "error_code": 0,
-                    "high_watermark": -1,
-                    "last_stable_offset": -1,
-                    "log_start_offset": -1,
-                    "aborted_transactions": None,
-                    "preferred_read_replica": -1,
-                    "records": b"",
-                }
-                try:
-                    partition = rm.leader_partition(t["topic"], fp["partition"])
-                    _check_leader_epoch(partition.leader_epoch, fp.get("current_leader_epoch", -1))
-                    max_bytes = min(fp["partition_max_bytes"], budget)
-                    # KIP-74: the first batch goes out whole even over the limits, so a
-                    # consumer can always make progress.
-                    piece = partition.read(
-                        fp["fetch_offset"], max_bytes, committed_only=True, min_one_message=total == 0
-                    )
-                    entry["high_watermark"] = partition.high_watermark
-                    entry["last_stable_offset"] = partition.high_watermark
-                    entry["log_start_offset"] = partition.log_start_offset
-                    if piece.size:
-                        entry["records"] = piece
-                        total += piece.size
-                        budget -= piece.size
-                except KafkaError as exc:
-                    entry["error_code"] = exc.code
-                    has_error = True
-                partitions.append(entry)
-            topics.append({"topic": t["topic"], "partitions": partitions})
-        return topics, (-1 if has_error else total)
 
     # Offsets -------------------------------------------------------------------------------
 

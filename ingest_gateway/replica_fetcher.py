@@ -15,6 +15,10 @@ copy of that epoch and asks again, until both agree on an epoch. This is what ke
 the "lost m2" story (the follower does not trust its stale HW) and removes the old
 leader's m2 in the "diverged" story (its epoch ends earlier on the new leader).
 
+Fetches go in an incremental fetch session with the leader (KIP-227, fetch_session_handler.py):
+after the first full request, a request names only the partitions whose fetch position
+changed (or that were added or removed), and the leader answers only partitions with news.
+
 A partition stops (until the next LeaderAndIsr) when the leader says we are fenced
 (FENCED_LEADER_EPOCH) or not its follower (NOT_LEADER_OR_FOLLOWER); retriable errors and
 an unreachable leader back off for replica.fetch.backoff.ms.
@@ -24,10 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest_gateway.fetch_session import ZERO_UUID, PartitionRequest
+from ingest_gateway.fetch_session_handler import FetchSessionHandler
 from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, ProtocolDecodeError
@@ -41,11 +48,14 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 EndpointOf = Callable[[int], "tuple[str, int] | None"]
 
-FETCH_VERSION = 12
+FETCH_VERSION = 17  # topics by id
+FETCH_VERSION_BY_NAME = 12  # for topics without an id
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
+# Top-level errors after which the next request simply opens a new session.
+_SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 # The errors after which a partition waits for the controller's next LeaderAndIsr.
 _FENCED = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
@@ -120,6 +130,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._client: KafkaClient | None = None
+        self._session = FetchSessionHandler()
         self._stopped = False
 
     def __repr__(self) -> str:
@@ -386,53 +397,61 @@ class ReplicaFetcher:
 
     async def _fetch(self, client: KafkaClient, states: dict[TopicPartition, PartitionFetchState]) -> None:
         sent: dict[TopicPartition, tuple[PartitionFetchState, int]] = {}
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        wanted: dict[TopicPartition, PartitionRequest] = {}
+        topic_ids: dict[str, str] = {}
         config = self.config
         for tp, s in states.items():
             partition = self._current(tp, s)
             if partition is None:
                 continue
             sent[tp] = (s, s.fetch_offset)
-            by_topic.setdefault(tp[0], []).append(
-                {
-                    "partition": tp[1],
-                    "current_leader_epoch": s.leader_epoch,
-                    "fetch_offset": s.fetch_offset,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": partition.log_start_offset,
-                    "partition_max_bytes": config.fetch_max_bytes,
-                }
+            wanted[tp] = PartitionRequest(
+                s.fetch_offset, config.fetch_max_bytes, s.leader_epoch, log_start_offset=partition.log_start_offset
             )
+            topic_ids[tp[0]] = partition.topic_id
         if not sent:
             return
+        # Topics travel by id when every one has an id (as Kafka's fetcher decides).
+        ids = {t: uuid.UUID(i) for t, i in topic_ids.items()} if all(topic_ids.values()) else {}
+        request = self._session.build(wanted, bool(ids))
+        version = FETCH_VERSION if ids else FETCH_VERSION_BY_NAME
         body = {
-            "replica_id": self.broker_id,
+            "replica_id": self.broker_id,  # up to v14; from v15 in replica_state
+            "replica_state": {"replica_id": self.broker_id, "replica_epoch": -1},
             "max_wait_ms": config.fetch_wait_max_ms,
             "min_bytes": config.fetch_min_bytes,
             "max_bytes": config.fetch_response_max_bytes,
             "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,  # full fetch requests: no fetch sessions
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
+            "session_id": request.session_id,
+            "session_epoch": request.epoch,
+            "topics": _fetch_topics(request.to_send, ids),
+            "forgotten_topics_data": [
+                {"topic": t, "topic_id": ids.get(t, ZERO_UUID), "partitions": ps}
+                for t, ps in _group(request.to_forget).items()
+            ],
             "rack_id": "",
         }
-        response = await client.request(
-            ApiKey.FETCH, FETCH_VERSION, body, timeout_ms=config.fetch_wait_max_ms + config.socket_timeout_ms
-        )
-        if response.get("error_code"):
-            log.info(
-                "broker %d: fetch from broker %d failed: %s",
-                self.broker_id,
-                self.leader_id,
-                _name(response["error_code"]),
+        try:
+            response = await client.request(
+                ApiKey.FETCH, version, body, timeout_ms=config.fetch_wait_max_ms + config.socket_timeout_ms
             )
+        except BaseException:
+            self._session.reset()  # the leader may or may not have seen this request
+            raise
+        error = response.get("error_code", 0)
+        if not self._session.handle_response(request, error, response.get("session_id", 0)):
+            if error in _SESSION_ERRORS:
+                log.debug("broker %d: fetch session with broker %d: %s", self.broker_id, self.leader_id, _name(error))
+                return  # the next request opens a new session
+            log.info("broker %d: fetch from broker %d failed: %s", self.broker_id, self.leader_id, _name(error))
             for s, _ in sent.values():
                 self._delay(s)
             return
+        names = {i: t for t, i in ids.items()}
         for t in response["responses"]:
+            topic = names.get(t["topic_id"]) if ids else t["topic"]
             for p in t["partitions"]:
-                tp = (t["topic"], p["partition_index"])
+                tp = (topic, p["partition_index"])
                 entry = sent.get(tp)
                 if entry is None:
                     continue
@@ -497,6 +516,29 @@ class ReplicaFetcher:
         partition.update_follower_high_watermark(data["high_watermark"])
         if data["log_start_offset"] >= 0:
             partition.maybe_increment_log_start_offset(data["log_start_offset"])
+
+
+def _fetch_topics(to_send: dict[TopicPartition, PartitionRequest], ids: dict[str, uuid.UUID]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), r in to_send.items():
+        by_topic.setdefault(topic, []).append(
+            {
+                "partition": p,
+                "current_leader_epoch": r.current_leader_epoch,
+                "fetch_offset": r.fetch_offset,
+                "last_fetched_epoch": r.last_fetched_epoch,
+                "log_start_offset": r.log_start_offset,
+                "partition_max_bytes": r.max_bytes,
+            }
+        )
+    return [{"topic": t, "topic_id": ids.get(t, ZERO_UUID), "partitions": ps} for t, ps in by_topic.items()]
+
+
+def _group(tps: list[TopicPartition]) -> dict[str, list[int]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in tps:
+        by_topic.setdefault(topic, []).append(p)
+    return by_topic
 
 
 def _whole_batches(records) -> memoryview | None:

@@ -1,5 +1,6 @@
-"""One cluster, one cluster id: kept in ZooKeeper (/cluster/id), adopted by every broker,
-written to meta.properties, and a log dir of another cluster refuses to start."""
+"""One cluster: one cluster id, kept in ZooKeeper (/cluster/id), adopted by every broker,
+written to meta.properties (a log dir of another cluster refuses to start), and one Kafka
+release presented by every broker."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from cluster_helpers import FAST
+from cluster_helpers import FAST, call
 from ingest_gateway.local_cluster import LocalCluster
 from ingest_gateway.process import BrokerProcess
+from loglake.protocol import ApiKey
+from loglake.protocol.release import release_versions
 from loglake.storage.meta_properties import META_PROPERTIES, MetaProperties
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -40,6 +43,15 @@ def test_every_broker_reports_the_id_in_zookeeper_and_keeps_it(cluster: LocalClu
     cluster.kill(2)
     cluster.restart(2)
     assert cluster_id_via(cluster.brokers[2].bootstrap) == doc["id"]
+
+
+@pytest.mark.timeout(120)
+def test_a_cluster_broker_presents_one_release_too(cluster: LocalCluster) -> None:
+    """With the controller-to-broker APIs (LeaderAndIsr, StopReplica, UpdateMetadata)."""
+    answer = call(cluster.brokers[1].bootstrap, ApiKey.API_VERSIONS, 3, {})
+    ranges = {k["api_key"]: (k["min_version"], k["max_version"]) for k in answer["api_keys"]}
+    assert {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA} <= set(ranges)
+    assert ranges == {k: release_versions(k) for k in ranges}
 
 
 @pytest.mark.timeout(120)

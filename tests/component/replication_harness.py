@@ -216,6 +216,24 @@ async def fetch(
     return response["responses"][0]["partitions"][0]
 
 
+def cluster_test(fn):
+    """Run an async test with a fresh Cluster under tmp_path, closed at the end."""
+
+    def wrapper(tmp_path: Path) -> None:
+        async def main() -> None:
+            cluster = Cluster(tmp_path)
+            try:
+                await asyncio.wait_for(fn(cluster), 20)
+            finally:
+                await cluster.close()
+
+        asyncio.run(main())
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
 def values_of(records) -> list[bytes]:
     if records is None:
         return []

@@ -6,33 +6,14 @@ the ISR, and followers truncate divergent tails by leader epoch (both stories of
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-from replication_harness import LAG_MS, Cluster, fetch, produce, until, values_of
+from replication_harness import LAG_MS, Cluster, cluster_test, fetch, produce, until, values_of
 
 from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from loglake.errors import ErrorCode
 from loglake.storage.checkpoints import OffsetCheckpointFile
 
 T = "events"
-
-
-def cluster_test(fn):
-    """Run an async test with a fresh Cluster under tmp_path, closed at the end."""
-
-    def wrapper(tmp_path: Path) -> None:
-        async def main() -> None:
-            cluster = Cluster(tmp_path)
-            try:
-                await asyncio.wait_for(fn(cluster), 20)
-            finally:
-                await cluster.close()
-
-        asyncio.run(main())
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
 
 
 def epochs(node, topic: str = T) -> list[tuple[int, int]]:

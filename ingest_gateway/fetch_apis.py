@@ -1,0 +1,282 @@
+"""The Fetch API (v4-17), for consumers and followers, over fetch sessions (KIP-227).
+
+Each request gets a context from the `FetchManager` (fetch_session.py): the partitions to
+read are the request's (full fetch) or the session's (incremental fetch). Consumers read
+committed data up to the high watermark, followers up to the log end (the replica manager
+records their position); either way the records stay `LogSlice` file ranges, which the
+listener sends with sendfile. The context then keeps what the answer must carry.
+
+From v13 topics travel by id: an id this broker does not know gets UNKNOWN_TOPIC_ID, one
+that names a topic whose local replica has another id (a recreated topic) gets
+INCONSISTENT_TOPIC_ID. From v16 a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer
+names the current leader and its endpoint (KIP-951), so the client need not ask Metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ingest_gateway.fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    DEFAULT_EVICTION_MS,
+    ZERO_UUID,
+    FetchManager,
+    FetchSessionCache,
+    PartitionRequest,
+    PartitionResponse,
+    TopicIdPartition,
+)
+from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import RequestHeader
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+
+Body = dict[str, Any]
+Answers = list[tuple[TopicIdPartition, PartitionResponse]]
+
+NO_MAX_BYTES = 0x7FFFFFFF
+# Errors whose answer names the current leader from v16 on (KIP-951).
+_LEADER_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
+# Topic ids are kept as strings; a fetch compares them with the request's for every partition.
+_parse_uuid = functools.lru_cache(maxsize=65536)(uuid.UUID)
+
+
+def _partition_response(partition: int, error: int = ErrorCode.NONE) -> PartitionResponse:
+    return {
+        "partition_index": partition,
+        "error_code": error,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
+class FetchApis:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        # Topic id -> name, rebuilt when the metadata image is replaced or an id is missing.
+        self._names: dict[uuid.UUID, str] = {}
+        self._names_image: object = None
+
+    @functools.cached_property
+    def sessions(self) -> FetchManager:
+        # Built on first use: the broker's config is not needed before a fetch.
+        raw = self.broker.config.raw
+        return FetchManager(
+            FetchSessionCache(
+                int(raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
+                int(raw.get("min.incremental.fetch.session.eviction.ms", DEFAULT_EVICTION_MS)),
+            )
+        )
+
+    # Topic ids ---------------------------------------------------------------------------
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        image = self.broker.image
+        if image is not self._names_image or topic_id not in self._names:
+            self._names_image = image
+            names = {_parse_uuid(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
+            # A leader learns its partitions (LeaderAndIsr) before the image has their
+            # topic (UpdateMetadata): its followers may already fetch them by id.
+            for (name, _), p in self.broker.replica_manager.partitions.items():
+                if name not in image.topics and p.topic_id:
+                    names[_parse_uuid(p.topic_id)] = name
+            self._names = names
+        return self._names.get(topic_id)
+
+    def _inconsistent(self, tp: TopicIdPartition) -> bool:
+        """Whether the local replica of `tp` belongs to another topic of the same name."""
+        if tp.topic_id == ZERO_UUID:
+            return False
+        local = self.broker.replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
+        return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
+
+    def _requested(self, version: int, body: Body) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list]:
+        fetch_data = []
+        for t in body["topics"]:
+            if version >= 13:
+                topic_id = t["topic_id"]
+                topic = self.topic_name(topic_id)
+            else:
+                topic_id, topic = ZERO_UUID, t["topic"]
+            for p in t["partitions"]:
+                request = PartitionRequest(
+                    p["fetch_offset"],
+                    p["partition_max_bytes"],
+                    p["current_leader_epoch"],
+                    p["last_fetched_epoch"],
+                    p["log_start_offset"],
+                )
+                fetch_data.append((TopicIdPartition(topic_id, topic, p["partition"]), request))
+        to_forget = []
+        for f in body["forgotten_topics_data"] or ():
+            if version >= 13:
+                topic_id, topic = f["topic_id"], self.topic_name(f["topic_id"])
+            else:
+                topic_id, topic = ZERO_UUID, f["topic"]
+            to_forget += [TopicIdPartition(topic_id, topic, p) for p in f["partitions"]]
+        return fetch_data, to_forget
+
+    # The handler -------------------------------------------------------------------------
+
+    async def fetch(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
+        fetch_data, to_forget = self._requested(version, body)
+        context = self.sessions.new_context(
+            version, body["session_id"], body["session_epoch"], replica_id >= 0, fetch_data, to_forget, self.topic_name
+        )
+        # Partitions that cannot be read are answered at once and do not end a long poll.
+        erroneous: Answers = []
+        readable: list[tuple[TopicIdPartition, PartitionRequest]] = []
+        for tp, request in context.partitions():
+            if tp.topic is None:
+                erroneous.append((tp, _partition_response(tp.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
+            elif self._inconsistent(tp):
+                erroneous.append((tp, _partition_response(tp.partition, ErrorCode.INCONSISTENT_TOPIC_ID)))
+            else:
+                readable.append((tp, request))
+        max_bytes = body["max_bytes"] or NO_MAX_BYTES
+        if not readable:
+            answers: Answers = []
+        elif replica_id >= 0:
+            answers = await self._fetch_for_follower(
+                replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes
+            )
+        else:
+            answers = await self._fetch_for_consumer(readable, body["max_wait_ms"], body["min_bytes"], max_bytes)
+        result = context.respond(answers + erroneous)
+        response: Body = {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "session_id": result.session_id,
+            "responses": _by_topic(result.partitions),
+        }
+        if version >= 16:
+            response["node_endpoints"] = self._current_leaders(result.partitions)
+        return response
+
+    async def _fetch_for_consumer(
+        self,
+        readable: list[tuple[TopicIdPartition, PartitionRequest]],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> Answers:
+        """Committed data; long-polls until `min_bytes` or `max_wait_ms` (an error answers at once)."""
+        rm = self.broker.replica_manager
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, max_wait_ms) / 1000
+        keys = [(tp.topic, tp.partition) for tp, _ in readable]
+        while True:
+            answers, total = self._read_committed(readable, max_bytes)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or remaining <= 0 or total < 0:
+                return answers
+            await rm.wait_for_change(keys, remaining)  # type: ignore[arg-type]
+
+    def _read_committed(
+        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int
+    ) -> tuple[Answers, int]:
+        """One pass over the partitions: (answers, bytes, or -1 if an answer is an error)."""
+        rm = self.broker.replica_manager
+        budget = max_bytes
+        total = 0
+        has_error = False
+        answers = []
+        for tp, request in readable:
+            entry = _partition_response(tp.partition)
+            try:
+                partition = rm.leader_partition(tp.topic, tp.partition)  # type: ignore[arg-type]
+                partition.check_leader_epoch(request.current_leader_epoch)
+                # KIP-74: the first batch goes out whole even over the limits, so a
+                # consumer can always make progress.
+                piece = partition.read(
+                    request.fetch_offset,
+                    min(request.max_bytes, budget),
+                    committed_only=True,
+                    min_one_message=total == 0,
+                )
+                entry["high_watermark"] = entry["last_stable_offset"] = partition.high_watermark
+                entry["log_start_offset"] = partition.log_start_offset
+                if piece.size:
+                    entry["records"] = piece
+                    total += piece.size
+                    budget -= piece.size
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+                has_error = True
+            answers.append((tp, entry))
+        return answers, (-1 if has_error else total)
+
+    async def _fetch_for_follower(
+        self,
+        replica_id: int,
+        readable: list[tuple[TopicIdPartition, PartitionRequest]],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> Answers:
+        """Up to the log end; the replica manager records the follower's position (KIP-392
+        consumers of followers are not supported)."""
+        requests = [
+            FollowerFetchPartition(tp.topic, tp.partition, r.fetch_offset, r.current_leader_epoch, r.max_bytes)  # type: ignore[arg-type]
+            for tp, r in readable
+        ]
+        results = await self.broker.replica_manager.fetch_for_follower(
+            replica_id, requests, max_wait_ms, min_bytes, max_bytes
+        )
+        return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
+
+    def _current_leaders(self, answers: Answers) -> list[Body]:
+        """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
+        image = self.broker.image
+        endpoints: dict[int, Body] = {}
+        for tp, entry in answers:
+            if entry["error_code"] not in _LEADER_ERRORS:
+                continue
+            state = image.partition_states.get(tp.topic, {}).get(tp.partition)
+            if state is None or state.leader < 0:
+                continue
+            entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+            broker = image.brokers.get(state.leader)
+            if broker is not None:
+                endpoints[broker.broker_id] = {
+                    "node_id": broker.broker_id,
+                    "host": broker.host,
+                    "port": broker.port,
+                    "rack": broker.rack,
+                }
+        return list(endpoints.values())
+
+
+def _follower_response(r: FollowerFetchResult) -> PartitionResponse:
+    entry = _partition_response(r.partition, r.error)
+    entry["high_watermark"] = entry["last_stable_offset"] = r.high_watermark
+    entry["log_start_offset"] = r.log_start_offset
+    if r.records is not None:
+        entry["records"] = r.records
+    return entry
+
+
+def _by_topic(answers: Answers) -> list[Body]:
+    """Answers grouped by topic, in order (a topic whose partitions are not adjacent appears
+    more than once, as in Kafka's responses)."""
+    topics: list[Body] = []
+    last: tuple[uuid.UUID, str | None] | None = None
+    for tp, entry in answers:
+        if (tp.topic_id, tp.topic) != last:
+            last = (tp.topic_id, tp.topic)
+            topics.append({"topic": tp.topic, "topic_id": tp.topic_id, "partitions": []})
+        topics[-1]["partitions"].append(entry)
+    return topics
