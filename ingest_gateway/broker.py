@@ -80,7 +80,7 @@ class Broker:
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
         )
         self.channel: BrokerChannel = ControllerChannelManager(self) if self.clustered else self
-        self.controller = Controller(self.store, config.broker_id, self.channel)
+        self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(

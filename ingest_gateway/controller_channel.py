@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ingest_gateway.kafka_client import KafkaClient
-from loglake.coordination.model import LeaderAndIsrPartition
+from loglake.coordination.model import LeaderAndIsrPartition, topic_uuid
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
@@ -56,7 +55,7 @@ class ControllerChannelManager:
             "topic_states": [
                 {
                     "topic_name": topic,
-                    "topic_id": uuid.UUID(entries[0].topic_id),
+                    "topic_id": topic_uuid(entries[0].topic_id),
                     "partition_states": [
                         {
                             "partition_index": e.partition,

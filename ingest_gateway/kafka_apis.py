@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.cluster.assignment import numbered_assignment
 from loglake.config import validate_topic_name
+from loglake.coordination.model import topic_uuid
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
@@ -85,10 +86,6 @@ def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
     if isinstance(exc, KafkaError):
         return exc.code, exc.message
     return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
-
-
-def _topic_uuid(topic_id: str) -> uuid.UUID:
-    return uuid.UUID(topic_id)
 
 
 class KafkaApis:
@@ -174,7 +171,7 @@ class KafkaApis:
         if requested is None or (version == 0 and not requested):
             names: list[str | None] = sorted(image.topics)
         else:
-            by_id = {_topic_uuid(t.topic_id): n for n, t in image.topics.items()}
+            by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
         allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
         topics = []
@@ -230,7 +227,7 @@ class KafkaApis:
         return {
             "error_code": 0,
             "name": name,
-            "topic_id": _topic_uuid(topic.topic_id),
+            "topic_id": topic_uuid(topic.topic_id),
             "is_internal": name in INTERNAL_TOPICS,
             "partitions": partitions,
         }
@@ -428,7 +425,7 @@ class KafkaApis:
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )
                 entry.update(
-                    topic_id=_topic_uuid(created.topic_id),
+                    topic_id=topic_uuid(created.topic_id),
                     num_partitions=created.num_partitions,
                     replication_factor=created.replication_factor,
                     configs=[
@@ -449,7 +446,7 @@ class KafkaApis:
 
     async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
         if header.request_api_version >= 6:
-            by_id = {_topic_uuid(t.topic_id): n for n, t in self.broker.image.topics.items()}
+            by_id = {topic_uuid(t.topic_id): n for n, t in self.broker.image.topics.items()}
             wanted = [(t["name"] or by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]]
         else:
             wanted = [(n, None) for n in body["topic_names"]]

@@ -4,7 +4,6 @@ for what neither client can send (the cluster-wide default broker resource ""), 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Iterator
 
@@ -14,24 +13,11 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.admin import ResourceType
 
-from client_helpers import create_topic, make_broker
-from ingest_gateway.kafka_client import KafkaClient
+from client_helpers import create_topic, make_broker, raw_request
 from loglake.protocol import ApiKey
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-
-
-def raw(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
-    async def send() -> dict:
-        host, port = bootstrap.split(":")
-        client = KafkaClient(host, int(port))
-        try:
-            return await client.request(api_key, version, body)
-        finally:
-            await client.close()
-
-    return asyncio.run(send())
 
 
 def set_cluster_default(bootstrap: str, ops: list[tuple[str, int, str | None]], validate_only: bool = False) -> dict:
@@ -45,7 +31,7 @@ def set_cluster_default(bootstrap: str, ops: list[tuple[str, int, str | None]], 
         ],
         "validate_only": validate_only,
     }
-    return raw(bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"][0]
+    return raw_request(bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"][0]
 
 
 def describe(admin: AdminClient, rtype: ResourceType, name: str) -> dict[str, ConfigEntry]:
@@ -105,7 +91,7 @@ def test_describe_topic_shows_sources_synonyms_types_and_docs(broker, admin, top
         "include_synonyms": True,
         "include_documentation": True,
     }
-    (result,) = raw(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
+    (result,) = raw_request(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
     by_name = {c["name"]: c for c in result["configs"]}
     assert by_name["retention.ms"]["config_type"] == 5  # LONG
     assert by_name["cleanup.policy"]["config_type"] == 7  # LIST
@@ -124,7 +110,7 @@ def test_describe_topic_shows_sources_synonyms_types_and_docs(broker, admin, top
     ]
     # v0: is_default instead of a source; filtering by name.
     body = {"resources": [{"resource_type": TOPIC, "resource_name": topic, "configuration_keys": ["segment.ms"]}]}
-    (result,) = raw(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 0, body)["results"]
+    (result,) = raw_request(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 0, body)["results"]
     assert [(c["name"], c["is_default"]) for c in result["configs"]] == [("segment.ms", True)]
 
 
@@ -138,7 +124,7 @@ def test_describe_errors(broker):
             {"resource_type": 99, "resource_name": "x", "configuration_keys": None},
         ]
     }
-    results = raw(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
+    results = raw_request(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
     assert [r["error_code"] for r in results] == [3, 17, 42, 42, 42]
     assert all(r["error_message"] for r in results)
 
@@ -249,7 +235,7 @@ def test_incremental_alter_raw_errors(broker, topic):
         body = {"resources": resources, "validate_only": False}
         return [
             (r["error_code"], r["error_message"])
-            for r in raw(broker.bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, body)["responses"]
+            for r in raw_request(broker.bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, body)["responses"]
         ]
 
     def resource(name: str, *configs: tuple[str, int, str | None], rtype: int = TOPIC) -> dict:
@@ -324,7 +310,7 @@ def test_dynamic_default_applies_at_once_to_topics_without_an_override(broker, a
         assert configs["max.message.bytes"].value == "2000"
         assert configs["max.message.bytes"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
         body = {"resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": None}]}
-        (result,) = raw(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 2, body)["results"]
+        (result,) = raw_request(broker.bootstrap, ApiKey.DESCRIBE_CONFIGS, 2, body)["results"]
         assert [(c["name"], c["value"], c["config_source"]) for c in result["configs"]] == [
             ("message.max.bytes", "2000", 3)
         ]
@@ -386,5 +372,5 @@ def test_dynamic_configs_survive_a_restart_of_a_standalone_broker(tmp_path):
 
 def described_default(bootstrap: str) -> dict[str, str | None]:
     body = {"resources": [{"resource_type": BROKER, "resource_name": "", "configuration_keys": None}]}
-    (result,) = raw(bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, body)["results"]
+    (result,) = raw_request(bootstrap, ApiKey.DESCRIBE_CONFIGS, 1, body)["results"]
     return {c["name"]: c["value"] for c in result["configs"]}

@@ -206,3 +206,24 @@ def test_a_controller_elected_after_the_restart_tells_everyone(tmp_path: Path) -
     channel.leader_and_isr.clear()
     successor.on_brokers_changed({b.broker_id: b.epoch for b in store.brokers().values()})
     assert channel.leader_and_isr == []
+
+
+def test_unclean_election_follows_the_broker_default_under_topic_overrides(tmp_path: Path) -> None:
+    """unclean.leader.election.enable from server.properties (or a dynamic broker config)
+    counts for topics without their own setting; a topic override wins."""
+    from loglake.config import LogConfig
+
+    store = EmbeddedMetadataStore(tmp_path)
+    for b in (1, 2):
+        store.register_broker(BrokerEndpoint(b, "127.0.0.1", 9092 + b, "127.0.0.1", 8082 + b))
+    defaults = LogConfig.from_properties({"unclean.leader.election.enable": "true"})
+    controller = Controller(store, 1, RecordingChannel(), lambda: defaults)
+    assert controller.startup()
+    controller.create_topic("lenient", 1, 1, assignment={0: (1, 2)})
+    controller.create_topic("strict", 1, 1, {"unclean.leader.election.enable": "false"}, assignment={0: (1, 2)})
+    for name in ("lenient", "strict"):  # broker 2 fell out of the ISR
+        state = store.partition_states(name)[0]
+        store.update_partition_state(name, 0, PartitionState(1, 1, (1,), controller.epoch), state.version)
+    controller.on_brokers_changed({2: -1})
+    assert store.partition_states("lenient")[0].leader == 2
+    assert store.partition_states("strict")[0].leader == -1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import uuid
 from enum import IntEnum
+from collections.abc import Callable
 from typing import Protocol
 
 from loglake.cluster.assignment import assign_replicas, validate_manual_assignment
@@ -45,10 +46,19 @@ class Controller:
     (NOT_CONTROLLER otherwise).
     """
 
-    def __init__(self, store: MetadataStore, broker_id: int, channel: BrokerChannel) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        broker_id: int,
+        channel: BrokerChannel,
+        topic_defaults: Callable[[], LogConfig] = LogConfig,
+    ) -> None:
         self._store = store
         self._broker_id = broker_id
         self._channel = channel
+        # The broker's current topic defaults (server.properties and dynamic broker configs),
+        # under a topic's own overrides: unclean.leader.election.enable may be set either way.
+        self._topic_defaults = topic_defaults
         self._lock = threading.RLock()
         self.epoch: int | None = None
         self._live: set[int] = set()
@@ -342,7 +352,7 @@ class Controller:
         lose committed records). Without a candidate the partition stays offline (leader
         -1) until an ISR member returns. Returns the partitions that changed."""
         epoch = self._require_active()
-        unclean = LogConfig.from_properties(topic.config).unclean_leader_election_enable
+        unclean = LogConfig.from_properties(topic.config, self._topic_defaults()).unclean_leader_election_enable
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
             if state.leader in live:

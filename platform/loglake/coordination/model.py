@@ -6,7 +6,14 @@ documents: /brokers/topics/<t>, /config/topics/<t>, /brokers/topics/<t>/partitio
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """A topic id on the wire. A topic created by tools older than topic ids (KIP-516) has
+    none: Kafka's zero id."""
+    return uuid.UUID(topic_id) if topic_id else uuid.UUID(int=0)
 
 
 @dataclass(frozen=True)
