@@ -15,9 +15,8 @@ from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 from kafka.errors import NoError
 
-from cluster_helpers import FAST
+from cluster_helpers import FAST, create_topic, partition_of, read_all
 from ingest_gateway.local_cluster import LocalCluster
-from test_replication_faults import _p, create_topic, read_all
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -97,7 +96,7 @@ def test_moving_every_replica_while_producing_loses_nothing(cluster: LocalCluste
         admin.close()
     assert producer.flush(60) == 0
     assert not errors, errors[:5]
-    cluster.wait_for(lambda s: len(_p(s, topic)["isr"]) == 3)
+    cluster.wait_for(lambda s: len(partition_of(s, topic)["isr"]) == 3)
     values = read_all(cluster.bootstrap, topic, 1, len(acked))[0]
     assert [int(v.split(b":")[0]) for v in values] == list(range(len(values)))
     assert set(acked) <= set(range(len(values)))
