@@ -58,8 +58,13 @@ def test_paused_controller_is_replaced_and_its_stale_commands_change_nothing(clu
     assert via_old["controller"]["epoch"] == new_epoch
 
     # A command stamped with the old epoch, as the deposed controller would send: refused.
+    # First let the resumed broker catch up and rejoin every ISR (its leaders let it back
+    # in), so that the snapshot below stays put unless a stale command changes it.
+    settled = cluster.wait_for(
+        lambda s: all(len(p["isr"]) == 3 for p in s["partitions"] if p["topic"] == "fenced"), timeout=60
+    )
     target = others[0]
-    partition_states = cluster.status()["partitions"]
+    partition_states = settled["partitions"]
     stale = call(
         cluster.brokers[target].bootstrap,
         ApiKey.LEADER_AND_ISR,
