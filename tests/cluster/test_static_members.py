@@ -40,10 +40,10 @@ def partitions(consumer: Consumer) -> set[int]:
     return {tp.partition for tp in consumer.assignment()}
 
 
-def poll_until(consumers: list[Consumer], condition, timeout: float, what: str) -> None:
+def poll_until(consumers: list[Consumer], condition, timeout: float, what: str, seen=lambda: "") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; last seen: {seen()}"
         for c in consumers:
             c.poll(0.1)
 
@@ -83,14 +83,24 @@ def test_a_static_member_restarts_without_rebalance_after_coordinator_failover(c
     # The new coordinator has loaded both static members (their instance ids included).
     survivors = AdminClient({"bootstrap.servers": ",".join(cluster.brokers[i].bootstrap for i in cluster.live())})
 
+    last: list[object] = []
+
     def loaded() -> bool:
         try:
             group = survivors.describe_consumer_groups([GROUP])[GROUP].result(10)
-        except Exception:  # noqa: BLE001 - coordinator moving or loading: ask again
+        except Exception as exc:  # noqa: BLE001 - coordinator moving or loading: ask again
+            last[:] = [exc]
             return False
+        last[:] = [group.state, [(m.member_id, m.group_instance_id) for m in group.members]]
         return sorted(m.group_instance_id for m in group.members) == ["member-a", "member-b"]
 
-    poll_until([a, b], loaded, 90, "the new coordinator to serve the group")
+    poll_until(
+        [a, b],
+        loaded,
+        90,
+        "the new coordinator to serve the group",
+        lambda: f"{last}; cluster {cluster.status(exclude=(coordinator,))['partitions']}",
+    )
 
     b.close()  # a static member does not leave the group on close
     restarted = static_consumer(cluster, "member-b")
