@@ -3,6 +3,7 @@ ranges are split into Spark input partitions. Runs on the driver, before any job
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -204,7 +205,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
         parts = max(parts, -(-r.size // max_records))
         step = r.size / parts
         bounds = [r.start + round(step * i) for i in range(parts)] + [r.end]
-        out += [OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+        out += [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a]
     return out
 
 

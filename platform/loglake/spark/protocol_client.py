@@ -15,7 +15,7 @@ import itertools
 import socket
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, decode_response, encode_request, read_frame_size
@@ -154,7 +154,7 @@ class ProtocolClient:
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self.metadata_cache: ClusterMetadata | None = None
 
-    def __enter__(self) -> ProtocolClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
