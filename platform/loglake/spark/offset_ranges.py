@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -201,7 +202,7 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
     for r in ranges:
         parts = 1
         if min_partitions is not None and len(ranges) < min_partitions:
-            parts = max(round(r.size / total * min_partitions), 1)
+            parts = max(math.floor(r.size / total * min_partitions + 0.5), 1)  # Java's Math.round
         parts = max(parts, -(-r.size // max_records))
         step = r.size / parts
         bounds = [r.start + round(step * i) for i in range(parts)] + [r.end]
