@@ -4,59 +4,25 @@ Spark's Kafka source schema, options and errors."""
 from __future__ import annotations
 
 import base64
-import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import httpx
 import pytest
 from chispa import assert_df_equality
-from clients.client_helpers import create_topic, make_broker, serve, unique_name
+from clients.client_helpers import create_topic, unique_name
+from source_helpers import delete_records, offsets_of, produce, with_options
 
 from ingest_gateway.process import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs"))
-
-
-@pytest.fixture(scope="module")
-def loglake_spark(spark):
-    import loglake.spark
-
-    loglake.spark.register(spark)
-    return spark
-
-
-@pytest.fixture
-def topic(request: pytest.FixtureRequest) -> str:
-    return unique_name(request.node.name)
-
-
 def reader(spark, broker: BrokerProcess, **options: object):
-    r = spark.read.format("loglake").option("kafka.bootstrap.servers", broker.bootstrap)
-    for name, value in options.items():
-        r = r.option(name, value if isinstance(value, str) else json.dumps(value))
-    return r.load()
+    return with_options(spark.read, broker, options).load()
 
 
 def ts(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def produce(broker: BrokerProcess, topic: str, records: list[dict], **config: object) -> None:
-    """Produce with confluent-kafka (acks=all); each record a dict of produce() arguments."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 20, **config})
-    errors = []
-    for record in records:
-        p.produce(topic, on_delivery=lambda err, _msg: errors.append(err) if err else None, **record)
-    assert p.flush(30) == 0
-    assert not errors, errors
 
 
 def expected_df(spark, rows: list[tuple], include_headers: bool):
@@ -151,10 +117,6 @@ def test_log_append_time_topics(loglake_spark, broker, topic) -> None:
     assert all(r.timestamp > ts(BASE_TS).replace(tzinfo=None) for r in rows)  # collected in UTC, naive
 
 
-def offsets_of(df) -> list[tuple[int, int]]:
-    return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
-
-
 def test_offset_options(loglake_spark, broker, topic) -> None:
     create_topic(broker.bootstrap, topic, partitions=2)
     produce(broker, topic, numbered(40, 2))  # 20 records per partition, 1 s apart in pairs
@@ -210,15 +172,6 @@ def test_long_ranges_split_into_input_partitions(loglake_spark, broker, topic) -
     by_size = reader(loglake_spark, broker, subscribe=topic, maxRecordsPerPartition="100")
     assert by_size.rdd.getNumPartitions() == 10
     assert offsets_of(split) == offsets_of(by_size) == [(p, o) for p in range(2) for o in range(500)]
-
-
-def delete_records(broker: BrokerProcess, topic: str, partition: int, before: int) -> None:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    (future,) = admin.delete_records([TopicPartition(topic, partition, before)]).values()
-    assert future.result(timeout=30).low_watermark == before
 
 
 def test_offsets_gone_from_the_log_fail_or_are_skipped(loglake_spark, broker, topic) -> None:

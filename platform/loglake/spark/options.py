@@ -189,6 +189,11 @@ def _offset_spec(opts: dict[str, str], prefix: str, default: OffsetKind, streami
     return OffsetSpec(OffsetKind.SPECIFIC, name, per_partition=offsets)
 
 
+def parse_include_headers(options: Mapping[str, str]) -> bool:
+    """includeHeaders alone: it decides the schema, which Spark asks for before the reader."""
+    return _bool(_lower(options), "includeHeaders", False)
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Check and parse a read's options; raises OptionError naming the option."""
     opts = _lower(options)
@@ -217,7 +222,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         starting=starting,
         ending=ending,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        include_headers=_bool(opts, "includeHeaders", False),
+        include_headers=parse_include_headers(opts),
         min_partitions=_positive_int(opts, "minPartitions", None),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION),
         max_partition_fetch_bytes=_positive_int(

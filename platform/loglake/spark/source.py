@@ -1,11 +1,8 @@
-"""The `loglake` data source for Spark's Python Data Source API (Spark 4): batch reads."""
+"""The `loglake` data source for Spark's Python Data Source API (Spark 4)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -17,9 +14,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from loglake.spark.offset_ranges import OffsetRange, plan_batch
-from loglake.spark.options import ReadOptions, parse_read_options
-from loglake.spark.range_reader import read_range
+from loglake.spark.batch_reader import LoglakeBatchReader
+from loglake.spark.options import parse_include_headers, parse_read_options
+from loglake.spark.stream_reader import LoglakeStreamReader
 
 
 def kafka_schema(include_headers: bool) -> StructType:
@@ -39,40 +36,20 @@ def kafka_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-class OffsetRangePartition(InputPartition):
-    """One Spark task: an offset range of one topic partition."""
-
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.offset_range = offset_range
-
-
 class LoglakeDataSource(DataSource):
-    """`spark.read.format("loglake")`: topics as DataFrames with the Kafka source's schema."""
+    """`spark.read.format("loglake")` and `spark.readStream.format("loglake")`: topics as
+    DataFrames with the Kafka source's schema. Options are checked when the reader is made,
+    on the driver, before any job."""
 
     @classmethod
     def name(cls) -> str:
         return "loglake"
 
     def schema(self) -> StructType:
-        # Parsing here makes bad options fail at load(), before any job.
-        options = parse_read_options(self.options, streaming=False)
-        return kafka_schema(options.include_headers)
+        return kafka_schema(parse_include_headers(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LoglakeBatchReader(parse_read_options(self.options, streaming=False))
 
-
-class LoglakeBatchReader(DataSourceReader):
-    def __init__(self, options: ReadOptions) -> None:
-        self.options = options
-        # Resolved once, on the driver: every task reads a fixed range.
-        self.ranges = plan_batch(options)
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return [OffsetRangePartition(r) for r in self.ranges]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, OffsetRangePartition):
-            return iter(())  # nothing to read: Spark still runs one task, with a None partition
-        return read_range(self.options, partition.offset_range)
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LoglakeStreamReader(parse_read_options(self.options, streaming=True))
