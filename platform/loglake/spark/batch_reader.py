@@ -7,8 +7,10 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.offset_ranges import OffsetRange, plan_batch
 from loglake.spark.options import ReadOptions
+from loglake.spark.protocol_client import ProtocolClient
 from loglake.spark.range_reader import read_range
 
 
@@ -26,6 +28,17 @@ def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[
     return read_range(options, partition.offset_range)
 
 
+def read_and_commit(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A batch task with commitOffsets: once Spark has taken every record of the range, its
+    end is committed to the group (the range is the partition's whole read)."""
+    yield from read_partition(options, partition)
+    if isinstance(partition, OffsetRangePartition):
+        assert options.group_id is not None
+        r = partition.offset_range
+        with ProtocolClient(options.bootstrap_servers, request_timeout_ms=options.request_timeout_ms) as client:
+            commit_offsets(client, options.group_id, {r.topic_partition: r.end})
+
+
 class LoglakeBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -36,4 +49,6 @@ class LoglakeBatchReader(DataSourceReader):
         return [OffsetRangePartition(r) for r in self.ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.options.commit_offsets:
+            return read_and_commit(self.options, partition)
         return read_partition(self.options, partition)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from loglake.errors import ErrorCode
+from loglake.spark.group_offsets import committed_offsets
 from loglake.spark.options import OffsetKind, OffsetSpec, OptionError, ReadOptions, TopicSelection
 from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
@@ -210,20 +211,35 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
     return out
 
 
+def starting_offsets(
+    client: ProtocolClient, partitions: list[TopicPartition], options: ReadOptions, *, from_group: bool
+) -> dict[TopicPartition, int]:
+    """Where reading starts: startingOffsets (and its timestamp forms), overridden with
+    `from_group` by the group's committed offsets where it has some."""
+    starts = resolve_offsets(
+        client,
+        partitions,
+        options.starting,
+        starting=True,
+        fail_on_data_loss=options.fail_on_data_loss,
+        timestamp_strategy=options.timestamp_strategy,
+    )
+    if from_group:
+        assert options.group_id is not None
+        starts.update(committed_offsets(client, options.group_id, partitions))
+    return starts
+
+
 def plan_batch(options: ReadOptions) -> list[OffsetRange]:
-    """The offset ranges of a batch read, resolved now against the cluster."""
+    """The offset ranges of a batch read, resolved now against the cluster.
+
+    With commitOffsets, reading starts at the group's committed offsets and each partition
+    is one range, so that the task that read it can commit its end."""
     with connect(options) as client:
         partitions = discover_partitions(client, options.selection)
         if not partitions:
             return []
-        starts = resolve_offsets(
-            client,
-            partitions,
-            options.starting,
-            starting=True,
-            fail_on_data_loss=options.fail_on_data_loss,
-            timestamp_strategy=options.timestamp_strategy,
-        )
+        starts = starting_offsets(client, partitions, options, from_group=options.commit_offsets)
         ends = resolve_offsets(
             client, partitions, options.ending, starting=False, fail_on_data_loss=options.fail_on_data_loss
         )
@@ -234,4 +250,6 @@ def plan_batch(options: ReadOptions) -> list[OffsetRange]:
                 f"{options.ending.option}: {tp.topic}-{tp.partition} ends at {ends[tp]}, before its start {starts[tp]}"
             )
         ranges.append(OffsetRange(tp.topic, tp.partition, starts[tp], ends[tp]))
+    if options.commit_offsets:
+        return [r for r in ranges if r.size > 0]
     return split_ranges(ranges, options.min_partitions, options.max_records_per_partition)

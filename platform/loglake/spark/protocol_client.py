@@ -287,3 +287,60 @@ class ProtocolClient:
             p["log_start_offset"],
             memoryview(b"") if records is None else memoryview(records),
         )
+
+    def find_coordinator(self, group_id: str) -> tuple[ErrorCode, tuple[str, int] | None]:
+        """The group coordinator's address (FindCoordinator, key type group)."""
+        response = self.request_any(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": group_id, "key_type": 0})
+        error = ErrorCode(response["error_code"])
+        if error != ErrorCode.NONE:
+            return error, None
+        return error, (response["host"], response["port"])
+
+    def offset_fetch_from(
+        self, address: tuple[str, int], group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[ErrorCode, int]]]:
+        """A group's committed offsets (-1: none) of `partitions`, and the group-level error."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        body = {
+            "group_id": group_id,
+            "topics": [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()],
+            "require_stable": True,
+        }
+        response = self.request_to(address, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, body)
+        out = {
+            TopicPartition(topic["name"], p["partition_index"]): (ErrorCode(p["error_code"]), p["committed_offset"])
+            for topic in response["topics"]
+            for p in topic["partitions"]
+        }
+        return ErrorCode(response["error_code"]), out
+
+    def offset_commit_to(
+        self, address: tuple[str, int], group_id: str, offsets: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Commit as a "simple consumer": generation -1 and no member id, which Kafka accepts
+        for a group without active members."""
+        by_topic: dict[str, list[dict]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "",
+                }
+            )
+        body = {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+        response = self.request_to(address, ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION, body)
+        return {
+            TopicPartition(topic["name"], p["partition_index"]): ErrorCode(p["error_code"])
+            for topic in response["topics"]
+            for p in topic["partitions"]
+        }

@@ -15,14 +15,15 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from loglake.spark.batch_reader import OffsetRangePartition, read_partition
+from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.offset_ranges import (
     OffsetRange,
     connect,
     discover_partitions,
     list_offsets,
     report_data_loss,
-    resolve_offsets,
     split_ranges,
+    starting_offsets,
 )
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProtocolClient
@@ -34,6 +35,7 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         # With Trigger.AvailableNow: the latest offsets when the query started, never passed.
         self.available_now_target: PartitionOffsets | None = None
+        self.committed_to_group: PartitionOffsets | None = None
         # Checked now, so that bad options and an unreachable cluster fail the query's start.
         with connect(options) as client:
             discover_partitions(client, options.selection)
@@ -41,14 +43,9 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         with connect(self.options) as client:
             partitions = discover_partitions(client, self.options.selection)
-            starts = resolve_offsets(
-                client,
-                partitions,
-                self.options.starting,
-                starting=True,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-                timestamp_strategy=self.options.timestamp_strategy,
-            )
+            # Only a query without a checkpoint gets here: with a group, its committed offsets.
+            from_group = self.options.group_id is not None
+            starts = starting_offsets(client, partitions, self.options, from_group=from_group)
         return to_json_map(starts)
 
     def _latest(self, client: ProtocolClient) -> PartitionOffsets:
@@ -67,6 +64,7 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = from_json_map(start)
         with connect(self.options) as client:
+            self._commit_to_group(client, begin)
             if self.available_now_target is not None:
                 latest = dict(self.available_now_target)
             else:
@@ -76,6 +74,18 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = rate_limit(begin, latest, limit.max_rows) if isinstance(limit, ReadMaxRows) else latest
         # Partitions gone from the cluster keep their last offset: they are not new if they return.
         return to_json_map({**from_json_map(start), **end})
+
+    def _commit_to_group(self, client: ProtocolClient, done: PartitionOffsets) -> None:
+        """With kafka.group.id, the offsets up to which the query has processed become the group's.
+
+        Spark asks for the latest offset right after a micro-batch completes (and then at each
+        trigger), with that batch's end as `start`; it calls commit() only once a further batch
+        has data, so an availableNow query's last batch would never reach the group that way.
+        """
+        if self.options.group_id is None or done == self.committed_to_group:
+            return
+        commit_offsets(client, self.options.group_id, done)
+        self.committed_to_group = done
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, until = from_json_map(start), from_json_map(end)
