@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -15,7 +21,8 @@ from pyspark.sql.types import (
 )
 
 from loglake.spark.batch_reader import LoglakeBatchReader
-from loglake.spark.options import parse_include_headers, parse_read_options
+from loglake.spark.options import OptionError, parse_include_headers, parse_read_options
+from loglake.spark.sink import LoglakeBatchWriter, LoglakeStreamWriter, parse_write_options
 from loglake.spark.stream_reader import LoglakeStreamReader
 
 
@@ -38,8 +45,9 @@ def kafka_schema(include_headers: bool) -> StructType:
 
 class LoglakeDataSource(DataSource):
     """`spark.read.format("loglake")` and `spark.readStream.format("loglake")`: topics as
-    DataFrames with the Kafka source's schema. Options are checked when the reader is made,
-    on the driver, before any job."""
+    DataFrames with the Kafka source's schema; `df.write` / `df.writeStream` produce to
+    topics. Options are checked when the reader or writer is made, on the driver, before
+    any job."""
 
     @classmethod
     def name(cls) -> str:
@@ -53,3 +61,11 @@ class LoglakeDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return LoglakeStreamReader(parse_read_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise OptionError("mode: a topic is appended to, never overwritten (use mode append)")
+        return LoglakeBatchWriter(parse_write_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return LoglakeStreamWriter(parse_write_options(self.options, schema))
