@@ -47,3 +47,18 @@ def with_options(builder, broker: BrokerProcess, options: dict[str, object]):
 
 def offsets_of(df) -> list[tuple[int, int]]:
     return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+
+def run_available_now(writer):
+    """Start a DataStreamWriter with trigger(availableNow=True) and wait for it to finish."""
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def to_parquet(stream_df, out, checkpoint):
+    """A DataStreamWriter of `stream_df` into Parquet files at `out`."""
+    return (
+        stream_df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+    )

@@ -8,7 +8,7 @@ import sys
 
 from clients.client_helpers import create_topic, raw_request, unique_name
 from loglake.protocol import ApiKey
-from source_helpers import offsets_of, produce, with_options
+from source_helpers import offsets_of, produce, run_available_now, to_parquet, with_options
 
 
 def committed(broker, group: str, topic: str, partitions: int) -> dict[int, int]:
@@ -29,19 +29,9 @@ def commit_with_confluent(broker, group: str, topic: str, offsets: dict[int, int
         consumer.close()
 
 
-def run_available_now(spark, broker, topic: str, group: str, out, checkpoint) -> None:
+def read_to_parquet(spark, broker, topic: str, group: str, out, checkpoint) -> None:
     options = {"subscribe": topic, "startingOffsets": "earliest", "kafka.group.id": group}
-    query = (
-        with_options(spark.readStream, broker, options)
-        .load()
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
+    run_available_now(to_parquet(with_options(spark.readStream, broker, options).load(), out, checkpoint))
 
 
 def test_streaming_starts_from_the_group_and_commits_each_batch(loglake_spark, broker, topic, tmp_path) -> None:
@@ -50,7 +40,7 @@ def test_streaming_starts_from_the_group_and_commits_each_batch(loglake_spark, b
     produce(broker, topic, [{"value": b"%d" % i, "partition": i % 2} for i in range(20)])
     commit_with_confluent(broker, group, topic, {0: 5})  # partition 1: nothing committed
 
-    run_available_now(loglake_spark, broker, topic, group, tmp_path / "out", tmp_path / "checkpoint-1")
+    read_to_parquet(loglake_spark, broker, topic, group, tmp_path / "out", tmp_path / "checkpoint-1")
     assert offsets_of(loglake_spark.read.parquet(str(tmp_path / "out"))) == [(0, o) for o in range(5, 10)] + [
         (1, o) for o in range(10)
     ]
@@ -58,7 +48,7 @@ def test_streaming_starts_from_the_group_and_commits_each_batch(loglake_spark, b
 
     # A new query (fresh checkpoint) of the same group goes on where the group is.
     produce(broker, topic, [{"value": b"%d" % i, "partition": 1} for i in range(3)])
-    run_available_now(loglake_spark, broker, topic, group, tmp_path / "out-2", tmp_path / "checkpoint-2")
+    read_to_parquet(loglake_spark, broker, topic, group, tmp_path / "out-2", tmp_path / "checkpoint-2")
     assert offsets_of(loglake_spark.read.parquet(str(tmp_path / "out-2"))) == [(1, 10), (1, 11), (1, 12)]
     assert committed(broker, group, topic, 2) == {0: 10, 1: 13}
 

@@ -6,22 +6,12 @@ import json
 from pathlib import Path
 
 from clients.client_helpers import create_topic
-from source_helpers import add_partitions, offsets_of, produce, with_options
+from source_helpers import add_partitions, offsets_of, produce, run_available_now, to_parquet, with_options
 
 
-def run_available_now(spark, broker, topic: str, out: Path, checkpoint: Path, **options: object):
+def read_to_parquet(spark, broker, topic: str, out: Path, checkpoint: Path, **options: object):
     stream = with_options(spark.readStream, broker, {"subscribe": topic, "startingOffsets": "earliest", **options})
-    query = (
-        stream.load()
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
-    return query
+    return run_available_now(to_parquet(stream.load(), out, checkpoint))
 
 
 def last_checkpointed_offsets(checkpoint: Path) -> dict:
@@ -34,7 +24,7 @@ def test_available_now_resumes_from_the_checkpoint_and_sees_new_partitions(logla
     produce(broker, topic, [{"value": b"%d" % i, "partition": i % 2} for i in range(40)])
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    query = run_available_now(loglake_spark, broker, topic, out, checkpoint, maxOffsetsPerTrigger="15")
+    query = read_to_parquet(loglake_spark, broker, topic, out, checkpoint, maxOffsetsPerTrigger="15")
     batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     # maxOffsetsPerTrigger shared by backlog, rounded down per partition (Spark's rule): 7 + 7, 7 + 7, 6 + 6
     assert batches == [14, 14, 12]
@@ -43,7 +33,7 @@ def test_available_now_resumes_from_the_checkpoint_and_sees_new_partitions(logla
 
     add_partitions(broker, topic, 3)
     produce(broker, topic, [{"value": b"%d" % i, "partition": i % 3} for i in range(30)])
-    run_available_now(loglake_spark, broker, topic, out, checkpoint)
+    read_to_parquet(loglake_spark, broker, topic, out, checkpoint)
     # Every record exactly once: the restart resumed at the checkpointed offsets.
     assert offsets_of(loglake_spark.read.parquet(str(out))) == [(p, o) for p in range(2) for o in range(30)] + [
         (2, o) for o in range(10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from clients.client_helpers import create_topic, fetch_batches, unique_name
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
-from source_helpers import with_options
+from source_helpers import run_available_now, with_options
 
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -78,13 +78,7 @@ def test_stream_from_topic_to_topic(loglake_spark, broker, topic, tmp_path) -> N
     create_topic(broker.bootstrap, f"{topic}-out", partitions=1)
     produce(broker, f"{topic}-in", [{"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % 2} for i in range(20)])
     source = with_options(loglake_spark.readStream, broker, {"subscribe": f"{topic}-in", "startingOffsets": "earliest"})
-    query = (
-        with_options(source.load().select("key", "value").writeStream, broker, {"topic": f"{topic}-out"})
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
+    sink = with_options(source.load().select("key", "value").writeStream, broker, {"topic": f"{topic}-out"})
+    run_available_now(sink.option("checkpointLocation", str(tmp_path / "checkpoint")))
     written = read_back(loglake_spark, broker, f"{topic}-out")
     assert sorted((r[2], r[3]) for r in written) == sorted((b"k%d" % i, b"v%d" % i) for i in range(20))
