@@ -22,6 +22,28 @@ from loglake.spark.protocol_client import (
 _RETRY_BACKOFF_S = 0.1
 
 
+class _RetryDeadline:
+    """How long one offset may keep failing (a moving leader, a catching-up high watermark):
+    the request timeout from the first failure, restarted by any progress."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.until: float | None = None
+
+    def expired(self) -> bool:
+        """Start the clock or say it ran out; sleeps the retry backoff while it runs."""
+        now = time.monotonic()
+        if self.until is None:
+            self.until = now + self.timeout_s
+        elif now > self.until:
+            return True
+        time.sleep(_RETRY_BACKOFF_S)
+        return False
+
+    def reset(self) -> None:
+        self.until = None
+
+
 def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of `offset_range`, one Arrow batch per fetch answer."""
     tp = offset_range.topic_partition
@@ -29,7 +51,7 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
     max_bytes = options.max_partition_fetch_bytes
     offset = offset_range.start
     with ProtocolClient(options.bootstrap_servers, request_timeout_ms=options.request_timeout_ms) as client:
-        retry_until: float | None = None
+        deadline = _RetryDeadline(client.timeout_s)
         while offset < offset_range.end:
             address = client.leader_address(tp)
             error = ErrorCode.LEADER_NOT_AVAILABLE
@@ -41,17 +63,11 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
                 except BrokerUnavailable:
                     error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if error in RETRIABLE_PARTITION_ERRORS:
-                # The leader moved or is moving: refresh metadata until the request timeout.
-                now = time.monotonic()
-                if retry_until is None:
-                    retry_until = now + client.timeout_s
-                elif now > retry_until:
+                # The leader moved or is moving: ask for metadata again until the request timeout.
+                if address is not None and deadline.expired():
                     raise TimeoutError(f"cannot fetch {where} at offset {offset}: {error.name}")
-                if address is not None:
-                    time.sleep(_RETRY_BACKOFF_S)
                 client.metadata([tp.topic])
                 continue
-            retry_until = None
             if error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 (log_start,) = list_offsets(client, {tp: EARLIEST_TIMESTAMP}).values()
                 if offset < log_start:
@@ -75,14 +91,18 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
                 yield decoded.batch
             if decoded.next_offset > offset:
                 offset = decoded.next_offset
-            elif fetched.high_watermark <= offset:
-                # The range was planned below the high watermark, which has since gone back
-                # (an unclean leader election truncated the log).
+                deadline.reset()
+            elif len(fetched.records):
+                max_bytes *= 2  # the next batch is larger than the fetch size
+            elif deadline.expired():
+                if fetched.high_watermark > offset:
+                    raise TimeoutError(f"{where}: no records at offset {offset}, below the high watermark")
+                # The range was planned below the high watermark, which has gone back for
+                # good: an unclean leader election truncated the log.
                 report_data_loss(
                     options.fail_on_data_loss,
                     f"Cannot fetch offsets {offset}..{offset_range.end - 1} of {where}: the log now ends at "
                     f"{fetched.high_watermark}",
                 )
                 return
-            elif len(fetched.records):
-                max_bytes *= 2  # the next batch is larger than the fetch size
+            # else: a new leader's high watermark can lag the old one's for a moment; retry.
