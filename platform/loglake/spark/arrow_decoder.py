@@ -113,22 +113,20 @@ def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> n
     starts = array("q")
     append = starts.append
     at = 0
-    for end, count in zip(section_ends, counts):
+    for end, count in zip(section_ends, counts, strict=True):
         first = len(starts)
         while at < end:
             append(at)
-            # Record lengths take one or two varint bytes unless records exceed 8 KB.
+            # Record lengths take one or two varint bytes unless records exceed 8 KB. A
+            # negative length (odd zig-zag) is caught by the vectorised pass afterwards.
             z = data[at]
             if z < 0x80:
-                at += 1
+                at += 1 + (z >> 1)
             elif data[at + 1] < 0x80:
-                z = (z & 0x7F) | (data[at + 1] << 7)
-                at += 2
+                at += 2 + (((z & 0x7F) | (data[at + 1] << 7)) >> 1)
             else:
                 z, at = decode_unsigned_varint(data, at)
-            if z & 1:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record has a negative length")
-            at += z >> 1
+                at += z >> 1
         if at != end or len(starts) - first != count:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
     return np.frombuffer(starts, dtype=np.int64) if starts else np.empty(0, dtype=np.int64)
@@ -237,6 +235,8 @@ def decode_fetch(
     buf = np.frombuffer(data, dtype=np.uint8)
     batch_of = np.repeat(np.arange(len(sections.record_counts)), sections.record_counts)
     length, pos = _read_varints(buf, starts)
+    if (length < 0).any():
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record has a negative length")
     record_ends = pos + length
     pos = pos + 1  # attributes: unused in magic 2
     timestamp_delta, pos = _read_varints(buf, pos)
