@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from clients.client_helpers import create_topic
 from source_helpers import add_partitions, offsets_of, produce, run_available_now, to_parquet, with_options
 
@@ -90,3 +91,17 @@ def test_streaming_starts_at_the_end_by_default(loglake_spark, broker, topic, tm
         assert [(r.offset, r.value) for r in loglake_spark.table(name).collect()] == [(1, b"new")]
     finally:
         query.stop()
+
+
+def test_bad_options_stop_the_query_before_any_batch(loglake_spark, broker, topic, tmp_path):
+    stream = with_options(loglake_spark.readStream, broker, {"subscribe": topic})  # never created
+    query = (
+        stream.load()
+        .writeStream.format("memory")
+        .queryName(f"q{abs(hash(topic))}")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    with pytest.raises(Exception, match=f"subscribe: topic '{topic}' is not known"):
+        query.awaitTermination(60)
+    assert query.recentProgress == []
