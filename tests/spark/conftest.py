@@ -34,3 +34,28 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A broker process per test module (tests/clients/client_helpers)."""
+    from clients.client_helpers import make_broker, serve
+
+    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs"))
+
+
+@pytest.fixture
+def loglake_spark(spark: object) -> object:
+    """The session, with the `loglake` format registered."""
+    import loglake.spark
+
+    loglake.spark.register(spark)
+    return spark
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name for this test (not created)."""
+    from clients.client_helpers import unique_name
+
+    return unique_name(request.node.name)

@@ -1,0 +1,64 @@
+"""Helpers of the loglake source tests: producing, deleting records, reading back."""
+
+from __future__ import annotations
+
+import json
+
+from ingest_gateway.process import BrokerProcess
+
+
+def produce(broker: BrokerProcess, topic: str, records: list[dict], **config: object) -> None:
+    """Produce with confluent-kafka (acks=all); each record a dict of produce() arguments."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 20, **config})
+    errors = []
+    for record in records:
+        p.produce(topic, on_delivery=lambda err, _msg: errors.append(err) if err else None, **record)
+    assert p.flush(30) == 0
+    assert not errors, errors
+
+
+def delete_records(broker: BrokerProcess, topic: str, partition: int, before: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (future,) = admin.delete_records([TopicPartition(topic, partition, before)]).values()
+    assert future.result(timeout=30).low_watermark == before
+
+
+def add_partitions(broker: BrokerProcess, topic: str, total: int) -> None:
+    from clients.client_helpers import wait_for_topic
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=30)
+    wait_for_topic(broker.bootstrap, topic, total)
+
+
+def with_options(builder, broker: BrokerProcess, options: dict[str, object]):
+    """A DataFrameReader / DataStreamReader of format loglake with these options (JSON for non-strings)."""
+    builder = builder.format("loglake").option("kafka.bootstrap.servers", broker.bootstrap)
+    for name, value in options.items():
+        builder = builder.option(name, value if isinstance(value, str) else json.dumps(value))
+    return builder
+
+
+def offsets_of(df) -> list[tuple[int, int]]:
+    return sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
+
+
+def run_available_now(writer):
+    """Start a DataStreamWriter with trigger(availableNow=True) and wait for it to finish."""
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def to_parquet(stream_df, out, checkpoint):
+    """A DataStreamWriter of `stream_df` into Parquet files at `out`."""
+    return (
+        stream_df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+    )

@@ -1,0 +1,84 @@
+"""df.write / writeStream .format("loglake"): Spark's Kafka sink shape, idempotent producer."""
+
+from __future__ import annotations
+
+import pytest
+from clients.client_helpers import create_topic, fetch_batches, unique_name
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
+from source_helpers import run_available_now, with_options
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def read_back(spark, broker, topic: str) -> list[tuple]:
+    df = with_options(spark.read, broker, {"subscribe": topic, "includeHeaders": "true"}).load()
+    return sorted(
+        (r.partition, r.offset, r.key, r.value, [tuple(h) for h in r.headers] if r.headers else None)
+        for r in df.collect()
+    )
+
+
+def test_batch_write_with_key_value_partition_headers(loglake_spark, broker, topic) -> None:
+    create_topic(broker.bootstrap, topic, partitions=2)
+    schema = StructType(
+        [
+            StructField("key", StringType()),
+            StructField("value", BinaryType()),
+            StructField("partition", IntegerType()),
+            StructField("headers", HEADERS),
+        ]
+    )
+    rows = [(f"k{i}", b"v%d" % i, i % 2, [("h", b"%d" % i)] if i % 2 else None) for i in range(10)]
+    df = loglake_spark.createDataFrame(rows, schema).coalesce(1)  # one task: offsets in row order
+    with_options(df.write, broker, {"topic": topic}).mode("append").save()
+    assert read_back(loglake_spark, broker, topic) == sorted(
+        (i % 2, i // 2, b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)] if i % 2 else None) for i in range(10)
+    )
+    # Through the idempotent producer: every batch carries a producer id.
+    assert all(header.producer_id >= 0 for header, _ in fetch_batches(broker.bootstrap, topic, 0))
+
+
+def test_topic_column_routes_rows(loglake_spark, broker, topic) -> None:
+    create_topic(broker.bootstrap, f"{topic}-a", partitions=1)
+    create_topic(broker.bootstrap, f"{topic}-b", partitions=1)
+    df = loglake_spark.createDataFrame(
+        [(f"{topic}-a", "x"), (f"{topic}-b", "y"), (f"{topic}-a", "z")], "topic string, value string"
+    )
+    with_options(df.coalesce(1).write, broker, {}).mode("append").save()
+    assert [r[3] for r in read_back(loglake_spark, broker, f"{topic}-a")] == [b"x", b"z"]
+    assert [r[3] for r in read_back(loglake_spark, broker, f"{topic}-b")] == [b"y"]
+
+
+@pytest.mark.parametrize(
+    ("ddl", "options", "mode", "message"),
+    [
+        ("key string", {"topic": "t"}, "append", "needs a value column"),
+        ("value string", {}, "append", "topic: no topic option and no topic column"),
+        ("value int", {"topic": "t"}, "append", "column value has type int"),
+        ("value string", {"topic": "t"}, "overwrite", "never overwritten"),
+    ],
+)
+def test_bad_writes_fail_before_any_job(loglake_spark, broker, ddl, options, mode, message) -> None:
+    df = loglake_spark.createDataFrame([], ddl)
+    sc = loglake_spark.sparkContext
+    group = unique_name("bad-write")
+    sc.setJobGroup(group, "bad write")
+    try:
+        with pytest.raises(Exception, match=message):
+            with_options(df.write, broker, options).mode(mode).save()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+
+
+def test_stream_from_topic_to_topic(loglake_spark, broker, topic, tmp_path) -> None:
+    from source_helpers import produce
+
+    create_topic(broker.bootstrap, f"{topic}-in", partitions=2)
+    create_topic(broker.bootstrap, f"{topic}-out", partitions=1)
+    produce(broker, f"{topic}-in", [{"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % 2} for i in range(20)])
+    source = with_options(loglake_spark.readStream, broker, {"subscribe": f"{topic}-in", "startingOffsets": "earliest"})
+    sink = with_options(source.load().select("key", "value").writeStream, broker, {"topic": f"{topic}-out"})
+    run_available_now(sink.option("checkpointLocation", str(tmp_path / "checkpoint")))
+    written = read_back(loglake_spark, broker, f"{topic}-out")
+    assert sorted((r[2], r[3]) for r in written) == sorted((b"k%d" % i, b"v%d" % i) for i in range(20))
