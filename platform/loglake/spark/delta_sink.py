@@ -17,6 +17,7 @@ partitioned by the record's UTC date.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -38,6 +39,8 @@ DATE_COLUMN = "date"
 # makes Spark replay a batch that the table already holds (used by the failure tests).
 FAULT_ENV = "LOGLAKE_FAULT"
 FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
+
+log = logging.getLogger(__name__)
 
 Engine = Literal["auto", "deltalake", "delta-spark"]
 ValueFormat = Literal["binary", "json"]
@@ -281,8 +284,12 @@ class DeltaSink:
         """Commit one micro-batch once: a batch id at or below the table's recorded one is a replay."""
         committed = committed_version(self.options.table, query_id)
         if committed is not None and batch_id <= committed:
+            log.info(
+                "batch %d of query %s: already committed (table at %d), replay skipped", batch_id, query_id, committed
+            )
             return BatchOutcome(batch_id, 0, replay_skipped=True)
         rows = self._engine.append(table_frame(batch, self.options), query_id, batch_id)
+        log.info("batch %d of query %s: %d rows committed", batch_id, query_id, rows)
         _fault_point(batch_id)
         compacted = self.options.compact_every > 0 and (batch_id + 1) % self.options.compact_every == 0
         if compacted:
