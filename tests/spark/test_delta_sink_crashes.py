@@ -7,6 +7,7 @@ commit; new files arrive between runs as a producer would keep producing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -77,7 +78,8 @@ class SinkJob:
             start_new_session=True,
         )
         time.sleep(rng.uniform(5.0, 25.0))
-        os.killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have finished its available-now run
+            os.killpg(child.pid, signal.SIGKILL)
         child.wait()
 
     def last_spark_commit(self) -> int:
