@@ -32,3 +32,4 @@ bench: setup
 	$(PY) -m bench.kafka_consume
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce
+	$(PY) -m bench.delta_sink
