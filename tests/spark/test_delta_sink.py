@@ -156,6 +156,9 @@ def test_value_schema_may_not_shadow_table_columns(spark, tmp_path: Path) -> Non
     options = DeltaSinkOptions(table=str(tmp_path / "t"), value_format="json", value_schema="offset BIGINT, n INT")
     with pytest.raises(ValueError, match="offset"):
         DeltaSink(spark, options).write_batch(spark.createDataFrame(kafka_records("a", 0, range(1))), 0, "q")
+    not_fields = DeltaSinkOptions(table=str(tmp_path / "t"), value_format="json", value_schema="INT")
+    with pytest.raises(ValueError, match="list of fields"):
+        DeltaSink(spark, not_fields).write_batch(spark.createDataFrame(kafka_records("a", 0, range(1))), 0, "q")
 
 
 def test_batches_without_headers_get_a_null_headers_column(spark, tmp_path: Path) -> None:

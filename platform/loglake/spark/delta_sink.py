@@ -106,13 +106,12 @@ def table_frame(batch: DataFrame, options: DeltaSinkOptions) -> DataFrame:
     from pyspark.sql import functions as F
 
     if options.value_format == "json":
-        decoded = F.from_json(F.col("value").cast("string"), options.value_schema).alias("_value")
-        value_columns = [f"_value.{name}" for name in _ddl_field_names(options.value_schema)]
+        decoded = F.from_json(F.col("value").cast("string"), options.value_schema)
+        values = [decoded[name].alias(name) for name in _json_field_names(options.value_schema)]
     else:
-        decoded, value_columns = F.col("value"), ["value"]
+        values = [F.col("value")]
     headers = F.col("headers") if "headers" in batch.columns else F.lit(None).cast(HEADERS_TYPE_DDL)
-    frame = batch.select(*KEY_COLUMNS, "timestamp", "key", decoded, headers.alias("headers"))
-    frame = frame.select(*KEY_COLUMNS, "timestamp", "key", *value_columns, "headers")
+    frame = batch.select(*KEY_COLUMNS, "timestamp", "key", *values, headers.alias("headers"))
     if options.partition_by_date:
         # The UTC date, whatever the session's time zone: a record never moves between partitions.
         frame = frame.withColumn(
@@ -121,11 +120,13 @@ def table_frame(batch: DataFrame, options: DeltaSinkOptions) -> DataFrame:
     return frame
 
 
-def _ddl_field_names(ddl: str) -> list[str]:
-    from pyspark.sql.types import StructType, _parse_datatype_string
+def _json_field_names(ddl: str) -> list[str]:
+    from pyspark.sql.types import StructType
 
-    schema = _parse_datatype_string(ddl)
-    assert isinstance(schema, StructType)
+    schema = StructType.fromDDL(ddl)
+    if not isinstance(schema, StructType):
+        message = f"a value schema is a list of fields ('id BIGINT, name STRING'), not {ddl!r}"
+        raise ValueError(message)  # noqa: TRY004 - a bad option value, not a wrong argument type
     names = schema.fieldNames()
     clashes = sorted(set(names) & {*KEY_COLUMNS, "timestamp", "key", "headers", DATE_COLUMN})
     if clashes:
