@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 if TYPE_CHECKING:
+    import delta.tables
     from pyspark.sql import DataFrame, SparkSession
 
 # The table's key: one row per record of the log.
@@ -140,8 +142,6 @@ def committed_version(table: str, app_id: str) -> int | None:
     Read with delta-rs whichever engine wrote the table: the txn actions are part of the Delta
     protocol, and delta-spark has no public API for them.
     """
-    from deltalake import DeltaTable
-
     return DeltaTable(table).transaction_version(app_id) if DeltaTable.is_deltatable(table) else None
 
 
@@ -167,14 +167,10 @@ class _DeltaRsEngine:
     path: str
     partition_by: list[str]
 
-    def _table(self):  # -> DeltaTable | None
-        from deltalake import DeltaTable
-
+    def _table(self) -> DeltaTable | None:
         return DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
 
     def append(self, frame: DataFrame, app_id: str, version: int) -> int:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
         data = _arrow(frame)
         if data.num_rows:
             write_deltalake(
@@ -187,8 +183,6 @@ class _DeltaRsEngine:
         return data.num_rows
 
     def insert_missing(self, frame: DataFrame) -> int:
-        from deltalake import write_deltalake
-
         data = _arrow(frame)
         if not data.num_rows:
             return 0
@@ -223,10 +217,12 @@ class _DeltaSparkEngine:
     path: str
     partition_by: list[str]
 
-    def _table(self):  # -> delta.tables.DeltaTable | None
-        from delta.tables import DeltaTable
+    def _table(self) -> delta.tables.DeltaTable | None:
+        from delta.tables import DeltaTable as SparkDeltaTable
 
-        return DeltaTable.forPath(self.spark, self.path) if DeltaTable.isDeltaTable(self.spark, self.path) else None
+        if not SparkDeltaTable.isDeltaTable(self.spark, self.path):
+            return None
+        return SparkDeltaTable.forPath(self.spark, self.path)
 
     def append(self, frame: DataFrame, app_id: str, version: int) -> int:
         writer = frame.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
@@ -243,9 +239,9 @@ class _DeltaSparkEngine:
         return self._last_commit_metric("numTargetRowsInserted")
 
     def _last_commit_metric(self, name: str) -> int:
-        from delta.tables import DeltaTable
+        from delta.tables import DeltaTable as SparkDeltaTable
 
-        metrics = DeltaTable.forPath(self.spark, self.path).history(1).select("operationMetrics").first()[0]
+        metrics = SparkDeltaTable.forPath(self.spark, self.path).history(1).select("operationMetrics").first()[0]
         return int(metrics.get(name, 0))
 
     def compact(self) -> None:
