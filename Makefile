@@ -33,3 +33,4 @@ bench: setup
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce
 	$(PY) -m bench.spark_read
+	$(PY) -m bench.delta_sink

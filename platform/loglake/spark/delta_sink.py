@@ -1,0 +1,312 @@
+"""Exactly-once writes of Kafka-shaped DataFrames into a Delta table.
+
+A streaming query hands each micro-batch to `DeltaSink` through `foreachBatch`. The batch is
+committed with a Delta app transaction (txnAppId = the query's id, txnVersion = the batch id):
+Spark replays a batch whose end it did not record in its checkpoint (a crash between our Delta
+commit and Spark's commit file), and the replay finds its version already recorded in the table
+and writes nothing. A run without a streaming query (a batch-mode rerun of a range) has no such
+identity, so its rows go through a MERGE on (topic, partition, offset) that inserts only the
+keys the table lacks.
+
+Two engines write the table: `deltalake` (delta-rs, from Arrow on the driver; the default, as
+Delta's JVM jars are not always available) and delta-spark, chosen when Spark has Delta's
+classes on its classpath. Both write the same columns: topic, partition, offset, timestamp, key,
+value (or the columns decoded from a JSON value) and headers, plus `date` when the table is
+partitioned by the record's UTC date.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+if TYPE_CHECKING:
+    import delta.tables
+    from pyspark.sql import DataFrame, SparkSession
+
+# The table's key: one row per record of the log.
+KEY_COLUMNS = ("topic", "partition", "offset")
+# Spark's Kafka source has no headers column unless includeHeaders is set; the table always
+# has one (null then), so that its schema does not depend on a reader option.
+HEADERS_TYPE_DDL = "array<struct<key: string, value: binary>>"
+DATE_COLUMN = "date"
+
+# LOGLAKE_FAULT=after-delta-commit[:<batch id>] ends the process right after a micro-batch's
+# Delta commit, before Spark writes the batch's commit file: the widest window in which a crash
+# makes Spark replay a batch that the table already holds (used by the failure tests).
+FAULT_ENV = "LOGLAKE_FAULT"
+FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["auto", "deltalake", "delta-spark"]
+ValueFormat = Literal["binary", "json"]
+
+
+@dataclass(frozen=True)
+class DeltaSinkOptions:
+    """Where and how the sink writes.
+
+    `compact_every` > 0 compacts small files after every micro-batch whose id + 1 is a multiple of
+    it (batch ids survive restarts, so the period does too) and after each batch-mode run; 0 never
+    compacts.
+    """
+
+    table: str
+    partition_by_topic: bool = False
+    partition_by_date: bool = False
+    value_format: ValueFormat = "binary"
+    value_schema: str | None = None
+    compact_every: int = 0
+    engine: Engine = "auto"
+
+    def __post_init__(self) -> None:
+        if self.value_format not in ("binary", "json"):
+            raise ValueError(f"value format must be binary or json, not {self.value_format!r}")
+        if (self.value_format == "json") != (self.value_schema is not None):
+            raise ValueError("a value schema goes with value format json, and json needs one")
+        if self.compact_every < 0:
+            raise ValueError(f"compact_every must be >= 0, not {self.compact_every}")
+        if self.engine not in ("auto", "deltalake", "delta-spark"):
+            raise ValueError(f"engine must be auto, deltalake or delta-spark, not {self.engine!r}")
+
+    @property
+    def partition_columns(self) -> list[str]:
+        return (["topic"] if self.partition_by_topic else []) + ([DATE_COLUMN] if self.partition_by_date else [])
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What one write did: `rows_written` rows committed, or a replay skipped."""
+
+    batch_id: int | None
+    rows_written: int
+    replay_skipped: bool = False
+    compacted: bool = False
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """Whether Spark can load delta-spark's classes (its jars are on the classpath)."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark.sparkContext._jvm
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    try:
+        jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)
+    except Py4JJavaError:  # the JVM's ClassNotFoundException
+        return False
+    return True
+
+
+def table_frame(batch: DataFrame, options: DeltaSinkOptions) -> DataFrame:
+    """The batch (Spark's Kafka source schema) as the table's columns, computed in the JVM."""
+    from pyspark.sql import functions as F
+
+    if options.value_format == "json":
+        decoded = F.from_json(F.col("value").cast("string"), options.value_schema)
+        values = [decoded[name].alias(name) for name in _json_field_names(options.value_schema)]
+    else:
+        values = [F.col("value")]
+    headers = F.col("headers") if "headers" in batch.columns else F.lit(None).cast(HEADERS_TYPE_DDL)
+    frame = batch.select(*KEY_COLUMNS, "timestamp", "key", *values, headers.alias("headers"))
+    if options.partition_by_date:
+        # The UTC date, whatever the session's time zone: a record never moves between partitions.
+        frame = frame.withColumn(
+            DATE_COLUMN, F.date_from_unix_date(F.floor(F.unix_micros("timestamp") / 86_400_000_000))
+        )
+    return frame
+
+
+def _json_field_names(ddl: str) -> list[str]:
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(ddl)
+    if not isinstance(schema, StructType):
+        message = f"a value schema is a list of fields ('id BIGINT, name STRING'), not {ddl!r}"
+        raise ValueError(message)  # noqa: TRY004 - a bad option value, not a wrong argument type
+    names = schema.fieldNames()
+    clashes = sorted(set(names) & {*KEY_COLUMNS, "timestamp", "key", "headers", DATE_COLUMN})
+    if clashes:
+        raise ValueError(f"value schema fields clash with the table's own columns: {', '.join(clashes)}")
+    return names
+
+
+def committed_version(table: str, app_id: str) -> int | None:
+    """The txnVersion the Delta table at `table` records for `app_id` (None: none, or no table).
+
+    Read with delta-rs whichever engine wrote the table: the txn actions are part of the Delta
+    protocol, and delta-spark has no public API for them.
+    """
+    return DeltaTable(table).transaction_version(app_id) if DeltaTable.is_deltatable(table) else None
+
+
+class _TableEngine(Protocol):
+    def append(self, frame: DataFrame, app_id: str, version: int) -> int: ...
+    def insert_missing(self, frame: DataFrame) -> int: ...
+    def compact(self) -> None: ...
+
+
+def _nullable(data_type: pa.DataType) -> pa.DataType:
+    """The type with every nested field nullable (Spark marks computed fields non-null, per batch)."""
+    if pa.types.is_struct(data_type):
+        return pa.struct([pa.field(f.name, _nullable(f.type), nullable=True) for f in data_type])
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return pa.list_(pa.field("element", _nullable(data_type.value_type), nullable=True))
+    return data_type
+
+
+@dataclass
+class _DeltaRsEngine:
+    """delta-rs: the batch comes to the driver as Arrow (`toArrow`) and is committed from there."""
+
+    path: str
+    partition_by: list[str]
+
+    def _table(self) -> DeltaTable | None:
+        return DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
+
+    def append(self, frame: DataFrame, app_id: str, version: int) -> int:
+        data = _arrow(frame)
+        if data.num_rows:
+            write_deltalake(
+                self.path,
+                data,
+                mode="append",
+                partition_by=self.partition_by or None,
+                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+            )
+        return data.num_rows
+
+    def insert_missing(self, frame: DataFrame) -> int:
+        data = _arrow(frame)
+        if not data.num_rows:
+            return 0
+        table = self._table()
+        if table is None:
+            write_deltalake(self.path, data, mode="append", partition_by=self.partition_by or None)
+            return data.num_rows
+        # `partition` and `offset` are SQL keywords: quoted.
+        on = " AND ".join(f't."{name}" = s."{name}"' for name in KEY_COLUMNS)
+        metrics = (
+            table.merge(data, predicate=on, source_alias="s", target_alias="t").when_not_matched_insert_all().execute()
+        )
+        return int(metrics["num_target_rows_inserted"])
+
+    def compact(self) -> None:
+        table = self._table()
+        if table is not None:
+            table.optimize.compact()
+
+
+def _arrow(frame: DataFrame) -> pa.Table:
+    data = frame.toArrow()
+    schema = pa.schema([pa.field(f.name, _nullable(f.type), nullable=True) for f in data.schema])
+    return data.cast(schema)
+
+
+@dataclass
+class _DeltaSparkEngine:
+    """delta-spark: the executors write the files; the same app transaction and MERGE, in the JVM."""
+
+    spark: SparkSession
+    path: str
+    partition_by: list[str]
+
+    def _table(self) -> delta.tables.DeltaTable | None:
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        if not SparkDeltaTable.isDeltaTable(self.spark, self.path):
+            return None
+        return SparkDeltaTable.forPath(self.spark, self.path)
+
+    def append(self, frame: DataFrame, app_id: str, version: int) -> int:
+        writer = frame.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
+        writer.partitionBy(*self.partition_by).save(self.path)
+        return self._last_commit_metric("numOutputRows")
+
+    def insert_missing(self, frame: DataFrame) -> int:
+        table = self._table()
+        if table is None:
+            frame.write.format("delta").mode("append").partitionBy(*self.partition_by).save(self.path)
+            return self._last_commit_metric("numOutputRows")
+        on = " AND ".join(f"t.`{name}` = s.`{name}`" for name in KEY_COLUMNS)
+        table.alias("t").merge(frame.alias("s"), on).whenNotMatchedInsertAll().execute()
+        return self._last_commit_metric("numTargetRowsInserted")
+
+    def _last_commit_metric(self, name: str) -> int:
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        metrics = SparkDeltaTable.forPath(self.spark, self.path).history(1).select("operationMetrics").first()[0]
+        return int(metrics.get(name, 0))
+
+    def compact(self) -> None:
+        table = self._table()
+        if table is not None:
+            table.optimize().executeCompaction()
+
+
+@dataclass
+class DeltaSink:
+    """The exactly-once writer; an instance is the `foreachBatch` function of a streaming query."""
+
+    spark: SparkSession
+    options: DeltaSinkOptions
+    engine_name: str = field(init=False)
+    _engine: _TableEngine = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        engine = self.options.engine
+        if engine == "auto":
+            engine = "delta-spark" if delta_spark_available(self.spark) else "deltalake"
+        self.engine_name = engine
+        partition_by = self.options.partition_columns
+        if engine == "delta-spark":
+            self._engine = _DeltaSparkEngine(self.spark, self.options.table, partition_by)
+        else:
+            self._engine = _DeltaRsEngine(self.options.table, partition_by)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """`foreachBatch` entry point: the query's id comes from the thread running the batch."""
+        query_id = batch.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
+        if query_id is None:
+            raise RuntimeError("DeltaSink called outside a streaming query's foreachBatch")
+        self.write_batch(batch, int(batch_id), query_id)
+
+    def write_batch(self, batch: DataFrame, batch_id: int, query_id: str) -> BatchOutcome:
+        """Commit one micro-batch once: a batch id at or below the table's recorded one is a replay."""
+        committed = committed_version(self.options.table, query_id)
+        if committed is not None and batch_id <= committed:
+            log.info(
+                "batch %d of query %s: already committed (table at %d), replay skipped", batch_id, query_id, committed
+            )
+            return BatchOutcome(batch_id, 0, replay_skipped=True)
+        rows = self._engine.append(table_frame(batch, self.options), query_id, batch_id)
+        log.info("batch %d of query %s: %d rows committed", batch_id, query_id, rows)
+        _fault_point(batch_id)
+        compacted = self.options.compact_every > 0 and (batch_id + 1) % self.options.compact_every == 0
+        if compacted:
+            self.compact()
+        return BatchOutcome(batch_id, rows, compacted=compacted)
+
+    def write_rerun(self, data: DataFrame) -> BatchOutcome:
+        """Batch mode: insert the records whose (topic, partition, offset) the table lacks."""
+        rows = self._engine.insert_missing(table_frame(data, self.options))
+        if self.options.compact_every:
+            self.compact()
+        return BatchOutcome(None, rows, compacted=bool(self.options.compact_every))
+
+    def compact(self) -> None:
+        """Rewrite small files into larger ones (OPTIMIZE); the rows and the recorded txns stay."""
+        self._engine.compact()
+
+
+def _fault_point(batch_id: int) -> None:
+    fault = os.environ.get(FAULT_ENV, "")
+    name, _, only_batch = fault.partition(":")
+    if name == FAULT_AFTER_DELTA_COMMIT and (not only_batch or int(only_batch) == batch_id):
+        os._exit(137)  # as abrupt as kill -9: no finally blocks, no Spark shutdown hooks

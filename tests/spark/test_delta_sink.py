@@ -1,0 +1,191 @@
+"""The exactly-once Delta writer on synthetic Kafka-shaped batches (no broker)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+from kafka_frames import BASE_TIMESTAMP, concat, kafka_records
+from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions, committed_version, delta_spark_available
+from pyspark.sql import functions as F
+
+TABLE_ORDER = ["topic", "partition", "offset"]
+
+
+def read_table(spark, path: Path):
+    """The Delta table as a Spark DataFrame, read by delta-rs (no Delta jars in the test session)."""
+    return spark.createDataFrame(DeltaTable(str(path)).to_pyarrow_table()).orderBy(*TABLE_ORDER)
+
+
+def expected_rows(spark, records: pa.Table):
+    """What the sink must store for `records`: the table's columns in the table's order."""
+    frame = spark.createDataFrame(records)
+    return frame.select(*TABLE_ORDER, "timestamp", "key", "value", "headers").orderBy(*TABLE_ORDER)
+
+
+def data_commits(path: Path) -> int:
+    return sum(1 for entry in DeltaTable(str(path)).history() if entry["operation"] == "WRITE")
+
+
+def test_replayed_batch_is_a_no_op(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    first = kafka_records("orders", 0, range(10))
+    second = kafka_records("orders", 0, range(10, 15))
+
+    assert sink.write_batch(spark.createDataFrame(first), 0, "query-a").rows_written == 10
+    replay = sink.write_batch(spark.createDataFrame(first), 0, "query-a")
+    assert replay.replay_skipped and replay.rows_written == 0
+    assert sink.write_batch(spark.createDataFrame(second), 1, "query-a").rows_written == 5
+    # An older batch id than the recorded one is a replay too (Delta's txnVersion rule).
+    assert sink.write_batch(spark.createDataFrame(first), 0, "query-a").replay_skipped
+
+    assert committed_version(str(tmp_path / "t"), "query-a") == 1
+    assert committed_version(str(tmp_path / "t"), "query-b") is None
+    assert data_commits(tmp_path / "t") == 2
+    assert_df_equality(
+        read_table(spark, tmp_path / "t"), expected_rows(spark, concat(first, second)), ignore_nullable=True
+    )
+
+
+def test_another_query_id_is_another_transaction(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    sink.write_batch(spark.createDataFrame(kafka_records("a", 0, range(3))), 4, "query-a")
+
+    outcome = sink.write_batch(spark.createDataFrame(kafka_records("b", 0, range(3))), 0, "query-b")
+
+    assert not outcome.replay_skipped
+    assert committed_version(str(tmp_path / "t"), "query-a") == 4
+    assert committed_version(str(tmp_path / "t"), "query-b") == 0
+
+
+@pytest.mark.parametrize("trigger", [{"availableNow": True}, {"processingTime": "200 milliseconds"}])
+def test_foreach_batch_commits_with_the_query_id(spark, tmp_path: Path, trigger: dict[str, object]) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    for part in range(3):
+        pq.write_table(kafka_records("orders", part, range(4)), source / f"part-{part}.parquet")
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    stream = spark.readStream.schema(spark.createDataFrame(kafka_records("x", 0, range(1))).schema)
+    query = (
+        stream.option("maxFilesPerTrigger", 1)
+        .parquet(str(source))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(**trigger)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+    # One file per micro-batch: batches 0, 1, 2 (a processing-time query may add empty ones, which commit nothing).
+    assert committed_version(str(tmp_path / "t"), query.id) == 2
+    all_records = concat(*(kafka_records("orders", part, range(4)) for part in range(3)))
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, all_records), ignore_nullable=True)
+
+
+def test_merge_protects_batch_reruns(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    records = concat(kafka_records("orders", 0, range(20)), kafka_records("orders", 1, range(5)))
+    rerun = concat(kafka_records("orders", 0, range(10, 30)), kafka_records("orders", 1, range(5)))
+
+    assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 25
+    assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 0
+    assert sink.write_rerun(spark.createDataFrame(rerun)).rows_written == 10
+
+    expected = concat(kafka_records("orders", 0, range(30)), kafka_records("orders", 1, range(5)))
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, expected), ignore_nullable=True)
+
+
+def test_merge_skips_what_a_streaming_batch_wrote(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(10))), 0, "query-a")
+
+    assert sink.write_rerun(spark.createDataFrame(kafka_records("orders", 0, range(5, 15)))).rows_written == 5
+
+    assert read_table(spark, tmp_path / "t").count() == 15
+
+
+def test_partitioned_by_topic_and_utc_date(spark, tmp_path: Path) -> None:
+    # BASE_TIMESTAMP is 23:59:00 UTC: offsets from 60 on fall on the next day.
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")  # the date must still be the UTC one
+    try:
+        options = DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True, partition_by_date=True)
+        records = concat(kafka_records("orders", 0, range(55, 65)), kafka_records("payments", 2, range(3)))
+        DeltaSink(spark, options).write_batch(spark.createDataFrame(records), 0, "query-a")
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.metadata().partition_columns == ["topic", "date"]
+    day = BASE_TIMESTAMP.date()
+    next_day = day + dt.timedelta(days=1)
+    assert sorted((p["topic"], p["date"]) for p in table.partitions()) == [
+        ("orders", str(day)),
+        ("orders", str(next_day)),
+        ("payments", str(day)),
+    ]
+    stored = read_table(spark, tmp_path / "t")
+    dates = {(row.offset, row.date) for row in stored.where(F.col("topic") == "orders").collect()}
+    assert dates == {(i, day if i < 60 else next_day) for i in range(55, 65)}
+
+
+def test_compaction_keeps_rows_and_transactions(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), compact_every=4))
+    batches = [kafka_records("orders", 0, range(i * 10, i * 10 + 10)) for i in range(4)]
+    outcomes = [sink.write_batch(spark.createDataFrame(batch), i, "query-a") for i, batch in enumerate(batches)]
+
+    assert [outcome.compacted for outcome in outcomes] == [False, False, False, True]
+    table = DeltaTable(str(tmp_path / "t"))
+    assert len(table.file_uris()) == 1
+    assert table.transaction_version("query-a") == 3
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, concat(*batches)), ignore_nullable=True)
+
+
+def test_json_values_become_columns(spark, tmp_path: Path) -> None:
+    options = DeltaSinkOptions(table=str(tmp_path / "t"), value_format="json", value_schema="n BIGINT, word STRING")
+    DeltaSink(spark, options).write_batch(spark.createDataFrame(kafka_records("orders", 0, range(3))), 0, "query-a")
+
+    stored = read_table(spark, tmp_path / "t")
+    assert stored.columns == ["topic", "partition", "offset", "timestamp", "key", "n", "word", "headers"]
+    assert [(row.offset, row.n, row.word) for row in stored.collect()] == [(0, 0, "w0"), (1, 1, "w1"), (2, 2, "w2")]
+
+
+def test_value_schema_may_not_shadow_table_columns(spark, tmp_path: Path) -> None:
+    options = DeltaSinkOptions(table=str(tmp_path / "t"), value_format="json", value_schema="offset BIGINT, n INT")
+    with pytest.raises(ValueError, match="offset"):
+        DeltaSink(spark, options).write_batch(spark.createDataFrame(kafka_records("a", 0, range(1))), 0, "q")
+    not_fields = DeltaSinkOptions(table=str(tmp_path / "t"), value_format="json", value_schema="INT")
+    with pytest.raises(ValueError, match="list of fields"):
+        DeltaSink(spark, not_fields).write_batch(spark.createDataFrame(kafka_records("a", 0, range(1))), 0, "q")
+
+
+def test_batches_without_headers_get_a_null_headers_column(spark, tmp_path: Path) -> None:
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    without_headers = kafka_records("orders", 0, range(2)).drop_columns(["headers"])
+    sink.write_batch(spark.createDataFrame(without_headers), 0, "query-a")
+    sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(2, 4))), 1, "query-a")
+
+    stored = read_table(spark, tmp_path / "t").collect()
+    assert [row.headers for row in stored[:2]] == [None, None]
+    assert [[(h.key, h.value) for h in row.headers] for row in stored[2:]] == [[("h", b"2")], [("h", b"3")]]
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="json needs one"):
+        DeltaSinkOptions(table="t", value_format="json")
+    with pytest.raises(ValueError, match="json needs one"):
+        DeltaSinkOptions(table="t", value_schema="n INT")
+    with pytest.raises(ValueError, match="compact_every"):
+        DeltaSinkOptions(table="t", compact_every=-1)
+
+
+def test_without_delta_jars_the_writer_is_deltalake(spark, tmp_path: Path) -> None:
+    assert not delta_spark_available(spark)
+    assert DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))).engine_name == "deltalake"
