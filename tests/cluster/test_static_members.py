@@ -10,7 +10,9 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from cluster_helpers import call
 from ingest_gateway.local_cluster import LocalCluster
+from loglake.protocol import ApiKey
 from loglake.groups.coordinator import offsets_partition_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -81,13 +83,28 @@ def test_a_static_member_restarts_without_rebalance_after_coordinator_failover(c
         exclude=(coordinator,),
     )
     # The new coordinator has loaded both static members (their instance ids included).
-    survivors = AdminClient({"bootstrap.servers": ",".join(cluster.brokers[i].bootstrap for i in cluster.live())})
+    # A new admin client for each attempt: one that asked FindCoordinator in the moment a
+    # broker's metadata still named the dead coordinator keeps asking that one (librdkafka
+    # caches the admin coordinator) until its request times out, again and again.
+    survivors = ",".join(cluster.brokers[i].bootstrap for i in cluster.live())
 
     last: list[object] = []
 
+    def coordinators_seen() -> dict[int, object]:
+        """What each live broker answers FindCoordinator for the group."""
+        body = {"key": GROUP, "key_type": 0, "coordinator_keys": [GROUP]}
+        return {
+            b: [
+                (c["node_id"], c["error_code"])
+                for c in call(cluster.brokers[b].bootstrap, ApiKey.FIND_COORDINATOR, 4, body)["coordinators"]
+            ]
+            for b in cluster.live()
+        }
+
     def loaded() -> bool:
         try:
-            group = survivors.describe_consumer_groups([GROUP])[GROUP].result(10)
+            admin = AdminClient({"bootstrap.servers": survivors})
+            group = admin.describe_consumer_groups([GROUP], request_timeout=8)[GROUP].result(15)
         except Exception as exc:  # noqa: BLE001 - coordinator moving or loading: ask again
             last[:] = [exc]
             return False
@@ -99,7 +116,9 @@ def test_a_static_member_restarts_without_rebalance_after_coordinator_failover(c
         loaded,
         90,
         "the new coordinator to serve the group",
-        lambda: f"{last}; cluster {cluster.status(exclude=(coordinator,))['partitions']}",
+        lambda: (
+            f"{last}; coordinators {coordinators_seen()}; cluster {cluster.status(exclude=(coordinator,))['partitions']}"
+        ),
     )
 
     b.close()  # a static member does not leave the group on close

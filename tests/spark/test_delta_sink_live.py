@@ -1,0 +1,133 @@
+"""`python -m jobs.delta_sink` over a live broker, killed again and again while records keep
+coming (gzip, lz4, zstd batches): every (topic, partition, offset) the broker acknowledged
+lands in the Delta table exactly once, with its key and value, and nothing else does."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+
+from clients.client_helpers import create_topic
+from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, FAULT_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+
+pytestmark = pytest.mark.slow
+
+
+class Records:
+    """Numbered records produced in bursts, each burst with the next codec; remembers what
+    the broker acknowledged, by (partition, offset)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producers = [
+            Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 5})
+            for codec in ("gzip", "lz4", "zstd")
+        ]
+        self.acked: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self.failed = 0
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def burst(self, count: int = 30) -> None:
+        producer = self.producers[(self._next // count) % len(self.producers)]
+        for _ in range(count):
+            n = self._next
+            self._next += 1
+            producer.produce(
+                self.topic, key=b"k%d" % n, value=b"v%d" % n, partition=n % PARTITIONS, on_delivery=self._report
+            )
+        assert producer.flush(30) == 0
+
+    def _report(self, err, msg) -> None:
+        with self._lock:
+            if err is None:
+                self.acked[(msg.partition(), msg.offset())] = (msg.key(), msg.value())
+            else:
+                self.failed += 1
+
+
+class SinkJob:
+    def __init__(self, root: Path, bootstrap: str, topic: str) -> None:
+        self.table, self.checkpoint = root / "table", root / "checkpoint"
+        self.argv = [
+            sys.executable, "-m", "jobs.delta_sink", "--bootstrap-servers", bootstrap, "--topics", topic,
+            "--table", str(self.table), "--checkpoint", str(self.checkpoint), "--starting-offsets", "earliest",
+            "--max-offsets-per-trigger", "60", "--trigger", "available-now",
+        ]  # fmt: skip
+
+    def env(self, fault: str | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+        return env | {FAULT_ENV: fault} if fault else env
+
+    def run(self, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [a for a in self.argv if a not in ("--trigger", "available-now")] + list(extra) if extra else self.argv
+        return subprocess.run(argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+
+    def kill_while_producing(self, records: Records, rng: random.Random) -> None:
+        """SIGKILL the job (its whole process group: driver and JVM) at a random moment while
+        records keep arriving."""
+        child = subprocess.Popen(
+            self.argv, cwd=REPO, env=self.env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + rng.uniform(6.0, 20.0)
+        while time.monotonic() < deadline and child.poll() is None:
+            records.burst()
+        with contextlib.suppress(ProcessLookupError):  # it may have finished its run already
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+@pytest.mark.timeout(900)
+def test_killed_sink_over_a_live_broker_writes_every_record_once(spark, broker, topic, tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    print(f"random kill seed {seed}")
+    rng = random.Random(seed)
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    records = Records(broker.bootstrap, topic)
+    for _ in range(6):
+        records.burst()
+    job = SinkJob(tmp_path, broker.bootstrap, topic)
+
+    # Dies right after a Delta commit, before Spark records the batch: the batch is replayed.
+    for fault in (f"{FAULT_AFTER_DELTA_COMMIT}:0", f"{FAULT_AFTER_DELTA_COMMIT}:2"):
+        crashed = job.run(fault=fault)
+        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+        records.burst()
+    for _ in range(2):
+        job.kill_while_producing(records, rng)
+    records.burst()  # so that there is a next batch
+    crashed = job.run(fault=FAULT_AFTER_DELTA_COMMIT)  # whichever batch comes next
+    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    records.burst()
+
+    finished = job.run()
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert records.failed == 0
+
+    table = DeltaTable(str(job.table)).to_pyarrow_table()
+    stored = list(zip(table["partition"].to_pylist(), table["offset"].to_pylist()))
+    assert len(stored) == len(set(stored)), "a record was written twice"
+    assert set(stored) == set(records.acked), "records lost or invented"
+    values = dict(zip(stored, zip(table["key"].to_pylist(), table["value"].to_pylist())))
+    assert values == records.acked
+    assert set(table["topic"].to_pylist()) == {topic}
+
+    # A batch-mode rerun of everything already sunk adds nothing.
+    rerun = job.run("--batch")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert DeltaTable(str(job.table)).to_pyarrow_table().num_rows == len(stored)
