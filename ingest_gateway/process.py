@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -13,10 +14,21 @@ from pathlib import Path
 import httpx
 
 
+# Listening ports come from below Linux's ephemeral range (32768-60999): a broker restarted
+# on its port must not find it taken by some client's outgoing connection meanwhile.
+_LISTEN_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on now, outside the ephemeral range."""
+    while True:
+        port = random.choice(_LISTEN_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 class BrokerProcess:
