@@ -75,7 +75,11 @@ class SinkJob:
 
     def run(self, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         argv = [a for a in self.argv if a not in ("--trigger", "available-now")] + list(extra) if extra else self.argv
-        return subprocess.run(argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+        try:
+            return subprocess.run(argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"")[-3000:], (exc.stderr or b"")[-6000:]
+            raise AssertionError(f"the job did not finish ({fault=}): {out}") from None
 
     def kill_while_producing(self, records: Records, rng: random.Random) -> None:
         """SIGKILL the job (its whole process group: driver and JVM) at a random moment while
