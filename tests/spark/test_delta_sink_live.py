@@ -90,7 +90,8 @@ class SinkJob:
         )  # fmt: skip
         deadline = time.monotonic() + rng.uniform(6.0, 20.0)
         while time.monotonic() < deadline and child.poll() is None:
-            records.burst()
+            records.burst()  # a burst every half second: a few thousand records in all
+            time.sleep(0.5)
         with contextlib.suppress(ProcessLookupError):  # it may have finished its run already
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
