@@ -72,7 +72,7 @@ def test_produce_and_list_offsets_answer_retriable_errors(broker: Broker, unseen
     assert listed["topics"][0]["partitions"][0]["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_the_http_api_describes_it_once_the_image_has_it(broker: Broker, unseen_topic: str) -> None:
+def test_metadata_answers_the_topic_once_the_image_has_it(broker: Broker, unseen_topic: str) -> None:
     broker.refresh_metadata(broker.store.controller_epoch())
     topics = call(broker, ApiKey.METADATA, 12, {"topics": [{"name": unseen_topic, "topic_id": uuid.UUID(int=0)}]})
     assert topics["topics"][0]["error_code"] == ErrorCode.NONE

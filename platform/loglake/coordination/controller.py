@@ -61,9 +61,13 @@ class Controller:
         self._topic_defaults = topic_defaults
         self._lock = threading.RLock()
         self.epoch: int | None = None
-        self._live: set[int] = set()
+        # The live brokers as the broker events gave them: id -> broker epoch.
         self._broker_epochs: dict[int, int] = {}
         self._known_topics: set[str] = set()
+
+    @property
+    def _live(self) -> set[int]:
+        return set(self._broker_epochs)
 
     @property
     def is_active(self) -> bool:
@@ -76,7 +80,6 @@ class Controller:
             if self.epoch is None:
                 return False
             brokers = self._store.brokers()
-            self._live = set(brokers)
             self._broker_epochs = {b.broker_id: b.epoch for b in brokers.values()}
             topics = self._store.topics()
             self._known_topics = set(topics)
@@ -113,9 +116,9 @@ class Controller:
             # the new process knows nothing. Like Kafka, treat it as failed and then
             # started: leadership moves away (its log may lack unflushed records) and it
             # rejoins as a follower.
-            bounced = {b for b in live & self._live if brokers[b] != self._broker_epochs.get(b)}
-            dead, joined = self._live - live, (live - self._live) | bounced
-            self._live = live
+            known = self._live
+            bounced = {b for b in live & known if brokers[b] != self._broker_epochs[b]}
+            dead, joined = known - live, (live - known) | bounced
             self._broker_epochs = dict(brokers)
             if not dead and not joined:
                 return
@@ -176,7 +179,7 @@ class Controller:
             if partitions is None:
                 partitions = [(name, p) for name, topic in topics.items() for p in topic.assignment]
             deleting = set(self._store.pending_topic_deletions())
-            live = set(self._live)  # the view the broker events gave (see on_brokers_changed)
+            live = self._live  # the view the broker events gave (see on_brokers_changed)
             results: dict[tuple[str, int], KafkaError | None] = {}
             changed: dict[str, list[int]] = {}
             states_of: dict[str, dict[int, PartitionState]] = {}
