@@ -186,6 +186,11 @@ class Broker:
         self._pending_group_loads.clear()
         await self.group_coordinator.start()
         self.replica_manager.start()
+        self.log_manager.startup(
+            self._high_watermark_of,
+            self.config.log_retention_check_interval_ms,
+            self.config.log_flush_scheduler_interval_ms,
+        )
         for listener in self.config.listeners:
             server = KafkaServer(
                 listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes
@@ -256,6 +261,10 @@ class Broker:
         if self.clustered:
             return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
         return self.store.update_partition_state(topic, partition, state, state.version)
+
+    def _high_watermark_of(self, topic: str, partition: int) -> int | None:
+        hosted = self.replica_manager.partitions.get((topic, partition))
+        return None if hosted is None else hosted.high_watermark
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)

@@ -279,22 +279,6 @@ def test_log_start_offset_moves_forward_and_old_segments_go(tmp_path: Path) -> N
     expect_error(ErrorCode.OFFSET_OUT_OF_RANGE, log.increment_log_start_offset, log.log_end_offset + 1)
 
 
-def test_delete_old_segments(tmp_path: Path) -> None:
-    log = open_log(tmp_path, **TINY)
-    append_batches(log, 30)
-    bases = [s.base_offset for s in log.segments]
-    assert log.delete_old_segments(lambda segment, nxt: nxt is not None and nxt.base_offset <= bases[2]) == 2
-    assert log.log_start_offset == bases[2]
-    assert sorted(int(p.stem) for p in log.dir.glob("*.log")) == bases[2:]
-    end = log.log_end_offset
-    assert log.delete_old_segments(lambda segment, nxt: True) == len(bases) - 2
-    # Everything went: an empty active segment at the log end remains.
-    assert [s.base_offset for s in log.segments] == [end]
-    assert (log.log_start_offset, log.log_end_offset) == (end, end)
-    assert log.delete_old_segments(lambda segment, nxt: True) == 0
-    assert log.append_as_leader(make_batch(1), 0).first_offset == end
-
-
 def test_append_as_follower_keeps_offsets_and_epochs(tmp_path: Path) -> None:
     log = open_log(tmp_path, **TINY)
     replicated = stamped(make_batch(3), 0, 1) + stamped(make_batch(2), 3, 2) + stamped(make_batch(2), 10, 2)

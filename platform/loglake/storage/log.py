@@ -29,6 +29,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from loglake.config import LogConfig
+from loglake.scheduler import Scheduler
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.header import (
     ATTRIBUTES_POS,
@@ -45,7 +46,7 @@ from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlic
 from loglake.storage.fileutil import fsync_dir
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, sync_snapshot
-from loglake.storage.segment import LogSegment, now_ms
+from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, now_ms
 from loglake.storage.time_index import NO_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -127,8 +128,11 @@ class Log:
         log_start_offset: int,
         recovery_point: int,
         leader_epoch_cache: LeaderEpochFileCache,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.topic, self.partition = _topic_partition_of(dir)
+        # Runs the delayed deletion of removed segments' files; without one they go at once.
+        self._scheduler = scheduler
         self._dir = dir
         self._config = config
         self._segments = segments
@@ -151,13 +155,15 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
+        scheduler: Scheduler | None = None,
     ) -> Log:
         """Load (or create) the log in `dir`.
 
         Indexes that are missing or fail their sanity check are rebuilt. Unless the
         shutdown was clean, every segment from the one holding `recovery_point` on is
         recovered: batches re-validated, indexes rebuilt, a torn or corrupt tail cut off
-        (and the segments after it deleted).
+        (and the segments after it deleted). Files of segments whose deletion a crash
+        interrupted (`.deleted`) are removed.
         """
         dir = Path(dir)
         _topic_partition_of(dir)  # before creating anything
@@ -168,7 +174,7 @@ class Log:
         segments = _load_segments(dir, config, epochs, None if had_clean_shutdown else recovery_point)
         if not segments:
             segments = [LogSegment.open(dir, log_start_offset, config)]
-        log = cls(dir, config, segments, max(log_start_offset, segments[0].base_offset), 0, epochs)
+        log = cls(dir, config, segments, max(log_start_offset, segments[0].base_offset), 0, epochs, scheduler)
         if log._log_start_offset > log.log_end_offset:
             log.truncate_fully_and_start_at(log._log_start_offset)
         log._recovery_point = min(recovery_point, log.log_end_offset)
@@ -487,12 +493,59 @@ class Log:
         self._pending_flushes.append(_flusher.submit(_sync_snapshot_in_background, snapshot))
         return segment
 
-    def delete_old_segments(self, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> int:
-        """Delete segments from the oldest while `predicate(segment, next_segment)` holds;
-        the log start moves to the first kept segment. If every segment qualifies the log
-        rolls first, so an empty active segment remains. Returns how many were deleted."""
+    def roll_if_segment_ms_elapsed(self, now: int | None = None) -> bool:
+        """Roll a non-empty active segment older than segment.ms even though nothing is
+        appended (a quiet topic), so retention and tiering can take it. Returns whether it rolled."""
+        now = _now(now)
         with self._lock:
-            return self._delete_leading_segments(predicate)
+            active = self._segments[-1]
+            if active.size == 0 or active.time_waited_for_roll(now, now) <= self._config.segment_ms:
+                return False
+            self._roll(self._end.offset, now)
+            self._end = LogOffsetMetadata(self._end.offset, self._segments[-1].base_offset, 0)
+            return True
+
+    def delete_old_segments(self, high_watermark: int, now: int | None = None) -> int:
+        """Kafka's UnifiedLog.deleteOldSegments: delete the oldest segments wholly below the
+        log start offset; then, if cleanup.policy has `delete`, the oldest while the log
+        exceeds retention.bytes and those whose largest timestamp is more than
+        retention.ms old (-1: no limit). Only segments wholly below `high_watermark` go,
+        so the log start never passes it. Returns how many segments were deleted."""
+        now = _now(now)
+        config = self._config
+        with self._lock:
+            deleted = self._delete_below_high_watermark(
+                high_watermark, lambda s, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset
+            )
+            if not config.delete:
+                return deleted
+            if config.retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - config.retention_bytes
+
+                def over_size(segment: LogSegment, _: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess < segment.size:
+                        return False
+                    excess -= segment.size
+                    return True
+
+                deleted += self._delete_below_high_watermark(high_watermark, over_size)
+            if config.retention_ms >= 0:
+                deleted += self._delete_below_high_watermark(
+                    high_watermark, lambda s, _: now - s.largest_timestamp > config.retention_ms
+                )
+            return deleted
+
+    def _delete_below_high_watermark(
+        self, high_watermark: int, predicate: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> int:
+        end = self._end.offset
+
+        def deletable(segment: LogSegment, nxt: LogSegment | None) -> bool:
+            upper_bound = end if nxt is None else nxt.base_offset
+            return high_watermark >= upper_bound and predicate(segment, nxt)
+
+        return self._delete_leading_segments(deletable)
 
     def increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start forward (DeleteRecords, retention); whole segments below it
@@ -530,9 +583,25 @@ class Log:
             self._log_start_offset = new_start
             self._epochs.truncate_from_start(new_start)
         self._segments = kept
-        for segment in doomed:
-            segment.delete()
+        self._delete_segment_files(doomed)
         return count
+
+    def _delete_segment_files(self, doomed: list[LogSegment]) -> None:
+        """Rename the files `.deleted` now and remove them file.delete.delay.ms later, so
+        that a reader already inside one of these segments finishes (Kafka's asyncDelete)."""
+        for segment in doomed:
+            segment.rename_for_deletion()
+        delay = self._config.file_delete_delay_ms
+        if self._scheduler is None or delay <= 0:
+            for segment in doomed:
+                segment.delete()
+            return
+
+        def delete_files() -> None:
+            for segment in doomed:
+                segment.delete()
+
+        self._scheduler.schedule_once(f"delete-file {self.topic}-{self.partition}", delete_files, delay)
 
     # Truncation --------------------------------------------------------------------------
 
@@ -796,6 +865,9 @@ def _segment_base_offsets(dir: Path) -> list[int]:
     """Base offsets of the .log files; index files without a .log are removed."""
     logs, orphans = set(), []
     for path in dir.iterdir():
+        if path.name.endswith(DELETED_FILE_SUFFIX):
+            path.unlink()  # a deletion interrupted by a crash: finish it
+            continue
         match = _SEGMENT_FILE.match(path.name)
         if match and match.group(2) == "log":
             logs.add(int(match.group(1)))

@@ -15,6 +15,12 @@ the current log and then swaps in (`replace_current_with_future`). The swap rena
 current log to `-delete` first and the future to `<topic>-<partition>` second, so a crash
 in between leaves only the caught-up future, which start-up promotes; a future found next
 to its current log is loaded as a future, and the move resumes.
+
+Housekeeping runs on the manager's `Scheduler` thread once `startup` is called, as
+Kafka's LogManager schedules it: "kafka-log-retention" every
+`log.retention.check.interval.ms` (`cleanup_logs`) and "kafka-log-flusher" every
+`log.flush.scheduler.interval.ms` (`flush_dirty`); removed segments' files are deleted
+on the same thread after `file.delete.delay.ms`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 
 from loglake.config import LogConfig, validate_topic_name
 from loglake.errors import ErrorCode, KafkaError
+from loglake.scheduler import Scheduler
 from loglake.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -59,6 +66,7 @@ class LogManager:
         default_config: LogConfig,
         broker_id: int = 0,
         cluster_id: str | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -71,7 +79,9 @@ class LogManager:
         # Where a partition not yet hosted is to be created (AlterReplicaLogDirs before LeaderAndIsr).
         self._preferred_dirs: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
+        self._high_watermark_of: Callable[[str, int], int | None] = lambda topic, partition: None
         self._checkpoint_lock = threading.Lock()
+        self.scheduler = scheduler or Scheduler()
         self.cluster_id = self._check_meta_properties(cluster_id)
         for log_dir in self.live_dirs:
             try:
@@ -152,6 +162,7 @@ class LogManager:
                 recovery_point=recovery_points.get(key, 0),
                 log_start_offset=start_offsets.get(key, 0),
                 had_clean_shutdown=clean,
+                scheduler=self.scheduler,
             )
         logger.info("loaded %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
         marker.unlink(missing_ok=True)
@@ -191,7 +202,7 @@ class LogManager:
             log_dir = self._preferred_dirs.pop((topic, partition), None)
             if log_dir is None or log_dir in self.offline_dirs:
                 log_dir = self._next_log_dir()
-            log = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config)
+            log = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, scheduler=self.scheduler)
             self._logs[(topic, partition)] = log
             return log
 
@@ -264,7 +275,9 @@ class LogManager:
             if current.dir.parent == log_dir:
                 return None
             start = current.segments[0].base_offset
-            future = Log.open(log_dir / future_log_dir_name(topic, partition), current.config, start, start)
+            future = Log.open(
+                log_dir / future_log_dir_name(topic, partition), current.config, start, start, scheduler=self.scheduler
+            )
             self._future_logs[key] = future
             return future
 
@@ -322,6 +335,43 @@ class LogManager:
             for log_dir, offsets in by_dir.items():
                 OffsetCheckpointFile(log_dir / name).write(offsets)
 
+    def startup(
+        self,
+        high_watermark_of: Callable[[str, int], int | None],
+        retention_check_interval_ms: int,
+        flush_check_interval_ms: int,
+    ) -> None:
+        """Schedule retention and flushes. `high_watermark_of(topic, partition)` is the
+        hosted replica's high watermark, None while the partition is not hosted (its log
+        is then left alone)."""
+        self._high_watermark_of = high_watermark_of
+        self.scheduler.schedule(
+            "kafka-log-retention", self.cleanup_logs, retention_check_interval_ms, retention_check_interval_ms
+        )
+        self.scheduler.schedule("kafka-log-flusher", self.flush_dirty, flush_check_interval_ms, flush_check_interval_ms)
+
+    def cleanup_logs(self, now: int | None = None) -> int:
+        """One retention pass over the current logs (Kafka's LogManager.cleanupLogs): roll
+        active segments older than segment.ms, delete what `Log.delete_old_segments`
+        allows, then checkpoint the moved log start offsets. Returns the segments deleted.
+        (A crash before the checkpoint is harmless: start-up removes the `.deleted` files
+        and the log starts at its first remaining segment.)"""
+        now = now_ms() if now is None else now
+        deleted = 0
+        for log in self.all_logs():
+            high_watermark = self._high_watermark_of(log.topic, log.partition)
+            if high_watermark is None:
+                continue
+            try:
+                log.roll_if_segment_ms_elapsed(now)
+                deleted += log.delete_old_segments(high_watermark, now)
+            except OSError:
+                logger.exception("retention of %s failed", log.dir.name)
+        if deleted:
+            logger.info("retention deleted %d segments", deleted)
+            self.checkpoint_log_start_offsets()
+        return deleted
+
     def flush_dirty(self, now: int | None = None) -> None:
         """Flush every log whose last flush is at least its flush.ms ago."""
         now = now_ms() if now is None else now
@@ -330,7 +380,9 @@ class LogManager:
                 log.flush()
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown marker."""
+        """Stop the housekeeping, flush and close every log, write the checkpoints, then
+        the clean-shutdown marker."""
+        self.scheduler.shutdown()
         for log in self._all_logs():
             log.flush()
             log.close()

@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+# A segment removed from its log, waiting file.delete.delay.ms before its files go.
+DELETED_FILE_SUFFIX = ".deleted"
 
 # Recovery reads the .log this much at a time (more when a single batch is bigger).
 RECOVERY_CHUNK = 8 * 1024 * 1024
@@ -123,7 +125,7 @@ class LogSegment:
         size = self.log.size
         return (
             (size > 0 and size + append_size > config.segment_bytes)
-            or (size > 0 and self._time_waited_for_roll(now, max_timestamp) > config.segment_ms)
+            or (size > 0 and self.time_waited_for_roll(now, max_timestamp) > config.segment_ms)
             or self.offset_index.is_full
             or self.time_index.is_full
             or largest_offset - self.base_offset > INT32_MAX
@@ -296,7 +298,9 @@ class LogSegment:
         first = next(self.log.batches(0, self.log.size), None)
         self._rolling_based_timestamp = first.max_timestamp if first and first.max_timestamp >= 0 else None
 
-    def _time_waited_for_roll(self, now: int, max_timestamp: int) -> int:
+    def time_waited_for_roll(self, now: int, max_timestamp: int) -> int:
+        """How long the segment has been open by segment.ms' measure: from its first
+        batch's timestamp to `max_timestamp`, or from its creation to `now` if no batch has one."""
         if self._rolling_based_timestamp is not None:
             return max_timestamp - self._rolling_based_timestamp
         return now - self.created_ms
@@ -318,6 +322,17 @@ class LogSegment:
         self.log.close()
         self.offset_index.close()
         self.time_index.close()
+
+    def rename_for_deletion(self) -> None:
+        """Add `.deleted` to every file name. Each file is linked under its new name before
+        the old one goes, so a reader that looks a file up by path at any moment finds it."""
+        for f in (self.log, self.offset_index, self.time_index):
+            if f.path.name.endswith(DELETED_FILE_SUFFIX):
+                continue
+            renamed = f.path.with_name(f.path.name + DELETED_FILE_SUFFIX)
+            os.link(f.path, renamed)
+            old, f.path = f.path, renamed
+            old.unlink()
 
     def delete(self) -> None:
         """Remove the files. The .log descriptor stays open while a LogSlice needs it."""
