@@ -493,7 +493,8 @@ class Broker:
         }
 
     def describe_topic(self, name: str) -> dict[str, Any]:
-        """A topic as kafka-topics.sh --describe shows it, plus offsets for local leaders."""
+        """A topic as kafka-topics.sh --describe shows it, plus the log start, high
+        watermark, log end and size in bytes of the partitions this broker leads."""
         topic = self.image.topic(name)
         states = self.image.partition_states.get(name, {})
         partitions = []
@@ -516,6 +517,7 @@ class Broker:
                     log_start_offset=local.log_start_offset,
                     high_watermark=local.high_watermark,
                     log_end_offset=local.log_end_offset,
+                    size=local.log.size,
                 )
             partitions.append(entry)
         return {

@@ -76,11 +76,29 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _with_leader_offsets(c: httpx.Client, topic: dict[str, Any]) -> dict[str, Any]:
+    """A broker describes the offsets of the partitions it leads; ask the other leaders
+    (through their HTTP listeners) for theirs."""
+    missing = {p["leader"] for p in topic["partitions"] if "log_end_offset" not in p and p["leader"] >= 0}
+    if not missing:
+        return topic
+    brokers = {b["broker_id"]: b["http"] for b in _check(c.get("/cluster"))["brokers"]}
+    for leader in missing & brokers.keys():
+        try:
+            with httpx.Client(base_url=brokers[leader], timeout=10) as other:
+                theirs = _check(other.get(f"/topics/{topic['name']}"))
+        except (httpx.HTTPError, CliError):
+            continue  # that leader is unreachable: its partitions show no offsets
+        led = {p["partition"]: p for p in theirs["partitions"] if "log_end_offset" in p and p["leader"] == leader}
+        topic["partitions"] = [led.get(p["partition"], p) if p["leader"] == leader else p for p in topic["partitions"]]
+    return topic
+
+
 def cmd_topics_describe(args: argparse.Namespace) -> int:
     with _client(args) as c:
         names = [args.topic] if args.topic else _check(c.get("/topics"))
         for name in names:
-            t = _check(c.get(f"/topics/{name}"))
+            t = _with_leader_offsets(c, _check(c.get(f"/topics/{name}")))
             configs = ",".join(f"{k}={v}" for k, v in sorted(t["configs"].items()))
             print(
                 f"Topic: {t['name']}\tTopicId: {t['topic_id']}\tPartitionCount: {t['partitions_count']}\t"
@@ -91,7 +109,10 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
                 isr = ",".join(str(r) for r in p["isr"])
                 offsets = ""
                 if "high_watermark" in p:
-                    offsets = f"\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}"
+                    offsets = (
+                        f"\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}"
+                        f"\tLogEndOffset: {p['log_end_offset']}\tSize: {p['size']}"
+                    )
                 print(
                     f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
                     f"Replicas: {replicas}\tIsr: {isr}{offsets}"
