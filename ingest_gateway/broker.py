@@ -221,6 +221,8 @@ class Broker:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
             self.replica_manager.checkpoint_high_watermarks()
             self.log_manager.checkpoint_recovery_points()
+            # Followers move their log start as their leader reports it, not by retention.
+            self.log_manager.checkpoint_log_start_offsets()
 
     def track_background(self, task: asyncio.Task) -> None:
         self._background.add(task)
