@@ -187,7 +187,7 @@ class Broker:
         await self.group_coordinator.start()
         self.replica_manager.start()
         self.log_manager.startup(
-            self._high_watermark_of,
+            self._deletion_bounds_of,
             self.config.log_retention_check_interval_ms,
             self.config.log_flush_scheduler_interval_ms,
         )
@@ -264,9 +264,16 @@ class Broker:
             return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
         return self.store.update_partition_state(topic, partition, state, state.version)
 
-    def _high_watermark_of(self, topic: str, partition: int) -> int | None:
+    def _deletion_bounds_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(high watermark, tiered offset) for retention; the tiered offset is read from the
+        metadata store (where the tier job records it) only for topics with remote storage."""
         hosted = self.replica_manager.partitions.get((topic, partition))
-        return None if hosted is None else hosted.high_watermark
+        if hosted is None:
+            return None
+        tiered = 0
+        if hosted.log.config.remote_storage_enable:
+            tiered = self.store.tiered_offsets(topic).get(partition, 0)
+        return hosted.high_watermark, tiered
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)

@@ -16,6 +16,7 @@ import orjson
 from fastapi import FastAPI, Request, Response
 
 from ingest_gateway.http_groups import group_routes
+from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
 from ingest_gateway.rest_records import (
     BINARY_V2,
@@ -89,6 +90,7 @@ def create_app(broker: Broker) -> FastAPI:
         return error_response(exc.status, exc.message, sub=exc.sub)
 
     app.include_router(group_routes(broker))
+    app.include_router(tiering_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

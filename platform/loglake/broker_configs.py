@@ -39,6 +39,12 @@ _STATIC_KEYS = (
     ConfigKey("log.dir", _T.STRING, "/tmp/loglake-logs", "The log directory, if log.dirs is not set."),
     ConfigKey("listeners", _T.STRING, "PLAINTEXT://127.0.0.1:9092", "The Kafka protocol listeners."),
     ConfigKey("http.listeners", _T.STRING, "http://127.0.0.1:8082", "The REST (HTTP) listeners (loglake's own)."),
+    ConfigKey(
+        "rsm.config.lake.root",
+        _T.STRING,
+        None,
+        "Tiered storage (remote.storage.enable): the lake's root path or URI; topic T's Delta table is <root>/T.",
+    ),
     ConfigKey("zookeeper.connect", _T.STRING, None, "ZooKeeper connection string; none runs a standalone broker."),
     ConfigKey("zookeeper.session.timeout.ms", _T.INT, 18000, "ZooKeeper session timeout."),
     ConfigKey("num.partitions", _T.INT, 1, "Partitions of an auto-created topic.", at_least(1)),

@@ -135,13 +135,6 @@ class LogConfig:
                 f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
                 f"max.compaction.lag.ms ({self.max_compaction_lag_ms})",
             )
-        if self.remote_storage_enable:
-            # Kafka's answer when the broker has no remote log storage system (tiered storage).
-            raise KafkaError(
-                ErrorCode.INVALID_CONFIG,
-                "You have to enable remote log storage system (remote.log.storage.system.enable) on the broker "
-                "before setting remote.storage.enable=true on a topic; loglake has no tiered storage",
-            )
 
     @property
     def compact(self) -> bool:
@@ -355,7 +348,12 @@ TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
     _prop("preallocate", _T.BOOLEAN, "Preallocate segment files.", None, "log.preallocate"),
     _prop("remote.log.copy.disable", _T.BOOLEAN, "Stop copying segments to tiered storage.", None),
     _prop("remote.log.delete.on.disable", _T.BOOLEAN, "Delete remote data when tiered storage is turned off.", None),
-    _prop("remote.storage.enable", _T.BOOLEAN, "Tiered storage for the topic (not available in loglake).", None),
+    _prop(
+        "remote.storage.enable",
+        _T.BOOLEAN,
+        "Tiered storage for the topic: old segments go to its Delta table (jobs/tier.py).",
+        None,
+    ),
     _prop(
         "retention.bytes",
         _T.LONG,

@@ -92,3 +92,24 @@ def test_the_cluster_id_is_set_once_and_kept(tmp_path: Path) -> None:
     assert store.get_or_create_cluster_id("first") == "first"
     assert store.get_or_create_cluster_id("second") == "first"
     assert EmbeddedMetadataStore(tmp_path / "new-dir").get_or_create_cluster_id("third") == "first"
+
+
+def test_tiered_offsets_only_rise_survive_a_reload_and_go_with_the_topic(tmp_path) -> None:
+    from loglake.coordination.embedded import EmbeddedMetadataStore
+    from loglake.coordination.model import PartitionState, TopicDescription
+    from loglake.errors import ErrorCode, KafkaError
+
+    store = EmbeddedMetadataStore(tmp_path)
+    states = {p: PartitionState(0, 0, (0,), 0) for p in (0, 1)}
+    store.create_topic(TopicDescription("t", "id", {0: (0,), 1: (0,)}), states)
+    assert store.tiered_offsets("t") == {}
+    assert store.record_tiered_offset("t", 0, 100) == 100
+    assert store.record_tiered_offset("t", 0, 50) == 100  # never lowered
+    assert EmbeddedMetadataStore(tmp_path).tiered_offsets("t") == {0: 100}
+    try:
+        store.record_tiered_offset("t", 7, 1)
+        raise AssertionError("a missing partition was accepted")
+    except KafkaError as exc:
+        assert exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    store.delete_topic("t")
+    assert store.tiered_offsets("t") == {}

@@ -179,7 +179,7 @@ def test_cleanup_logs_applies_retention_to_hosted_logs_and_checkpoints_the_log_s
     fill(hosted, 30)
     fill(unhosted, 30)
     manager.startup(
-        lambda topic, partition: hosted.log_end_offset if topic == "a" else None,
+        lambda topic, partition: (hosted.log_end_offset, 0) if topic == "a" else None,
         retention_check_interval_ms=3_600_000,
         flush_check_interval_ms=3_600_000,
     )
@@ -212,3 +212,28 @@ def test_scheduler_runs_periodic_and_delayed_tasks_and_drops_pending_ones_at_shu
     count = len(runs)
     scheduler.schedule_once("after shutdown", lambda: runs.append("late"))
     assert len(runs) == count
+
+
+def test_with_remote_storage_only_tiered_segments_go_by_local_retention(tmp_path: Path) -> None:
+    # retention.ms unlimited, local.retention.ms 0: the local copy goes as soon as it is tiered.
+    log = open_log(tmp_path, remote_storage_enable=True, retention_ms=-1, local_retention_ms=0)
+    fill(log, 30)
+    before = bases(log)
+    end = log.log_end_offset
+    assert log.delete_old_segments(end, now=10**15, tiered_offset=0) == 0  # nothing in the lake yet
+    tiered = before[3] + 1  # inside segment 3: only 0..2 are wholly in the lake
+    assert log.delete_old_segments(end, now=10**15, tiered_offset=tiered) == 3
+    assert bases(log) == before[3:] and log.log_start_offset == before[3] <= tiered
+
+
+def test_with_remote_storage_local_retention_minus_two_means_retention(tmp_path: Path) -> None:
+    log = open_log(tmp_path, remote_storage_enable=True, retention_ms=-1, local_retention_ms=-2)
+    fill(log, 30)
+    assert log.delete_old_segments(log.log_end_offset, now=10**15, tiered_offset=log.log_end_offset) == 0
+    sized = Log.open(
+        tmp_path / "s-0", LogConfig(**TINY, remote_storage_enable=True, retention_bytes=10**9, local_retention_bytes=0)
+    )
+    fill(sized, 30)
+    end = sized.log_end_offset
+    assert sized.delete_old_segments(end, now=0, tiered_offset=end) > 0
+    assert sized.log_start_offset == end

@@ -51,6 +51,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._pending_deletions: set[str] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._tiered: dict[str, dict[int, int]] = {}
         self._watches: list[_LocalWatch] = []
         # Held while callbacks run, so each watch hears of changes one at a time and in
         # order; reentrant so a callback may itself change the store.
@@ -83,6 +84,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 )
                 for p, s in t["states"].items()
             }
+            self._tiered[name] = {int(p): o for p, o in t.get("tiered_offsets", {}).items()}
 
     def _save(self) -> None:
         doc = {
@@ -98,6 +100,7 @@ class EmbeddedMetadataStore(MetadataStore):
                     "assignment": {str(p): list(r) for p, r in t.assignment.items()},
                     "config": t.config,
                     "states": {str(p): asdict(s) for p, s in self._states[name].items()},
+                    "tiered_offsets": {str(p): o for p, o in self._tiered.get(name, {}).items()},
                 }
                 for name, t in self._topics.items()
             },
@@ -225,6 +228,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._topics.pop(name, None) is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
             del self._states[name]
+            self._tiered.pop(name, None)
             self._pending_deletions.discard(name)
             self._save()
         self._notify("topics", "deletions")
@@ -265,6 +269,20 @@ class EmbeddedMetadataStore(MetadataStore):
             self._next_producer_id += size
             self._save()
             return first
+
+    def tiered_offsets(self, topic: str) -> dict[int, int]:
+        with self._lock:
+            return dict(self._tiered.get(topic, {}))
+
+    def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:
+        with self._lock:
+            if partition not in self._states.get(topic, {}):
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition}")
+            offsets = self._tiered.setdefault(topic, {})
+            if offset > offsets.get(partition, -1):
+                offsets[partition] = offset
+                self._save()
+            return offsets[partition]
 
     def broker_configs(self) -> dict[str, dict[str, str]]:
         return self._current("broker_configs")

@@ -98,6 +98,19 @@ class MetadataStore(ABC):
     def pending_topic_deletions(self) -> list[str]:
         """Topics whose deletion was requested and not yet completed, sorted."""
 
+    # Tiered storage ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def tiered_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's tiered offset: every offset below it is in the lake (the topic's
+        remote storage), so replicas may delete it locally. Partitions never tiered are absent."""
+
+    @abstractmethod
+    def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:
+        """Raise the partition's tiered offset to `offset` (it never goes down); returns the
+        stored value. UNKNOWN_TOPIC_OR_PARTITION if the topic has no such partition. Kept
+        with the topic, so it goes when the topic is deleted."""
+
     # Dynamic broker configs -------------------------------------------------------------------
 
     @abstractmethod

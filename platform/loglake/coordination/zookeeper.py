@@ -99,6 +99,11 @@ def state_path(topic: str, partition: int) -> str:
     return f"{partition_path(topic, partition)}/state"
 
 
+def tiered_offset_path(topic: str, partition: int) -> str:
+    """loglake's own znode beside the partition's state, so deleting the topic removes it."""
+    return f"{partition_path(topic, partition)}/loglake_tiered_offset"
+
+
 # Documents -------------------------------------------------------------------------------------
 
 
@@ -734,6 +739,49 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._add_watch(read, lambda value: value[0], callback)
 
     # Dynamic broker configs ------------------------------------------------------------------
+
+    def tiered_offsets(self, topic: str) -> dict[int, int]:
+        return self._retry(self._read_tiered_offsets, topic)
+
+    def _read_tiered_offsets(self, topic: str) -> dict[int, int]:
+        try:
+            children = self._client.get_children(f"{topic_path(topic)}/partitions")
+        except NoNodeError:
+            return {}
+        replies = {int(p): self._client.get_async(tiered_offset_path(topic, int(p))) for p in children if p.isdigit()}
+        offsets = {}
+        for p, reply in replies.items():
+            try:
+                offsets[p] = json.loads(reply.get()[0])["offset"]
+            except NoNodeError:
+                continue
+        return offsets
+
+    def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:
+        path = tiered_offset_path(topic, partition)
+
+        def raise_to() -> int:
+            while True:
+                if self._client.exists(state_path(topic, partition)) is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition}")
+                try:
+                    raw, stat = self._client.get(path)
+                except NoNodeError:
+                    try:
+                        self._client.create(path, _dumps({"version": 1, "offset": offset}))
+                        return offset
+                    except NodeExistsError:
+                        continue
+                stored = json.loads(raw)["offset"]
+                if stored >= offset:
+                    return stored
+                try:
+                    self._client.set(path, _dumps({"version": 1, "offset": offset}), version=stat.version)
+                    return offset
+                except BadVersionError:
+                    continue  # raised meanwhile: compare again
+
+        return self._retry(raise_to)
 
     def broker_configs(self) -> dict[str, dict[str, str]]:
         return self._retry(self._read_broker_configs)

@@ -505,22 +505,33 @@ class Log:
             self._end = LogOffsetMetadata(self._end.offset, self._segments[-1].base_offset, 0)
             return True
 
-    def delete_old_segments(self, high_watermark: int, now: int | None = None) -> int:
+    def delete_old_segments(self, high_watermark: int, now: int | None = None, tiered_offset: int = 0) -> int:
         """Kafka's UnifiedLog.deleteOldSegments: delete the oldest segments wholly below the
         log start offset; then, if cleanup.policy has `delete`, the oldest while the log
         exceeds retention.bytes and those whose largest timestamp is more than
         retention.ms old (-1: no limit). Only segments wholly below `high_watermark` go,
-        so the log start never passes it. Returns how many segments were deleted."""
+        so the log start never passes it. With remote.storage.enable the limits are
+        local.retention.bytes / local.retention.ms (-2: the retention.* value) and only
+        segments wholly below `tiered_offset` (already in the lake) go, so the lake and the
+        log never leave a gap between them. Returns how many segments were deleted."""
         now = _now(now)
         config = self._config
+        retention_bytes, retention_ms = config.retention_bytes, config.retention_ms
+        bound = high_watermark
+        if config.remote_storage_enable:
+            if config.local_retention_bytes != -2:
+                retention_bytes = config.local_retention_bytes
+            if config.local_retention_ms != -2:
+                retention_ms = config.local_retention_ms
+            bound = min(high_watermark, tiered_offset)
         with self._lock:
             deleted = self._delete_below_high_watermark(
-                high_watermark, lambda s, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset
+                bound, lambda s, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset
             )
             if not config.delete:
                 return deleted
-            if config.retention_bytes >= 0:
-                excess = sum(s.size for s in self._segments) - config.retention_bytes
+            if retention_bytes >= 0:
+                excess = sum(s.size for s in self._segments) - retention_bytes
 
                 def over_size(segment: LogSegment, _: LogSegment | None) -> bool:
                     nonlocal excess
@@ -529,10 +540,10 @@ class Log:
                     excess -= segment.size
                     return True
 
-                deleted += self._delete_below_high_watermark(high_watermark, over_size)
-            if config.retention_ms >= 0:
+                deleted += self._delete_below_high_watermark(bound, over_size)
+            if retention_ms >= 0:
                 deleted += self._delete_below_high_watermark(
-                    high_watermark, lambda s, _: now - s.largest_timestamp > config.retention_ms
+                    bound, lambda s, _: now - s.largest_timestamp > retention_ms
                 )
             return deleted
 

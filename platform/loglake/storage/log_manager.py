@@ -79,7 +79,7 @@ class LogManager:
         # Where a partition not yet hosted is to be created (AlterReplicaLogDirs before LeaderAndIsr).
         self._preferred_dirs: dict[TopicPartition, Path] = {}
         self._lock = threading.Lock()
-        self._high_watermark_of: Callable[[str, int], int | None] = lambda topic, partition: None
+        self._deletion_bounds_of: Callable[[str, int], tuple[int, int] | None] = lambda topic, partition: None
         self._checkpoint_lock = threading.Lock()
         self.scheduler = scheduler or Scheduler()
         self.cluster_id = self._check_meta_properties(cluster_id)
@@ -337,14 +337,15 @@ class LogManager:
 
     def startup(
         self,
-        high_watermark_of: Callable[[str, int], int | None],
+        deletion_bounds_of: Callable[[str, int], tuple[int, int] | None],
         retention_check_interval_ms: int,
         flush_check_interval_ms: int,
     ) -> None:
-        """Schedule retention and flushes. `high_watermark_of(topic, partition)` is the
-        hosted replica's high watermark, None while the partition is not hosted (its log
-        is then left alone)."""
-        self._high_watermark_of = high_watermark_of
+        """Schedule retention and flushes. `deletion_bounds_of(topic, partition)` is the
+        hosted replica's (high watermark, tiered offset): retention deletes below both (the
+        tiered offset matters only with remote.storage.enable). None while the partition
+        is not hosted: its log is then left alone."""
+        self._deletion_bounds_of = deletion_bounds_of
         self.scheduler.schedule(
             "kafka-log-retention", self.cleanup_logs, retention_check_interval_ms, retention_check_interval_ms
         )
@@ -359,13 +360,15 @@ class LogManager:
         now = now_ms() if now is None else now
         deleted = 0
         for log in self.all_logs():
-            high_watermark = self._high_watermark_of(log.topic, log.partition)
-            if high_watermark is None:
-                continue
             try:
+                bounds = self._deletion_bounds_of(log.topic, log.partition)
+                if bounds is None:
+                    continue
                 log.roll_if_segment_ms_elapsed(now)
-                deleted += log.delete_old_segments(high_watermark, now)
-            except OSError:
+                deleted += log.delete_old_segments(bounds[0], now, tiered_offset=bounds[1])
+            except Exception:
+                # One partition's failure (a disk error, an unreachable metadata store)
+                # must not stop retention of the others.
                 logger.exception("retention of %s failed", log.dir.name)
         if deleted:
             logger.info("retention deleted %d segments", deleted)
