@@ -32,5 +32,6 @@ bench: setup
 	$(PY) -m bench.kafka_consume
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce
+	$(PY) -m bench.retention
 	$(PY) -m bench.spark_read
 	$(PY) -m bench.delta_sink

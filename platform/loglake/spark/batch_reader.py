@@ -8,7 +8,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from loglake.spark.group_offsets import commit_offsets
-from loglake.spark.offset_ranges import OffsetRange, plan_batch
+from loglake.spark.lake import LakeRangePartition, read_lake_range, split_at_lakes
+from loglake.spark.offset_ranges import OffsetRange, connect, plan_batch
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import ProtocolClient
 from loglake.spark.range_reader import read_range
@@ -23,6 +24,8 @@ class OffsetRangePartition(InputPartition):
 
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if isinstance(partition, LakeRangePartition):
+        return read_lake_range(partition, options.include_headers)
     if not isinstance(partition, OffsetRangePartition):
         return iter(())  # nothing to read: Spark still runs one task, with a None partition
     return read_range(options, partition.offset_range)
@@ -44,9 +47,11 @@ class LoglakeBatchReader(DataSourceReader):
         self.options = options
         # Resolved once, on the driver: every task reads a fixed range.
         self.ranges = plan_batch(options)
+        with connect(options) as client:
+            self._partitions = split_at_lakes(client, self.ranges, OffsetRangePartition)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [OffsetRangePartition(r) for r in self.ranges]
+        return self._partitions
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.options.commit_offsets:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from loglake.errors import ErrorCode
 from loglake.spark.group_offsets import committed_offsets
+from loglake.spark.lake import with_lake_starts
 from loglake.spark.options import OffsetKind, OffsetSpec, OptionError, ReadOptions, TopicSelection
 from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
@@ -149,7 +150,8 @@ def resolve_offsets(
             names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing or extra)
             what = "must name every partition read; missing" if missing else "names partitions not read"
             raise OptionError(f"{spec.option} {what}: {names}")
-    earliest = list_offsets(client, dict.fromkeys(partitions, EARLIEST_TIMESTAMP))
+    # A tiered partition's earliest is in its lake (Delta table), before the log start.
+    earliest = with_lake_starts(client, list_offsets(client, dict.fromkeys(partitions, EARLIEST_TIMESTAMP)))
     latest = list_offsets(client, dict.fromkeys(partitions, LATEST_TIMESTAMP))
     if spec.kind is OffsetKind.EARLIEST:
         return earliest

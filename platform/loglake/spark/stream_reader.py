@@ -16,6 +16,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from loglake.spark.batch_reader import OffsetRangePartition, read_partition
 from loglake.spark.group_offsets import commit_offsets
+from loglake.spark.lake import split_at_lakes
 from loglake.spark.offset_ranges import (
     OffsetRange,
     connect,
@@ -103,7 +104,8 @@ class LoglakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             ranges.append(OffsetRange(tp.topic, tp.partition, begin[tp], stop))
         ranges = split_ranges(ranges, self.options.min_partitions, self.options.max_records_per_partition)
-        return [OffsetRangePartition(r) for r in ranges]
+        with connect(self.options) as client:
+            return split_at_lakes(client, ranges, OffsetRangePartition)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)

@@ -1,0 +1,177 @@
+"""The lake: a topic's tiered records in its Delta table, read as part of the topic.
+
+A topic with `remote.storage.enable=true` has its old segments copied by `jobs/tier.py`
+into the Delta table `<rsm.config.lake.root>/<topic>` (a broker config, found with
+DescribeConfigs), with the source's columns plus `date`, partitioned by partition and
+date. Each partition's copy is committed with a Delta app transaction whose id names the
+partition and whose version is the end (exclusive) of what is in the table, so the table
+itself says how far each partition is tiered. The broker deletes local segments only
+below that, so the lake [lake start, tiered end) and the log [log start, high watermark)
+meet or overlap, never leave a gap.
+
+Reads: `earliest` of a tiered partition is the lake's first offset, and any offset range
+is cut at the tiered end of a Delta version pinned on the driver: below it is read from
+that version's files, from it on from the broker. No offset is read twice or skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+from deltalake import DeltaTable
+from pyspark.sql.datasource import InputPartition
+
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+from loglake.spark.arrow_decoder import arrow_schema
+from loglake.spark.protocol_client import ProtocolClient, TopicPartition
+
+LAKE_ROOT_CONFIG = "rsm.config.lake.root"
+REMOTE_STORAGE_CONFIG = "remote.storage.enable"
+DATE_COLUMN = "date"
+PARTITION_COLUMNS = ["partition", DATE_COLUMN]
+
+_DESCRIBE_CONFIGS_VERSION = 4
+_TOPIC, _BROKER = 2, 4
+
+
+def tier_app_id(topic: str, partition: int) -> str:
+    """The Delta app transaction id of one partition's copy (its version: the tiered end)."""
+    return f"loglake-tier:{topic}:{partition}"
+
+
+def table_path(lake_root: str, topic: str) -> str:
+    return f"{lake_root.rstrip('/')}/{topic}"
+
+
+def describe_configs(
+    client: ProtocolClient, resource_type: int, name: str, keys: list[str], address: tuple[str, int] | None = None
+) -> dict[str, str | None]:
+    """DescribeConfigs of one resource (a broker's goes to that broker: `address`)."""
+    body = {
+        "resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}],
+        "include_synonyms": False,
+        "include_documentation": False,
+    }
+    if address is None:
+        response = client.request_any(ApiKey.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION, body)
+    else:
+        response = client.request_to(address, ApiKey.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION, body)
+    (result,) = response["results"]
+    if result["error_code"]:
+        code = ErrorCode(result["error_code"])
+        raise RuntimeError(f"DescribeConfigs of {name}: {code.name} {result['error_message'] or ''}")
+    return {c["name"]: c["value"] for c in result["configs"]}
+
+
+def lake_root(client: ProtocolClient) -> str | None:
+    """The cluster's lake root (`rsm.config.lake.root` of a broker), None if not set."""
+    metadata = client.metadata_cache or client.metadata([])
+    broker_id, address = min(metadata.brokers.items())
+    return describe_configs(client, _BROKER, str(broker_id), [LAKE_ROOT_CONFIG], address).get(LAKE_ROOT_CONFIG)
+
+
+def remote_storage_enabled(client: ProtocolClient, topic: str) -> bool:
+    value = describe_configs(client, _TOPIC, topic, [REMOTE_STORAGE_CONFIG]).get(REMOTE_STORAGE_CONFIG)
+    return (value or "false").lower() == "true"
+
+
+@dataclass(frozen=True)
+class Lake:
+    """One topic's table at a pinned version: per partition, the offsets it holds, [start, end)."""
+
+    table: str
+    version: int
+    extents: dict[int, tuple[int, int]]
+
+    @classmethod
+    def load(cls, table: str) -> Lake | None:
+        if not DeltaTable.is_deltatable(table):
+            return None
+        dt = DeltaTable(table)
+        files = pa.table(dt.get_add_actions(flatten=True))
+        starts: dict[int, int] = {}
+        if files.num_rows:
+            grouped = files.group_by("partition.partition").aggregate([("min.offset", "min")])
+            starts = dict(zip(grouped["partition.partition"].to_pylist(), grouped["min.offset_min"].to_pylist()))
+        extents = {}
+        for partition, start in starts.items():
+            end = dt.transaction_version(tier_app_id(_topic_of(table), partition))
+            if end is not None and start < end:
+                extents[partition] = (start, end)
+        return cls(table, dt.version(), extents)
+
+
+def _topic_of(table: str) -> str:
+    return table.rstrip("/").rsplit("/", 1)[-1]
+
+
+def lakes_for(client: ProtocolClient, topics: set[str]) -> dict[str, Lake]:
+    """The lakes of the topics that have remote storage and a table."""
+    tiered = [t for t in sorted(topics) if remote_storage_enabled(client, t)]
+    if not tiered:
+        return {}
+    root = lake_root(client)
+    if root is None:
+        return {}
+    lakes = {t: Lake.load(table_path(root, t)) for t in tiered}
+    return {t: lake for t, lake in lakes.items() if lake is not None}
+
+
+def with_lake_starts(client: ProtocolClient, earliest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """`earliest` with each tiered partition starting at its lake's first offset, where the
+    lake reaches the log (a gap would make the lake's records a separate island)."""
+    lakes = lakes_for(client, {tp.topic for tp in earliest})
+    out = dict(earliest)
+    for tp, log_start in earliest.items():
+        lake = lakes.get(tp.topic)
+        extent = None if lake is None else lake.extents.get(tp.partition)
+        if extent is not None and extent[0] < log_start <= extent[1]:
+            out[tp] = extent[0]
+    return out
+
+
+class LakeRangePartition(InputPartition):
+    """One Spark task reading offsets [start, end) of a partition from a pinned table version."""
+
+    def __init__(self, table: str, version: int, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((table, version, topic, partition, start, end))
+        self.table, self.version = table, version
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def split_at_lakes(
+    client: ProtocolClient, ranges: list, broker_partition: type[InputPartition]
+) -> list[InputPartition]:
+    """Input partitions for offset ranges: the part of each below its lake's tiered end
+    read from the lake, the rest (`broker_partition(range)`) from the broker."""
+    lakes = lakes_for(client, {r.topic for r in ranges}) if ranges else {}
+    out: list[InputPartition] = []
+    for r in ranges:
+        lake = lakes.get(r.topic)
+        extent = None if lake is None else lake.extents.get(r.partition)
+        cut = r.start if extent is None else max(r.start, min(r.end, extent[1]))
+        if cut > r.start:
+            assert lake is not None
+            out.append(LakeRangePartition(lake.table, lake.version, r.topic, r.partition, r.start, cut))
+        if r.end > cut:
+            out.append(broker_partition(type(r)(r.topic, r.partition, cut, r.end)))
+    return out
+
+
+def read_lake_range(partition: LakeRangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
+    """The records of the range, in offset order, with the source's Arrow schema."""
+    schema = arrow_schema(include_headers)
+    dataset = DeltaTable(partition.table, version=partition.version).to_pyarrow_dataset()
+    where = (
+        (pds.field("partition") == partition.partition)
+        & (pds.field("offset") >= partition.start)
+        & (pds.field("offset") < partition.end)
+    )
+    table = dataset.to_table(columns=schema.names, filter=where)
+    table = table.take(pc.sort_indices(table, [("offset", "ascending")]))
+    yield from table.cast(schema).to_batches(max_chunksize=65536)
