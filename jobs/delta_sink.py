@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loglake.spark.application import run_application
 from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions
 
 if TYPE_CHECKING:
@@ -148,17 +147,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("loglake-delta-sink").getOrCreate()
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()
+    run_application("loglake-delta-sink", run, parse_args(argv))
 
 
 if __name__ == "__main__":

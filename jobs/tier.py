@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING
 import httpx
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
+from loglake.spark.application import run_application
 from loglake.spark.delta_sink import _arrow
 from loglake.spark.lake import (
     DATE_COLUMN,
@@ -201,17 +201,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("loglake-tier").getOrCreate()
-    try:
-        run(spark, args)
-    finally:
-        spark.stop()
+    run_application("loglake-tier", run, parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -80,7 +80,11 @@ def read_earliest(spark, broker, topic: str) -> list[tuple[int, bytes, bytes]]:
         .option("startingOffsets", "earliest")
         .load()
     )
-    return sorted((r.offset, bytes(r.key), bytes(r.value)) for r in frame.select("offset", "key", "value").collect())
+    return as_records(frame.select("offset", "key", "value").collect())
+
+
+def as_records(rows: list) -> list[tuple[int, bytes, bytes]]:
+    return sorted((r.offset, bytes(r.key), bytes(r.value)) for r in rows)
 
 
 def run_job(broker, topic: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -119,7 +123,7 @@ def test_tiered_segments_leave_the_broker_and_reads_span_lake_and_log(loglake_sp
     )
     query.awaitTermination(120)
     rows = loglake_spark.sql(f"select * from tier_{topic.replace('-', '_')}").collect()
-    assert sorted((r.offset, bytes(r.key), bytes(r.value)) for r in rows) == expected
+    assert as_records(rows) == expected
 
 
 def test_a_job_killed_after_its_delta_commit_reruns_exactly_once(loglake_spark, broker, lake, topic):
