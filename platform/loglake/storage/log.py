@@ -21,7 +21,7 @@ import struct
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,6 +46,7 @@ from loglake.storage.fileutil import fsync_dir
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, sync_snapshot
 from loglake.storage.segment import LogSegment, now_ms
+from loglake.storage.segment_swap import complete_interrupted_swaps, swap_in
 from loglake.storage.time_index import NO_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -165,6 +166,7 @@ class Log:
             dir.mkdir(parents=True)
             fsync_dir(dir.parent)
         epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+        complete_interrupted_swaps(dir)
         segments = _load_segments(dir, config, epochs, None if had_clean_shutdown else recovery_point)
         if not segments:
             segments = [LogSegment.open(dir, log_start_offset, config)]
@@ -533,6 +535,40 @@ class Log:
         for segment in doomed:
             segment.delete()
         return count
+
+    # Compaction --------------------------------------------------------------------------
+
+    @property
+    def truncation_count(self) -> int:
+        """Changes whenever offsets are cut: a cleaning that started before is void."""
+        return self._truncations
+
+    def last_data_offsets_of_producers(self) -> dict[int, int]:
+        """Each known producer's last batch's last offset: the batch a cleaning must keep
+        (even emptied), since it carries the producer's last sequence (Kafka's rule)."""
+        with self._lock:
+            return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.producers.items()}
+
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], truncation_count: int) -> bool:
+        """Swap the flushed `.cleaned` segment `new` in for the consecutive rolled segments
+        `old` (see `segment_swap`). Returns False, deleting `new`, when the log changed under
+        the cleaning (a truncation, or `old` no longer all in the log)."""
+        with self._lock:
+            segments = self._segments
+            first = next((i for i, s in enumerate(segments) if s is old[0]), None)
+            if (
+                truncation_count != self._truncations
+                or first is None
+                or segments[first : first + len(old)] != list(old)
+                or first + len(old) >= len(segments)
+            ):
+                new.delete()
+                return False
+            swap_in(self._dir, new, old)
+            self._segments = [*segments[:first], new, *segments[first + len(old) :]]
+        for segment in old:
+            segment.delete()
+        return True
 
     # Truncation --------------------------------------------------------------------------
 

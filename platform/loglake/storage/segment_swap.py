@@ -1,0 +1,114 @@
+"""Swapping rewritten segments into a log, crash-safe at every step (Kafka's rules for
+`.cleaned`, `.swap` and `.deleted` files, from LocalLog.replaceSegments and LogLoader).
+
+A cleaned segment is written beside the segments it replaces with the suffix `.cleaned`
+and fsynced. The swap then:
+
+1. renames the new segment's files `.cleaned` -> `.swap`;
+2. renames each old segment's files to `.deleted`;
+3. renames the new segment's files `.swap` -> no suffix;
+4. unlinks the `.deleted` files (open descriptors keep serving readers that hold them).
+
+Start-up (`complete_interrupted_swaps`) finishes or undoes a swap a crash interrupted:
+`.cleaned` and `.deleted` files are removed (a crash before step 1 keeps the old
+segments); a `.log.swap` is complete (it was fsynced before its rename), so every plain
+segment whose base offset lies in its offset range is deleted and the swap files are
+renamed (a crash after step 1 ends with the new segment). The new segment always ends
+with the last batch of the old ones, so its range covers exactly the segments it replaces:
+never a mix of old and new. An index missing after a partial rename is rebuilt from the
+.log by the segment's sanity check.
+
+`LOGLAKE_FAULT=cleaner-<step>` kills the process with SIGKILL at a step, for the crash tests:
+after-cleaned, after-swap, mid-deleted (after the first old segment's rename),
+after-deleted, after-rename.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+
+from loglake.storage.file_records import FileRecords
+from loglake.storage.fileutil import fsync_dir
+from loglake.storage.segment import LogSegment
+
+logger = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+FAULT_ENV = "LOGLAKE_FAULT"
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+
+
+def maybe_fault(step: str) -> None:
+    """Die like a kill -9 at `step` when LOGLAKE_FAULT names it (crash tests only)."""
+    if os.environ.get(FAULT_ENV) == f"cleaner-{step}":
+        logger.warning("LOGLAKE_FAULT=cleaner-%s: killing the process", step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def swap_in(dir: Path, new: LogSegment, old: Sequence[LogSegment]) -> None:
+    """Steps 1-3 for a flushed `.cleaned` segment replacing `old`; the caller holds the
+    log's lock and unlinks the old segments' files (step 4) afterwards."""
+    maybe_fault("after-cleaned")
+    new.change_file_suffixes(CLEANED_SUFFIX, SWAP_SUFFIX)
+    fsync_dir(dir)
+    maybe_fault("after-swap")
+    for i, segment in enumerate(old):
+        segment.change_file_suffixes("", DELETED_SUFFIX)
+        if i == 0:
+            maybe_fault("mid-deleted")
+    fsync_dir(dir)
+    maybe_fault("after-deleted")
+    new.change_file_suffixes(SWAP_SUFFIX, "")
+    fsync_dir(dir)
+    maybe_fault("after-rename")
+
+
+def complete_interrupted_swaps(dir: Path) -> None:
+    """Finish (or forget) a swap a crash interrupted, before the segments are loaded."""
+    changed = False
+    swaps: list[Path] = []
+    for path in sorted(dir.iterdir()):
+        if path.name.endswith((CLEANED_SUFFIX, DELETED_SUFFIX)):
+            logger.info("removing %s, left by an interrupted cleaning", path)
+            path.unlink()
+            changed = True
+        elif path.name.endswith(SWAP_SUFFIX):
+            swaps.append(path)
+    if not swaps:
+        if changed:
+            fsync_dir(dir)
+        return
+    log_swaps = {p for p in swaps if p.name.endswith(".log" + SWAP_SUFFIX)}
+    stems = {p.name.split(".")[0] for p in log_swaps}
+    ranges = []
+    for path in swaps:
+        if path.name.split(".")[0] not in stems:
+            path.unlink()  # an index whose .log was never renamed to .swap
+    for path in sorted(log_swaps):
+        base = int(path.name.split(".")[0])
+        records = FileRecords(path)
+        try:
+            next_offset = base
+            for batch in records.batches(0, records.size):
+                next_offset = batch.next_offset
+        finally:
+            records.close()
+        ranges.append((base, next_offset))
+        logger.warning("completing the swap of %s (offsets %d..%d) interrupted by a crash", path, base, next_offset)
+    for path in dir.iterdir():
+        match = _SEGMENT_FILE.match(path.name)
+        if match and any(low <= int(match.group(1)) < high for low, high in ranges):
+            path.unlink()
+    fsync_dir(dir)
+    # Indexes first, the .log last, as in swap_in.
+    for path in sorted((p for p in dir.iterdir() if p.name.endswith(SWAP_SUFFIX)), key=lambda p: p in log_swaps):
+        path.rename(path.with_name(path.name.removesuffix(SWAP_SUFFIX)))
+    fsync_dir(dir)
