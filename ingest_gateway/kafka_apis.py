@@ -19,6 +19,7 @@ from loglake.coordination.model import topic_uuid
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
+from loglake.record.columns import check_keyed
 from loglake.protocol import (
     ApiKey,
     Chunk,
@@ -256,6 +257,8 @@ class KafkaApis:
                     for p in topic["partition_data"]:
                         errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
                     continue
+            # Per topic, not per record: a compacted topic takes keyed records only.
+            compacted = name in self.broker.image.topics and self.broker.topic_config(name).compact
             for p in topic["partition_data"]:
                 records = p["records"]
                 if records is None or len(records) == 0:
@@ -263,6 +266,8 @@ class KafkaApis:
                     continue
                 try:
                     validate_client_records(records)
+                    if compacted:
+                        check_keyed(records, f"{name}-{p['index']}")
                 except KafkaError as exc:
                     errors[(name, p["index"])] = (exc.code, exc.message)
                     continue

@@ -3,8 +3,9 @@
 Where a record starts depends on where the one before it ended, so the starts come from
 one walk over each record's length varint (the only per-record Python step, the same
 loop the broker runs to validate produced batches); every other field of every record is
-then read with numpy over the whole buffer. Used by the Spark decoder (records to Arrow)
-and by the log cleaner (keys and offsets of whole segments).
+then read with numpy over the whole buffer. Used by the Spark decoder (records to Arrow),
+the log cleaner (keys and offsets of whole segments) and the check that a compacted
+topic gets keyed records only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.compression import decompress
+from loglake.record.header import HEADER_SIZE, RecordBatchHeader
 from loglake.record.varint import decode_unsigned_varint
 
 # Varints are read up to 10 bytes past a position; a joined buffer ends with this padding so
@@ -131,3 +134,26 @@ def read_record_columns(data: bytes, section_ends: list[int], counts: list[int])
     return RecordColumns(
         starts, ends, timestamp_delta, offset_delta, key_pos, key_len, value_pos, value_len, header_count, header_pos
     )
+
+
+def check_keyed(buf: bytes | bytearray | memoryview, topic_partition: str) -> None:
+    """INVALID_RECORD unless every record of the (validated) batches in `buf` has a key:
+    what a compacted topic requires (Kafka's LogValidator.validateKey)."""
+    view = memoryview(buf)
+    sections, section_ends, counts = [], [], []
+    pos = total = 0
+    while pos < len(view):
+        header = RecordBatchHeader.parse(view, pos)
+        body = view[pos + HEADER_SIZE : pos + header.size]
+        section = decompress(header.compression, body) if header.compression else bytes(body)
+        sections.append(section)
+        total += len(section)
+        section_ends.append(total)
+        counts.append(header.record_count)
+        pos += header.size
+    sections.append(PADDING)
+    if (read_record_columns(b"".join(sections), section_ends, counts).key_len < 0).any():
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"Compacted topic cannot accept message without key in topic partition {topic_partition}.",
+        )
