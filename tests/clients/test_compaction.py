@@ -191,14 +191,13 @@ def test_kill_9_at_each_swap_step_recovers_old_or_new_segments(
     broker = make_broker(tmp_path / "logs", **CLEANER).start()
     try:
         topic = unique_name("crash")
-        config = {**COMPACTED, "segment.bytes": "16384", "min.cleanable.dirty.ratio": "0.99"}
-        create_topic(broker.bootstrap, topic, config=config)
+        create_topic(broker.bootstrap, topic, config={**COMPACTED, "cleanup.policy": "delete"})
         produced, end = versions_and_tombstones(broker.bootstrap, topic)
         before = below(read_all(broker.bootstrap, topic), end)
         assert before == produced
-        # The cleaner dies at `step` of its first swap, once the topic is dirty enough.
+        # The cleaner dies at `step` of its first swap, once the topic is compacted.
         httpx.patch(
-            f"{broker.http_url}/topics/{topic}", json={"configs": {"min.cleanable.dirty.ratio": "0.01"}}, timeout=10
+            f"{broker.http_url}/topics/{topic}", json={"configs": {"cleanup.policy": "compact"}}, timeout=10
         ).raise_for_status()
         assert broker.proc is not None
         assert broker.proc.wait(60) == -9
