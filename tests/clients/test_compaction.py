@@ -33,13 +33,17 @@ def broker(tmp_path_factory: pytest.TempPathFactory):
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CLEANER))
 
 
-def produce_keyed(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes | None]]) -> list[Record]:
-    """Produce (key, value) rows in order with an idempotent producer; (offset, key, value) of each."""
+def idempotent_producer(bootstrap: str):
     from confluent_kafka import Producer
 
-    producer = Producer(
+    return Producer(
         {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000, "enable.idempotence": True}
     )
+
+
+def produce_keyed(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes | None]], producer=None) -> list[Record]:
+    """Produce (key, value) rows in order with an idempotent producer; (offset, key, value) of each."""
+    producer = producer or idempotent_producer(bootstrap)
     out: list[Record | None] = [None] * len(rows)
     errors = []
 
@@ -211,7 +215,9 @@ def test_kill_9_at_each_swap_step_recovers_old_or_new_segments(
     try:
         after = below(read_all(broker.bootstrap, topic), end)
         leftovers = [
-            p.name for p in (broker.log_dir / f"{topic}-0").iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")
+            p.name
+            for p in (broker.log_dir / f"{topic}-0").iterdir()
+            if p.suffix in (".cleaned", ".swap", ".deleted", ".swap-end")
         ]
         assert leftovers == []
         assert set(after) <= set(produced) and [o for o, _, _ in after] == sorted({o for o, _, _ in after})
@@ -233,12 +239,20 @@ def test_readers_and_producers_go_on_while_segments_are_swapped(broker: BrokerPr
     stop = threading.Event()
     produced: list[Record] = []
 
+    failures: list[BaseException] = []
+
     def produce() -> None:
+        # One producer throughout: each idempotent producer's last batch outlives cleanings
+        # (emptied), and thousands of them would fill a small fetch with no record at all.
+        producer = idempotent_producer(broker.bootstrap)
         round_ = 0
         while not stop.is_set():
-            produced.extend(
-                produce_keyed(broker.bootstrap, topic, [(b"k%02d" % k, b"r%d" % round_ * 20) for k in range(50)])
-            )
+            try:
+                rows = [(b"k%02d" % k, b"r%d" % round_ * 20) for k in range(50)]
+                produced.extend(produce_keyed(broker.bootstrap, topic, rows, producer))
+            except BaseException as exc:
+                failures.append(exc)
+                return
             round_ += 1
 
     producer = threading.Thread(target=produce)
@@ -252,8 +266,7 @@ def test_readers_and_producers_go_on_while_segments_are_swapped(broker: BrokerPr
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 20,
-            "fetch.max.bytes": 4096,
-            "max.partition.fetch.bytes": 4096,
+            "max.partition.fetch.bytes": 16384,  # many fetches a pass: more of them meet a swap
         }
     )
     try:
@@ -279,5 +292,6 @@ def test_readers_and_producers_go_on_while_segments_are_swapped(broker: BrokerPr
         stop.set()
         producer.join()
         consumer.close()
+    assert not failures, failures
     final = below(read_all(broker.bootstrap, topic), 10**9)
     assert latest_per_key(final) == latest_per_key(produced)

@@ -159,7 +159,7 @@ def test_a_crash_at_each_swap_step_recovers_old_or_new(tmp_path: Path, step: str
         assert {k: (o, v) for o, k, v in after}.items() >= latest.items()
         assert [o for o, _, _ in after] == sorted({o for o, _, _ in after})
         assert set(after) <= set(before)
-    assert not [p for p in reopened.dir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")]
+    assert not [p for p in reopened.dir.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted", ".swap-end")]
 
 
 def _headers(log: Log) -> list[RecordBatchHeader]:

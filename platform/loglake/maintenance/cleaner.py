@@ -14,8 +14,8 @@ offset and timestamp deltas stay valid against the unchanged base offset and tim
 only its record count, length, CRC and max timestamp change, and it is recompressed with
 its own codec. A batch emptied of records is dropped unless it is the last batch of a
 producer the log still knows (it carries the sequence a retry is checked against, Kafka's
-rule) or the last batch of its group (so a swapped-in segment ends where the segments it
-replaces ended: see `segment_swap`); then its 61-byte header is kept with no records.
+rule); then its 61-byte header is kept with no records. (Kafka also keeps the last batch
+of a cleaning round; here the active segment, never cleaned, keeps the log's end.)
 
 Tombstones (KIP-534): the first cleaning that keeps a tombstone sets its batch's delete
 horizon (now + delete.retention.ms, in the base timestamp, attribute bit 0x40; record
@@ -258,16 +258,14 @@ def clean_log(log: Log, offset_map: OffsetMap, now_ms: int, stats: CleanerStats)
     truncations = log.truncation_count
     producers = log.last_data_offsets_of_producers()
     segments = log.segments
-    rolled = [s for i, s in enumerate(segments[:-1]) if s.base_offset < end and s.size]
+    rolled = [s for s in segments[:-1] if s.base_offset < end]
     config = log.config
     horizon: int | None = None
     for group in group_segments_by_size(rolled, config.segment_bytes, config.segment_index_bytes):
         cleaned = _new_cleaned_segment(log, group[0].base_offset)
         try:
-            for n, segment in enumerate(group):
-                group_horizon = _clean_into(
-                    segment, cleaned, offset_map, producers, config, now_ms, stats, last=n == len(group) - 1
-                )
+            for segment in group:
+                group_horizon = _clean_into(segment, cleaned, offset_map, producers, config, now_ms, stats)
                 if group_horizon is not None:
                     horizon = group_horizon if horizon is None else min(horizon, group_horizon)
             cleaned.on_become_inactive()
@@ -297,14 +295,10 @@ def _clean_into(
     config: LogConfig,
     now_ms: int,
     stats: CleanerStats,
-    last: bool,
 ) -> int | None:
     end = offset_map.end_offset
     horizon: int | None = None
-    chunks = list(_chunks(source, 0, source.size)) if last else None
-    pieces = iter(chunks) if chunks is not None else _chunks(source, 0, source.size)
-    final_position = chunks[-1][0] if chunks else -1
-    for position, buf in pieces:
+    for _, buf in _chunks(source, 0, source.size):
         stats.bytes_read += len(buf)
         chunk = _read_chunk(buf, lambda h: h.base_offset < end)
         keep = _records_to_keep(chunk, offset_map, now_ms)
@@ -315,7 +309,12 @@ def _clean_into(
         for i, header in enumerate(chunk.headers):
             at = chunk.positions[i]
             d = decoded.get(i)
-            if d is None:
+            if d is None and (header.base_offset >= end or header.is_control or header.record_count):
+                out = buf[at : at + header.size]  # past the map's end (or a control batch): as it is
+            elif d is None:
+                # A batch emptied by an earlier cleaning: it goes once nothing needs it.
+                if not _is_producers_last(header, producers):
+                    continue
                 out = buf[at : at + header.size]
             else:
                 count = header.record_count
@@ -330,9 +329,7 @@ def _clean_into(
                 elif kept:
                     new_horizon = now_ms + config.delete_retention_ms if needs_horizon else None
                     out = _rebuild(header, chunk, rows[keep[rows]], new_horizon)
-                elif (position == final_position and i == len(chunk.headers) - 1) or (
-                    header.producer_id >= 0 and producers.get(header.producer_id) == header.last_offset
-                ):
+                elif _is_producers_last(header, producers):
                     out = _empty_batch(header)
                 else:
                     continue
@@ -343,6 +340,10 @@ def _clean_into(
             dest.append(out, written.last_offset, written.max_timestamp, written.last_offset)
             stats.bytes_written += len(out)
     return horizon
+
+
+def _is_producers_last(header: RecordBatchHeader, producers: dict[int, int]) -> bool:
+    return header.producer_id >= 0 and producers.get(header.producer_id) == header.last_offset
 
 
 def _records_to_keep(chunk: _Chunk, offset_map: OffsetMap, now_ms: int) -> np.ndarray:

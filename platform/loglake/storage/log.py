@@ -564,10 +564,11 @@ class Log:
             ):
                 new.delete()
                 return False
-            swap_in(self._dir, new, old)
+            swap_end = swap_in(self._dir, new, old, segments[first + len(old)].base_offset)
             self._segments = [*segments[:first], new, *segments[first + len(old) :]]
         for segment in old:
             segment.delete()
+        swap_end.unlink()
         return True
 
     # Truncation --------------------------------------------------------------------------
