@@ -37,7 +37,10 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
+from loglake.maintenance.cleaner_manager import LogCleanerManager
+from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.protocol import ApiKey
+from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 from loglake.storage.meta_properties import MetaProperties, new_cluster_id
 
@@ -85,6 +88,9 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager)
+        )
+        self.log_cleaner = LogCleaner(
+            CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
@@ -206,6 +212,7 @@ class Broker:
             self._servers.append(server)
             self.track_background(asyncio.create_task(server.serve()))
         self._checkpointer = asyncio.create_task(self._checkpoint_loop())
+        self.log_cleaner.startup()
         for server in self._servers:
             while not server.started:
                 await asyncio.sleep(0.01)
@@ -254,6 +261,7 @@ class Broker:
         self._stopped.set()
 
     def shutdown(self) -> None:
+        self.log_cleaner.shutdown()
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.store.close()
@@ -274,6 +282,11 @@ class Broker:
         if hosted.log.config.remote_storage_enable:
             tiered = self.store.tiered_offsets(topic).get(partition, 0)
         return hosted.high_watermark, tiered
+
+    def _high_watermark_of(self, log_: Log) -> int | None:
+        """What the cleaner may clean up to; None for a log this broker does not host as a replica."""
+        partition = self.replica_manager.partitions.get((log_.topic, log_.partition))
+        return None if partition is None or partition.log is not log_ else partition.high_watermark
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
@@ -414,7 +427,10 @@ class Broker:
                     OFFSETS_TOPIC,
                     self.config.offsets_topic_num_partitions,
                     rf,
-                    {"cleanup.policy": "compact", "segment.bytes": "104857600"},
+                    {
+                        "cleanup.policy": "compact",
+                        "segment.bytes": self.config.raw.get("offsets.topic.segment.bytes", "104857600"),
+                    },
                 )
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
@@ -528,6 +544,8 @@ class Broker:
                     log_end_offset=local.log_end_offset,
                     size=local.log.size,
                 )
+                if local.log.config.compact:
+                    entry["compaction"] = self.log_cleaner.manager.describe(local.log)
             partitions.append(entry)
         return {
             "name": name,

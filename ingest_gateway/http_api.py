@@ -186,6 +186,8 @@ def create_app(broker: Broker) -> FastAPI:
         if len(body) > max_request:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"request is larger than {max_request} bytes")
         rows, explicit_partitions = parse_records(body, fmt)
+        if broker.topic_config(topic).compact and any(row[0] is None for row in rows):
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"Compacted topic {topic} cannot accept a record without key")
         placed = partition_records(
             rows,
             explicit_partitions,

@@ -113,6 +113,15 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
                         f"\tLogStartOffset: {p['log_start_offset']}\tHighWatermark: {p['high_watermark']}"
                         f"\tLogEndOffset: {p['log_end_offset']}\tSize: {p['size']}"
                     )
+                compaction = p.get("compaction")
+                if compaction is not None:
+                    last = compaction["last_cleaning"]
+                    offsets += f"\tDirtyRatio: {compaction['dirty_ratio']}\tLastCleaning: " + (
+                        "never"
+                        if last is None
+                        else f"{last['age_ms'] // 1000}s ago by {last['executor']} up to offset {last['end_offset']} "
+                        f"({last['bytes_read']} -> {last['bytes_written']} bytes, {last['duration_ms']} ms)"
+                    )
                 print(
                     f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
                     f"Replicas: {replicas}\tIsr: {isr}{offsets}"

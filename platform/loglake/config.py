@@ -97,6 +97,8 @@ class LogConfig:
     local_retention_bytes: int = -2
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False
+    # Not Kafka's: who compacts the topic, the broker's cleaner or the Spark job (jobs/compact.py).
+    loglake_compaction_executor: str = "broker"
 
     @classmethod
     def from_properties(cls, overrides: Mapping[str, str], defaults: LogConfig | None = None) -> LogConfig:
@@ -194,9 +196,16 @@ def _prop(
 _T = ConfigType
 TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
     _prop(
+        "loglake.compaction.executor",
+        _T.STRING,
+        "loglake's own: who compacts this topic when cleanup.policy has compact: broker (the broker's "
+        "log cleaner threads) or spark (jobs/compact.py; the broker's cleaner skips the topic).",
+        one_of("broker", "spark"),
+    ),
+    _prop(
         "cleanup.policy",
         _T.LIST,
-        "delete and/or compact: what happens to old segments (compaction not yet acted on).",
+        "delete and/or compact: what happens to old segments.",
         items_of("compact", "delete"),
         "log.cleanup.policy",
     ),

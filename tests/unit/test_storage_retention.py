@@ -15,6 +15,7 @@ from loglake.scheduler import Scheduler
 from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
+from loglake.storage.segment import DELETED_FILE_SUFFIX
 
 TINY = {"segment_bytes": 700, "index_interval_bytes": 60}
 DEADLINE_S = 10
@@ -166,7 +167,7 @@ def test_leftover_deleted_files_are_removed_at_open(tmp_path: Path) -> None:
     log = open_log(tmp_path, retention_ms=-1)
     fill(log, 30)
     first = log.segments[0]
-    first.rename_for_deletion()  # what a crash between rename and removal leaves
+    first.change_file_suffixes("", DELETED_FILE_SUFFIX)  # what a crash between rename and removal leaves
     log.close()
     reopened = Log.open(log.dir, log.config)
     assert not files(reopened, "*.deleted")

@@ -2,7 +2,7 @@
 
 Decoding is per batch, not per record: the batch headers are parsed one by one (a few
 per megabyte), the records sections are inflated and joined into one buffer, and every
-field of every record is then read with numpy over that buffer. The only per-record
+field of every record is then read with numpy over that buffer (`loglake.record.columns`). The only per-record
 Python step is the walk over each record's length varint, because where a record starts
 depends on where the previous one ended; it is the same loop the broker runs to validate
 produced batches and builds no object per record. Keys, values and header fields are cut
@@ -15,7 +15,6 @@ skipped here).
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,7 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, validate_batch
-from loglake.record.varint import decode_unsigned_varint
+from loglake.record.columns import PADDING, byte_ranges, check_within, read_record_columns, read_varints
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -69,11 +68,6 @@ class _Sections:
     next_offset: int
 
 
-# Varints are read up to 10 bytes past a position; the joined buffer is padded so that a
-# read near its end stays inside it (lengths are checked against record ends afterwards).
-_PADDING = bytes(16)
-
-
 def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
     parts: list[bytes | memoryview] = []
     section_ends: list[int] = []
@@ -104,76 +98,8 @@ def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
         base_offsets.append(header.base_offset)
         base_timestamps.append(header.base_timestamp)
         append_times.append(header.max_timestamp if header.is_log_append_time else -1)
-    parts.append(_PADDING)
+    parts.append(PADDING)
     return _Sections(b"".join(parts), section_ends, counts, base_offsets, base_timestamps, append_times, next_offset)
-
-
-def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
-    """Where each record starts in `data`, checking each section holds exactly its count."""
-    starts = array("q")
-    append = starts.append
-    at = 0
-    for end, count in zip(section_ends, counts, strict=True):
-        first = len(starts)
-        while at < end:
-            append(at)
-            # Record lengths take one or two varint bytes unless records exceed 8 KB. A
-            # negative length (odd zig-zag) is caught by the vectorised pass afterwards.
-            z = data[at]
-            if z < 0x80:
-                at += 1 + (z >> 1)
-            elif data[at + 1] < 0x80:
-                at += 2 + (((z & 0x7F) | (data[at + 1] << 7)) >> 1)
-            else:
-                z, at = decode_unsigned_varint(data, at)
-                at += z >> 1
-        if at != end or len(starts) - first != count:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
-    return np.frombuffer(starts, dtype=np.int64) if starts else np.empty(0, dtype=np.int64)
-
-
-def _read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The zig-zag varints at each position of `pos`, and the positions after them."""
-    first = buf[pos]
-    value = (first & 0x7F).astype(np.uint64)
-    size = np.ones(len(pos), dtype=np.int64)
-    more = np.flatnonzero(first & 0x80)
-    shift = 7
-    while more.size:
-        if shift > 63:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
-        byte = buf[pos[more] + size[more]]
-        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
-        size[more] += 1
-        more = more[(byte & 0x80) != 0]
-        shift += 7
-    signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-    return signed, pos + size
-
-
-def _check_within(pos: np.ndarray, record_ends: np.ndarray) -> None:
-    if (pos > record_ends).any():
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record's fields run past its length")
-
-
-def _slices(kind: pa.DataType, data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
-    """The byte ranges [start, start + length) of `data` as a binary/string array; a
-    negative length is a null. Ranges must be in ascending, non-overlapping order."""
-    n = len(starts)
-    if n == 0:
-        return pa.array([], type=kind)
-    valid = lengths >= 0
-    bounds = np.empty(2 * n, dtype=np.int32)
-    bounds[0::2] = starts
-    bounds[1::2] = starts + np.where(valid, lengths, 0)
-    # Element 2i is range i, element 2i+1 the bytes between range i and range i+1.
-    spans = pa.Array.from_buffers(kind, 2 * n - 1, [None, pa.py_buffer(bounds), data])
-    taken = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
-    if valid.all():
-        return taken
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    _, offsets, values = taken.buffers()
-    return pa.Array.from_buffers(kind, n, [bitmap, offsets, values], null_count=int(n - valid.sum()))
 
 
 def _headers(
@@ -189,18 +115,18 @@ def _headers(
     k = 0
     while active.size:
         p = pos[active]
-        key_len, p = _read_varints(buf, p)
+        key_len, p = read_varints(buf, p)
         if (key_len < 0).any():
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record header has a null key")
         key_starts.append(p)
         key_lengths.append(key_len)
         p = p + key_len
-        _check_within(p, record_ends[active])
-        value_len, p = _read_varints(buf, p)
+        check_within(p, record_ends[active])
+        value_len, p = read_varints(buf, p)
         value_starts.append(p)
         value_lengths.append(value_len)
         p = p + np.maximum(value_len, 0)
-        _check_within(p, record_ends[active])
+        check_within(p, record_ends[active])
         pos[active] = p
         k += 1
         active = active[counts[active] > k]
@@ -211,8 +137,10 @@ def _headers(
         # Header k of record i lies before header k+1 and before record i+1: position order
         # is (record, header index) order.
         order = np.argsort(key_start, kind="stable")
-        keys = _slices(pa.string(), data, key_start[order], np.concatenate(key_lengths)[order])
-        values = _slices(pa.binary(), data, np.concatenate(value_starts)[order], np.concatenate(value_lengths)[order])
+        keys = byte_ranges(pa.string(), data, key_start[order], np.concatenate(key_lengths)[order])
+        values = byte_ranges(
+            pa.binary(), data, np.concatenate(value_starts)[order], np.concatenate(value_lengths)[order]
+        )
     else:
         keys, values = pa.array([], pa.string()), pa.array([], pa.binary())
     entries = pa.StructArray.from_arrays([keys, values], fields=list(HEADERS_TYPE.value_type))
@@ -227,27 +155,16 @@ def decode_fetch(
     """The records of a fetch answer with offsets in [start, end), as Spark's Kafka columns."""
     sections = _collect_sections(records, start, end)
     data = sections.data
-    starts = _record_starts(data, sections.section_ends, sections.record_counts)
+    fields = read_record_columns(data, sections.section_ends, sections.record_counts)
     schema = arrow_schema(include_headers)
-    if not len(starts):
+    if not len(fields.starts):
         return DecodedFetch(_empty(schema), sections.next_offset)
 
     buf = np.frombuffer(data, dtype=np.uint8)
     batch_of = np.repeat(np.arange(len(sections.record_counts)), sections.record_counts)
-    length, pos = _read_varints(buf, starts)
-    if (length < 0).any():
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record has a negative length")
-    record_ends = pos + length
-    pos = pos + 1  # attributes: unused in magic 2
-    timestamp_delta, pos = _read_varints(buf, pos)
-    offset_delta, pos = _read_varints(buf, pos)
-    key_len, key_pos = _read_varints(buf, pos)
-    pos = key_pos + np.maximum(key_len, 0)
-    _check_within(pos, record_ends)
-    value_len, value_pos = _read_varints(buf, pos)
-    pos = value_pos + np.maximum(value_len, 0)
-    _check_within(pos, record_ends)
-    header_count, header_pos = _read_varints(buf, pos)
+    record_ends, timestamp_delta, offset_delta = fields.ends, fields.timestamp_delta, fields.offset_delta
+    key_pos, key_len, value_pos, value_len = fields.key_pos, fields.key_len, fields.value_pos, fields.value_len
+    header_count, header_pos = fields.header_count, fields.header_pos
 
     offsets = np.asarray(sections.base_offsets, dtype=np.int64)[batch_of] + offset_delta
     append_times = np.asarray(sections.append_times, dtype=np.int64)[batch_of]
@@ -264,8 +181,8 @@ def decode_fetch(
     n = len(offsets)
     arrow_data = pa.py_buffer(data)
     columns = [
-        _slices(pa.binary(), arrow_data, key_pos, key_len),
-        _slices(pa.binary(), arrow_data, value_pos, value_len),
+        byte_ranges(pa.binary(), arrow_data, key_pos, key_len),
+        byte_ranges(pa.binary(), arrow_data, value_pos, value_len),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, type=pa.int64()),

@@ -56,6 +56,10 @@ class Index:
                 f"{self.path}: size {self._file_size} is not a multiple of the {self.ENTRY.size}-byte entry"
             )
 
+    def load(self) -> None:
+        """Read the entries into memory now (before the file is renamed or deleted)."""
+        self._loaded()
+
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
         self._truncate_entries(0)

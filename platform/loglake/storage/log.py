@@ -21,7 +21,7 @@ import struct
 import threading
 import uuid
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ from pathlib import Path
 from loglake.config import LogConfig
 from loglake.scheduler import Scheduler
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.columns import check_keyed
 from loglake.record.header import (
     ATTRIBUTES_POS,
     HEADER_SIZE,
@@ -47,6 +48,7 @@ from loglake.storage.fileutil import fsync_dir
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, sync_snapshot
 from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, now_ms
+from loglake.storage.segment_swap import complete_interrupted_swaps, swap_in
 from loglake.storage.time_index import NO_TIMESTAMP
 
 logger = logging.getLogger(__name__)
@@ -171,6 +173,7 @@ class Log:
             dir.mkdir(parents=True)
             fsync_dir(dir.parent)
         epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+        complete_interrupted_swaps(dir)
         segments = _load_segments(dir, config, epochs, None if had_clean_shutdown else recovery_point)
         if not segments:
             segments = [LogSegment.open(dir, log_start_offset, config)]
@@ -268,7 +271,8 @@ class Log:
         """Validate, assign offsets to and append one request's batches (all or nothing).
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
-        count does not match the offset delta), MESSAGE_TOO_LARGE (a batch over
+        count does not match the offset delta, or a record without a key on a compacted
+        topic, as Kafka's LogValidator), MESSAGE_TOO_LARGE (a batch over
         max.message.bytes), RECORD_LIST_TOO_LARGE (more than segment.bytes in one append),
         and for batches with a producer id what `ProducerStateManager.validate_append`
         raises (INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD).
@@ -279,6 +283,8 @@ class Log:
         view = _byte_view(records)
         config = self._config
         batches = _validate(view, config, for_leader=True)
+        if config.compact:
+            check_keyed(view, f"{self.topic}-{self.partition}")
         now = _now(now_ms)
         log_append_time = config.message_timestamp_type == "LogAppendTime"
         # Only appends holding an idempotent producer's batch pay for producer state.
@@ -601,7 +607,7 @@ class Log:
         """Rename the files `.deleted` now and remove them file.delete.delay.ms later, so
         that a reader already inside one of these segments finishes (Kafka's asyncDelete)."""
         for segment in doomed:
-            segment.rename_for_deletion()
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
         delay = self._config.file_delete_delay_ms
         if self._scheduler is None or delay <= 0:
             for segment in doomed:
@@ -613,6 +619,41 @@ class Log:
                 segment.delete()
 
         self._scheduler.schedule_once(f"delete-file {self.topic}-{self.partition}", delete_files, delay)
+
+    # Compaction --------------------------------------------------------------------------
+
+    @property
+    def truncation_count(self) -> int:
+        """Changes whenever offsets are cut: a cleaning that started before is void."""
+        return self._truncations
+
+    def last_data_offsets_of_producers(self) -> dict[int, int]:
+        """Each known producer's last batch's last offset: the batch a cleaning must keep
+        (even emptied), since it carries the producer's last sequence (Kafka's rule)."""
+        with self._lock:
+            return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.producers.items()}
+
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], truncation_count: int) -> bool:
+        """Swap the flushed `.cleaned` segment `new` in for the consecutive rolled segments
+        `old` (see `segment_swap`). Returns False, deleting `new`, when the log changed under
+        the cleaning (a truncation, or `old` no longer all in the log)."""
+        with self._lock:
+            segments = self._segments
+            first = next((i for i, s in enumerate(segments) if s is old[0]), None)
+            if (
+                truncation_count != self._truncations
+                or first is None
+                or segments[first : first + len(old)] != list(old)
+                or first + len(old) >= len(segments)
+            ):
+                new.delete()
+                return False
+            swap_end = swap_in(self._dir, new, old, segments[first + len(old)].base_offset)
+            self._segments = [*segments[:first], new, *segments[first + len(old) :]]
+        for segment in old:
+            segment.delete()
+        swap_end.unlink()
+        return True
 
     # Truncation --------------------------------------------------------------------------
 
@@ -876,9 +917,6 @@ def _segment_base_offsets(dir: Path) -> list[int]:
     """Base offsets of the .log files; index files without a .log are removed."""
     logs, orphans = set(), []
     for path in dir.iterdir():
-        if path.name.endswith(DELETED_FILE_SUFFIX):
-            path.unlink()  # a deletion interrupted by a crash: finish it
-            continue
         match = _SEGMENT_FILE.match(path.name)
         if match and match.group(2) == "log":
             logs.add(int(match.group(1)))

@@ -49,14 +49,21 @@ class LogSegment:
     constructs and loads) reads the state a segment keeps in memory, `recover` rebuilds
     it from the .log."""
 
-    def __init__(self, dir: Path, base_offset: int, config: LogConfig, created_ms: int | None = None) -> None:
+    def __init__(
+        self, dir: Path, base_offset: int, config: LogConfig, created_ms: int | None = None, file_suffix: str = ""
+    ) -> None:
+        """`file_suffix` (".cleaned", ".swap") names the files of a segment being swapped in."""
         self.base_offset = base_offset
         self.index_interval_bytes = config.index_interval_bytes
         self.created_ms = now_ms() if created_ms is None else created_ms
         stem = filename_prefix(base_offset)
-        self.log = FileRecords(dir / (stem + LOG_SUFFIX))
-        self.offset_index = OffsetIndex(dir / (stem + INDEX_SUFFIX), base_offset, config.segment_index_bytes)
-        self.time_index = TimeIndex(dir / (stem + TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes)
+        self.log = FileRecords(dir / (stem + LOG_SUFFIX + file_suffix))
+        self.offset_index = OffsetIndex(
+            dir / (stem + INDEX_SUFFIX + file_suffix), base_offset, config.segment_index_bytes
+        )
+        self.time_index = TimeIndex(
+            dir / (stem + TIME_INDEX_SUFFIX + file_suffix), base_offset, config.segment_index_bytes
+        )
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
@@ -317,22 +324,23 @@ class LogSegment:
         for f in (self.log, self.offset_index, self.time_index):
             f.path = dir / f.path.name
 
+    def change_file_suffixes(self, old: str, new: str) -> None:
+        """Rename the files from `<name><old>` to `<name><new>` (the swap of a cleaned
+        segment, `.deleted` before removal). Indexes first, the .log last, so that a .log carrying a suffix means its
+        indexes carry it too; each index is read into memory before its file moves, so a
+        reader never opens a renamed path."""
+        for f in (self.offset_index, self.time_index, self.log):
+            if f is not self.log:
+                f.load()
+            target = f.path.with_name(f.path.name.removesuffix(old) + new)
+            f.path.rename(target)
+            f.path = target
+
     def close(self) -> None:
         self.on_become_inactive()
         self.log.close()
         self.offset_index.close()
         self.time_index.close()
-
-    def rename_for_deletion(self) -> None:
-        """Add `.deleted` to every file name. Each file is linked under its new name before
-        the old one goes, so a reader that looks a file up by path at any moment finds it."""
-        for f in (self.log, self.offset_index, self.time_index):
-            if f.path.name.endswith(DELETED_FILE_SUFFIX):
-                continue
-            renamed = f.path.with_name(f.path.name + DELETED_FILE_SUFFIX)
-            os.link(f.path, renamed)
-            old, f.path = f.path, renamed
-            old.unlink()
 
     def delete(self) -> None:
         """Remove the files. The .log descriptor stays open while a LogSlice needs it."""

@@ -1,0 +1,430 @@
+"""The segment-rewrite core of compaction (the role of Kafka's Cleaner), shared by the
+broker's cleaner threads and the Spark executor.
+
+Two passes, as in Kafka. `build_offset_map` reads the dirty range [first dirty offset,
+first uncleanable offset) and keeps each key's latest offset (stopping early when the map
+is full). `clean_log` then rewrites every segment below the map's end, a group of small
+segments (up to `segment.bytes`) into one `.cleaned` segment, and swaps each group in
+(`Log.replace_segments`). A record is kept when it is its key's latest (or lies past the
+map's end) and is not a tombstone past its delete horizon.
+
+Offsets never change: a batch keeps its base offset and last offset delta, its producer
+id, epoch and base sequence, and the records it keeps are copied byte for byte (their
+offset and timestamp deltas stay valid against the unchanged base offset and timestamp);
+only its record count, length, CRC and max timestamp change, and it is recompressed with
+its own codec. A batch emptied of records is dropped unless it is the last batch of a
+producer the log still knows (it carries the sequence a retry is checked against, Kafka's
+rule); then its 61-byte header is kept with no records. (Kafka also keeps the last batch
+of a cleaning round; here the active segment, never cleaned, keeps the log's end.)
+
+Tombstones (KIP-534): the first cleaning that keeps a tombstone sets its batch's delete
+horizon (now + delete.retention.ms, in the base timestamp, attribute bit 0x40; record
+timestamp deltas are rewritten against it); a cleaning after the horizon drops it.
+
+Work is per batch and per chunk of batches: keys and offsets of a whole chunk are read
+with numpy (`loglake.record.columns`), looked up with Arrow's hash join, and the keep/drop
+decision is one vectorised comparison; Python loops run over batches.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from loglake.config import LogConfig
+from loglake.record.columns import PADDING, byte_ranges, read_record_columns
+from loglake.record.compression import compress, decompress
+from loglake.record.header import (
+    ATTRIBUTES_POS,
+    CONTROL_MASK,
+    DELETE_HORIZON_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    RecordBatchHeader,
+    set_crc,
+)
+from loglake.record.varint import decode_varint, encode_varint
+from loglake.storage.log import Log
+from loglake.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
+from loglake.storage.segment_swap import CLEANED_SUFFIX
+from loglake.maintenance.offset_map import OffsetMap
+
+# Bytes read (and decoded) at a time; a bigger batch is read whole.
+CHUNK_BYTES = 8 * 1024 * 1024
+# attributes, lastOffsetDelta, base/max timestamp, producer id/epoch, base sequence, record count.
+_AFTER_CRC = struct.Struct(">hiqqqhii")
+# What an emptied batch keeps of its attributes (Kafka's writeEmptyHeader): no codec, no horizon.
+_EMPTY_BATCH_ATTRIBUTES = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
+
+
+class LogCleaningAborted(Exception):
+    """The log changed under a cleaning (truncated, segments deleted); nothing was swapped."""
+
+
+@dataclass
+class CleanerStats:
+    """What one cleaning read and wrote (Kafka's CleanerStats)."""
+
+    map_bytes_read: int = 0
+    map_records_read: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    segments_swapped: int = 0
+    start_s: float = field(default_factory=time.monotonic)
+    end_s: float = 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return (self.end_s or time.monotonic()) - self.start_s
+
+
+@dataclass(frozen=True)
+class CleaningResult:
+    end_offset: int
+    stats: CleanerStats
+    # The earliest delete horizon a kept tombstone's batch now carries (None: no tombstone kept).
+    earliest_delete_horizon_ms: int | None
+
+
+def first_uncleanable_offset(log: Log, high_watermark: int, now_ms: int) -> int:
+    """Where cleaning must stop: the active segment, the high watermark, and the first
+    segment with a record younger than min.compaction.lag.ms (Kafka's rules)."""
+    segments = log.segments
+    bound = min(segments[-1].base_offset, high_watermark)
+    lag = log.config.min_compaction_lag_ms
+    if lag > 0:
+        for segment in segments[:-1]:
+            if segment.largest_timestamp > now_ms - lag:
+                bound = min(bound, segment.base_offset)
+                break
+    return bound
+
+
+def cleanable_bytes(log: Log, first_dirty: int, first_uncleanable: int) -> tuple[int, int]:
+    """(clean bytes, dirty bytes) by whole segments, Kafka's dirty-ratio terms."""
+    clean = dirty = 0
+    segments = log.segments
+    for i, segment in enumerate(segments):
+        end = segments[i + 1].base_offset if i + 1 < len(segments) else log.log_end_offset
+        if end <= first_dirty:
+            clean += segment.size
+        elif segment.base_offset < first_uncleanable:
+            dirty += segment.size
+    return clean, dirty
+
+
+# Reading ---------------------------------------------------------------------------------
+
+
+def _chunks(segment: LogSegment, start: int, limit: int) -> Iterator[tuple[int, bytes]]:
+    """(position, bytes) of runs of whole batches from `start` up to `limit`, about
+    CHUNK_BYTES each."""
+    run_start = run_end = start
+    for batch in segment.log.batches(start, limit):
+        if batch.end > limit:
+            break
+        if batch.end - run_start > CHUNK_BYTES and run_end > run_start:
+            yield run_start, segment.log.read(run_start, run_end - run_start)
+            run_start = run_end
+        run_end = batch.end
+    if run_end > run_start:
+        yield run_start, segment.log.read(run_start, run_end - run_start)
+
+
+@dataclass
+class _Chunk:
+    """The batches of a chunk, with the records of those that were decoded."""
+
+    buf: bytes
+    headers: list[RecordBatchHeader]
+    positions: list[int]
+    decoded: list[int]  # indexes into headers, in order
+    data: bytes = b""
+    record_batch: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # index into `decoded`
+    offsets: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    keys: pa.Array | None = None
+    starts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    ends: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    timestamp_delta: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    value_len: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+
+def _read_chunk(buf: bytes, decode: Callable[[RecordBatchHeader], bool]) -> _Chunk:
+    """Parse the headers of `buf`; decode the records of the batches `decode(header)` picks."""
+    headers, positions, decoded, sections, section_ends, counts = [], [], [], [], [], []
+    view = memoryview(buf)
+    pos = total = 0
+    while pos < len(buf):
+        header = RecordBatchHeader.parse(buf, pos)
+        if decode(header) and header.record_count and not header.is_control:
+            body = view[pos + HEADER_SIZE : pos + header.size]
+            section = decompress(header.compression, body) if header.compression else body
+            sections.append(section)
+            total += len(section)
+            section_ends.append(total)
+            counts.append(header.record_count)
+            decoded.append(len(headers))
+        headers.append(header)
+        positions.append(pos)
+        pos += header.size
+    chunk = _Chunk(buf, headers, positions, decoded)
+    if not decoded:
+        return chunk
+    sections.append(PADDING)
+    chunk.data = data = b"".join(sections)
+    columns = read_record_columns(data, section_ends, counts)
+    chunk.record_batch = np.repeat(np.arange(len(decoded)), counts)
+    base_offsets = np.fromiter((headers[i].base_offset for i in decoded), np.int64, len(decoded))
+    chunk.offsets = base_offsets[chunk.record_batch] + columns.offset_delta
+    chunk.keys = byte_ranges(pa.binary(), pa.py_buffer(data), columns.key_pos, columns.key_len)
+    chunk.starts, chunk.ends = columns.starts, columns.ends
+    chunk.timestamp_delta, chunk.value_len = columns.timestamp_delta, columns.value_len
+    return chunk
+
+
+# The offset map --------------------------------------------------------------------------
+
+
+def build_offset_map(log: Log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats) -> None:
+    """Offer every keyed record in [start, end) to `offset_map` in offset order; stops at
+    the batch where the map fills. `offset_map.end_offset` is where the mapped range ends."""
+    offset_map.end_offset = start
+    segments = log.segments
+    for i, segment in enumerate(segments):
+        next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        if next_base is not None and next_base <= start:
+            continue
+        if segment.base_offset >= end:
+            break
+        position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
+        for _, buf in _chunks(segment, position, segment.size):
+            chunk = _read_chunk(buf, lambda h: h.next_offset > start and h.base_offset < end)
+            stats.map_bytes_read += len(buf)
+            if chunk.keys is not None:
+                wanted = (chunk.offsets >= start) & (chunk.offsets < end) & (chunk.keys.is_valid().to_numpy(False))
+                picked = np.flatnonzero(wanted)
+                keys, offsets = chunk.keys.take(pa.array(picked)), chunk.offsets[picked]
+                taken = offset_map.put(keys, offsets)
+                stats.map_records_read += taken
+                if taken < len(offsets):
+                    # Full: the mapped range ends at the first record left out (records from
+                    # there on are kept as they are, even inside a batch, as in Kafka).
+                    offset_map.end_offset = int(offsets[taken])
+                    return
+            last = chunk.headers[-1].next_offset
+            if last >= end:
+                offset_map.end_offset = end
+                return
+            offset_map.end_offset = max(offset_map.end_offset, last)
+        if next_base is not None:
+            offset_map.end_offset = min(end, max(offset_map.end_offset, next_base))
+    offset_map.end_offset = min(end, max(offset_map.end_offset, log.log_end_offset))
+
+
+# Rewriting -------------------------------------------------------------------------------
+
+
+def group_segments_by_size(segments: list[LogSegment], max_size: int, max_index_size: int) -> list[list[LogSegment]]:
+    """Consecutive segments whose logs fit in `max_size` together (and indexes in
+    `max_index_size`), each group to become one segment (Kafka's groupSegmentsBySize)."""
+    groups: list[list[LogSegment]] = []
+    for segment in segments:
+        group = groups[-1] if groups else None
+        if (
+            group is not None
+            and sum(s.size for s in group) + segment.size <= max_size
+            and sum(len(s.offset_index) for s in group) + len(segment.offset_index) <= max_index_size // 8
+            and segment.base_offset - group[0].base_offset <= 2**31 - 1
+        ):
+            group.append(segment)
+        else:
+            groups.append([segment])
+    return groups
+
+
+def clean_log(log: Log, offset_map: OffsetMap, now_ms: int, stats: CleanerStats) -> CleaningResult:
+    """Rewrite the rolled segments of `log` holding offsets below `offset_map.end_offset`
+    and swap them in, group by group. Raises LogCleaningAborted if the log changed."""
+    end = offset_map.end_offset
+    truncations = log.truncation_count
+    producers = log.last_data_offsets_of_producers()
+    segments = log.segments
+    rolled = [s for s in segments[:-1] if s.base_offset < end]
+    config = log.config
+    horizon: int | None = None
+    for group in group_segments_by_size(rolled, config.segment_bytes, config.segment_index_bytes):
+        cleaned = _new_cleaned_segment(log, group[0].base_offset)
+        try:
+            for segment in group:
+                group_horizon = _clean_into(segment, cleaned, offset_map, producers, config, now_ms, stats)
+                if group_horizon is not None:
+                    horizon = group_horizon if horizon is None else min(horizon, group_horizon)
+            cleaned.on_become_inactive()
+            cleaned.flush()
+        except BaseException:
+            cleaned.delete()
+            raise
+        if not log.replace_segments(cleaned, group, truncations):
+            raise LogCleaningAborted(f"{log} changed while it was being cleaned")
+        stats.segments_swapped += len(group)
+    stats.end_s = time.monotonic()
+    return CleaningResult(end, stats, horizon)
+
+
+def _new_cleaned_segment(log: Log, base_offset: int) -> LogSegment:
+    stem = filename_prefix(base_offset)
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        (log.dir / (stem + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)  # left by an aborted cleaning
+    return LogSegment(log.dir, base_offset, log.config, file_suffix=CLEANED_SUFFIX)
+
+
+def _clean_into(
+    source: LogSegment,
+    dest: LogSegment,
+    offset_map: OffsetMap,
+    producers: dict[int, int],
+    config: LogConfig,
+    now_ms: int,
+    stats: CleanerStats,
+) -> int | None:
+    end = offset_map.end_offset
+    horizon: int | None = None
+    for _, buf in _chunks(source, 0, source.size):
+        stats.bytes_read += len(buf)
+        chunk = _read_chunk(buf, lambda h: h.base_offset < end)
+        keep = _records_to_keep(chunk, offset_map, now_ms)
+        stats.records_read += len(chunk.offsets)
+        kept_per_batch = np.bincount(chunk.record_batch[keep], minlength=len(chunk.decoded)) if len(keep) else []
+        decoded = {i: d for d, i in enumerate(chunk.decoded)}
+        record_index = 0
+        for i, header in enumerate(chunk.headers):
+            at = chunk.positions[i]
+            d = decoded.get(i)
+            if d is None and (header.base_offset >= end or header.is_control or header.record_count):
+                out = buf[at : at + header.size]  # past the map's end (or a control batch): as it is
+            elif d is None:
+                # A batch emptied by an earlier cleaning: it goes once nothing needs it.
+                if not _is_producers_last(header, producers):
+                    continue
+                out = buf[at : at + header.size]
+            else:
+                count = header.record_count
+                rows = np.arange(record_index, record_index + count)
+                record_index += count
+                kept = int(kept_per_batch[d])
+                stats.records_retained += kept
+                tombstones = bool(kept) and bool((chunk.value_len[rows][keep[rows]] < 0).any())
+                needs_horizon = tombstones and not header.attributes & DELETE_HORIZON_MASK
+                if kept == count and not needs_horizon:
+                    out = buf[at : at + header.size]
+                elif kept:
+                    new_horizon = now_ms + config.delete_retention_ms if needs_horizon else None
+                    out = _rebuild(header, chunk, rows[keep[rows]], new_horizon)
+                elif _is_producers_last(header, producers):
+                    out = _empty_batch(header)
+                else:
+                    continue
+                if tombstones:
+                    batch_horizon = new_horizon if needs_horizon else header.base_timestamp
+                    horizon = batch_horizon if horizon is None else min(horizon, batch_horizon)
+            written = RecordBatchHeader.parse(out)
+            dest.append(out, written.last_offset, written.max_timestamp, written.last_offset)
+            stats.bytes_written += len(out)
+    return horizon
+
+
+def _is_producers_last(header: RecordBatchHeader, producers: dict[int, int]) -> bool:
+    return header.producer_id >= 0 and producers.get(header.producer_id) == header.last_offset
+
+
+def _records_to_keep(chunk: _Chunk, offset_map: OffsetMap, now_ms: int) -> np.ndarray:
+    """Per decoded record: its key's latest (or past the map's end), and not a tombstone
+    whose batch's delete horizon has passed. Null keys are dropped, as in Kafka."""
+    if chunk.keys is None:
+        return np.empty(0, dtype=bool)
+    latest = offset_map.latest_offsets(chunk.keys)
+    has_key = chunk.keys.is_valid().to_numpy(zero_copy_only=False)
+    is_latest = has_key & (chunk.offsets >= latest)
+    horizon_passed = np.fromiter(
+        (
+            bool(chunk.headers[i].attributes & DELETE_HORIZON_MASK) and chunk.headers[i].base_timestamp <= now_ms
+            for i in chunk.decoded
+        ),
+        bool,
+        len(chunk.decoded),
+    )[chunk.record_batch]
+    dropped_tombstone = (chunk.value_len < 0) & horizon_passed
+    return (chunk.offsets >= offset_map.end_offset) | (is_latest & ~dropped_tombstone)
+
+
+def _rebuild(header: RecordBatchHeader, chunk: _Chunk, rows: np.ndarray, delete_horizon: int | None) -> bytes:
+    """The batch with only records `rows`; with `delete_horizon`, the base timestamp
+    becomes the horizon and each record's timestamp delta is rewritten against it."""
+    data = chunk.data
+    starts, ends = chunk.starts[rows].tolist(), chunk.ends[rows].tolist()
+    base_timestamp = header.base_timestamp
+    attributes = header.attributes
+    if delete_horizon is None:
+        records = b"".join([data[s:e] for s, e in zip(starts, ends)])
+    else:
+        shift = base_timestamp - delete_horizon
+        records = b"".join([_with_timestamp_shift(data, s, e, shift) for s, e in zip(starts, ends)])
+        base_timestamp = delete_horizon
+        attributes |= DELETE_HORIZON_MASK
+    if header.is_log_append_time:
+        max_timestamp = header.max_timestamp
+    else:
+        max_timestamp = header.base_timestamp + int(chunk.timestamp_delta[rows].max())
+    if header.compression:
+        records = compress(header.compression, records)
+    return _batch(header, attributes, base_timestamp, max_timestamp, len(rows), records)
+
+
+def _with_timestamp_shift(data: bytes, start: int, end: int, shift: int) -> bytes:
+    length, pos = decode_varint(data, start)
+    attributes = data[pos : pos + 1]
+    delta, after = decode_varint(data, pos + 1)
+    rest = data[after:end]
+    body = attributes + encode_varint(delta + shift) + rest
+    return encode_varint(len(body)) + body
+
+
+def _empty_batch(header: RecordBatchHeader) -> bytes:
+    """The header alone (no records), keeping offsets and producer metadata (Kafka's
+    writeEmptyHeader; its base timestamp is the max timestamp)."""
+    attributes = header.attributes & _EMPTY_BATCH_ATTRIBUTES
+    return _batch(header, attributes, header.max_timestamp, header.max_timestamp, 0, b"")
+
+
+def _batch(
+    header: RecordBatchHeader, attributes: int, base_timestamp: int, max_timestamp: int, count: int, records: bytes
+) -> bytes:
+    out = bytearray(HEADER_SIZE + len(records))
+    out[0:8] = header.base_offset.to_bytes(8, "big", signed=True)
+    out[8:12] = (HEADER_SIZE - LOG_OVERHEAD + len(records)).to_bytes(4, "big", signed=True)
+    out[12:16] = header.partition_leader_epoch.to_bytes(4, "big", signed=True)
+    out[16] = header.magic
+    _AFTER_CRC.pack_into(
+        out,
+        ATTRIBUTES_POS,
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        count,
+    )
+    out[HEADER_SIZE:] = records
+    set_crc(out, 0, len(out))
+    return bytes(out)
