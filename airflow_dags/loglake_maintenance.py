@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import DAG, AsyncCallback, BaseHook, DeadlineAlert, DeadlineReference, Variable
+from airflow.sdk import DAG, BaseHook, DeadlineAlert, DeadlineReference, SyncCallback, Variable
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -136,8 +136,9 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             super().execute(context)
 
 
-async def log_missed_deadline(context: Mapping[str, Any], **kwargs: Any) -> None:
-    """Deadline alert callback (runs in the triggerer): a warning naming the late run."""
+def log_missed_deadline(context: Mapping[str, Any], **kwargs: Any) -> None:
+    """Deadline alert callback: a warning naming the late run. Synchronous, so the executor runs it,
+    with the DAG bundle (this folder) on the path."""
     run = context.get("dag_run") or {}
     log.warning("loglake maintenance run %s of %s missed its deadline", run.get("run_id"), run.get("dag_id"))
 
@@ -185,7 +186,7 @@ def maintenance_dag(name: str, job: str, *, required: Mapping[str, str], fixed: 
         else DeadlineAlert(
             reference=DeadlineReference.DAGRUN_QUEUED_AT,
             interval=deadline,
-            callback=AsyncCallback(log_missed_deadline),
+            callback=SyncCallback(log_missed_deadline),
         ),
     ) as dag:
         LoglakeSparkSubmitOperator(

@@ -2,9 +2,13 @@
 (tests/airflow/airflow_runner.py, under .venv-airflow), made once per test session by the
 `airflow` fixture of conftest.py.
 
-`AirflowRunner.run_dag(dag_id, variables)` parses airflow_dags/ with the Variable `loglake` set to `variables`
-and runs `dag.test()`: the DAG's tasks run for real (spark-submit of the job included) and the
-answer holds the DagRun's state and each task's.
+`AirflowRunner.run_dag(dag_id, variables, connections)` parses airflow_dags/ with the Variable
+`loglake` set to `variables` (and those connections defined, none by default) and runs
+`dag.test()`: the DAG's tasks run for real (spark-submit of the job included) and the answer
+holds the DagRun's state and each task's. A DAG test of a new job is a few lines:
+
+    result = airflow.run_dag("loglake_compaction", {"bootstrap.servers": ..., "compaction.topics": ...})
+    assert result.state == "success", result.log
 """
 
 from __future__ import annotations
@@ -60,13 +64,18 @@ class AirflowRunner:
     def parse(self, variables: dict[str, str] | None = None) -> dict[str, Any]:
         return self._request({"op": "parse", "variables": variables or {}}, timeout=60)
 
-    def run_dag(self, dag_id: str, variables: dict[str, str]) -> DagRunResult:
+    def run_dag(
+        self, dag_id: str, variables: dict[str, str], connections: dict[str, dict[str, str]] | None = None
+    ) -> DagRunResult:
         # Without the deadline alert: Airflow 3.3.2's dag.test() hands DagRun.update_state the DAG it
         # serialized in memory, whose alerts are still dicts where the scheduler's (from the database)
         # hold their ids, so a successful run ends in a StatementError. A scheduler is not affected.
         variables = {"deadline.minutes": "-1", **variables}
         start = self.log_path.stat().st_size
-        answer = self._request({"op": "test", "dag_id": dag_id, "variables": variables}, timeout=DAG_RUN_TIMEOUT_S)
+        answer = self._request(
+            {"op": "test", "dag_id": dag_id, "variables": variables, "connections": connections or {}},
+            timeout=DAG_RUN_TIMEOUT_S,
+        )
         with self.log_path.open("rb") as f:
             f.seek(start)
             log = f.read().decode(errors="replace")

@@ -4,10 +4,12 @@ One process per test session, so Airflow is imported once: it reads one JSON req
 stdin and answers one JSON line on stdout. Airflow's own output goes to stderr.
 
     {"op": "parse", "variables": {...}}                  -> {"import_errors": {...}, "dags": {...}}
-    {"op": "test", "dag_id": "...", "variables": {...}}  -> {"state": "...", "tasks": {task_id: state}}
+    {"op": "test", "dag_id": "...", "variables": {...}, "connections": {...}}
+                                                      -> {"state": "...", "tasks": {task_id: state}}
 
 `variables` is the JSON object of the Variable `loglake`, given as `AIRFLOW_VAR_LOGLAKE` (Airflow's
-environment-variable backend, which DAG parsing and tasks both read); the DAG files are parsed anew
+environment-variable backend, which DAG parsing and tasks both read), and `connections` (optional)
+maps connection ids to their JSON form, given as `AIRFLOW_CONN_<ID>`; the DAG files are parsed anew
 for each request, so each sees its own.
 """
 
@@ -48,7 +50,7 @@ def describe(dag: Any) -> dict[str, Any]:
         "schedule": str(dag.schedule),
         "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs,
-        "deadline_s": [alert.interval.total_seconds() for alert in dag.deadline or []],
+        "deadlines": [(alert.interval.total_seconds(), alert.callback.path) for alert in dag.deadline or []],
         "doc_md": dag.doc_md,
         "tasks": tasks,
     }
@@ -56,6 +58,10 @@ def describe(dag: Any) -> dict[str, Any]:
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
     os.environ["AIRFLOW_VAR_LOGLAKE"] = json.dumps(request.get("variables", {}))
+    for name in [name for name in os.environ if name.startswith("AIRFLOW_CONN_")]:
+        del os.environ[name]
+    for conn_id, connection in request.get("connections", {}).items():
+        os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(connection)
     bag = dag_bag()
     if request["op"] == "parse":
         return {

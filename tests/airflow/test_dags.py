@@ -19,7 +19,8 @@ def test_dag_bag_loads_every_dag_with_the_defaults(airflow: AirflowRunner) -> No
         (task,) = dag["tasks"].values()
         assert task["application"] == str(REPO / "jobs" / job)
         assert task["conn_id"] == "loglake_spark"
-        assert (task["retries"], task["execution_timeout_s"], dag["deadline_s"]) == (3, 3600, [7200])
+        assert (task["retries"], task["execution_timeout_s"]) == (3, 3600)
+        assert dag["deadlines"] == [[7200, "loglake_maintenance.log_missed_deadline"]]
         assert (dag["catchup"], dag["max_active_runs"]) == (False, 1)
         assert dag["doc_md"] and task["doc_md"]
     sink = parsed["dags"]["loglake_delta_sink"]
@@ -51,7 +52,7 @@ def test_the_loglake_variable_overrides_the_properties(airflow: AirflowRunner) -
     assert compaction["tasks"]["compaction"]["retries"] == 1
     assert parsed["dags"]["loglake_tiering"]["tasks"]["tiering"]["retries"] == 3
     assert parsed["dags"]["loglake_tiering"]["schedule"] == "0 3 * * *"
-    assert all(dag["deadline_s"] == [] for dag in parsed["dags"].values())
+    assert all(dag["deadlines"] == [] for dag in parsed["dags"].values())
 
 
 def test_a_run_without_its_topics_fails_at_once_naming_the_setting(airflow: AirflowRunner) -> None:

@@ -68,6 +68,8 @@ def test_each_run_catches_up_exactly_once(airflow: AirflowRunner, broker: Broker
 
     first = airflow.run_dag("loglake_delta_sink", variables)
     assert first.state == "success", first.log[-8000:]
+    # No connection `loglake_spark` is defined: the master of conf/airflow.properties, not YARN.
+    assert "--master local[*]" in first.log
     assert table_rows(tmp_path / "table") == expected_rows(acked)
 
     # The next scheduled run takes what came since, from the checkpoint, and nothing twice.
@@ -80,9 +82,14 @@ def test_each_run_catches_up_exactly_once(airflow: AirflowRunner, broker: Broker
 def test_a_failing_job_fails_the_run(airflow: AirflowRunner, broker: BrokerProcess, tmp_path: Path) -> None:
     variables = sink_variables(broker, unique_name("airflow-sink-fails"), tmp_path)
 
-    result = airflow.run_dag("loglake_delta_sink", {**variables, "delta_sink.args": "--no-such-option"})
+    result = airflow.run_dag(
+        "loglake_delta_sink",
+        {**variables, "delta_sink.args": "--no-such-option"},
+        connections={"loglake_spark": {"conn_type": "spark", "host": "local[1]"}},
+    )
 
     assert (result.state, result.tasks) == ("failed", {"delta_sink": "failed"})
+    assert "--master local[1]" in result.log  # the connection, where one exists, names the master
     # The job itself refused the option: spark-submit ran it, and its exit status failed the task.
     assert "unrecognized arguments: --no-such-option" in result.log
     assert not (tmp_path / "table").exists()
