@@ -120,6 +120,8 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
                 f"set {', '.join(self.missing_settings)} in the Airflow Variable {VARIABLE!r} "
                 f"(a JSON object) or in {PROPERTIES}"
             )
+        if not Path(self.application).is_file():
+            raise AirflowFailException(f"{self.application} does not exist: is this checkout older than the DAG?")
         if not os.access(self.python, os.X_OK):
             raise AirflowFailException(
                 f"{self.python} is not an executable: run `make setup` in {REPOSITORY}, or set loglake.python"

@@ -61,3 +61,12 @@ def test_a_run_without_its_topics_fails_at_once_naming_the_setting(airflow: Airf
     assert (result.state, result.tasks) == ("failed", {"compaction": "failed"})
     assert "set compaction.topics in the Airflow Variable 'loglake'" in result.log
     assert "spark-submit" not in result.log.lower()
+
+
+def test_a_run_without_the_loglake_virtualenv_fails_at_once(airflow: AirflowRunner, tmp_path) -> None:
+    variables = {"delta_sink.topics": "t", "loglake.python": str(tmp_path / "no-venv" / "python")}
+
+    result = airflow.run_dag("loglake_delta_sink", variables)
+
+    assert (result.state, result.tasks) == ("failed", {"delta_sink": "failed"})
+    assert f"{tmp_path / 'no-venv' / 'python'} is not an executable: run `make setup`" in result.log
