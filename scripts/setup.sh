@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent set-up: apt packages, the .venv and the project installed into it (editable).
+# Idempotent set-up: apt packages, the .venv and the project installed into it (editable),
+# and Airflow for the DAGs of airflow_dags/ in .venv-airflow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +25,16 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e '.[dev]'
     touch "$stamp"
+fi
+
+# Airflow in a virtualenv of its own: its pins (fastapi<0.137) would downgrade the broker's
+# fastapi in .venv. The DAGs run the jobs with .venv's spark-submit and python (docs/operations.md).
+if [ ! -x .venv-airflow/bin/python ]; then
+    "$PY" -m venv .venv-airflow
+fi
+airflow_stamp=.venv-airflow/.loglake-installed
+if [ ! -f "$airflow_stamp" ] || [ airflow_dags/requirements.txt -nt "$airflow_stamp" ]; then
+    .venv-airflow/bin/python -m pip install -q --upgrade pip
+    .venv-airflow/bin/python -m pip install -q -r airflow_dags/requirements.txt
+    touch "$airflow_stamp"
 fi
