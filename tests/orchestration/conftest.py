@@ -1,4 +1,4 @@
-"""The session's Airflow (tests/airflow/airflow_helpers.py): migrated and imported once."""
+"""The session's Airflow (tests/orchestration/airflow_helpers.py): migrated and imported once."""
 
 from __future__ import annotations
 

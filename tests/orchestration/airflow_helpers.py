@@ -1,5 +1,5 @@
 """Airflow for the DAG tests: an AIRFLOW_HOME, `airflow db migrate` and one Airflow process
-(tests/airflow/airflow_runner.py, under .venv-airflow), made once per test session by the
+(tests/orchestration/airflow_runner.py, under .venv-airflow), made once per test session by the
 `airflow` fixture of conftest.py.
 
 `AirflowRunner.run_dag(dag_id, variables, connections)` parses airflow_dags/ with the Variable
