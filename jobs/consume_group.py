@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from loglake.spark import job_session
 from loglake.spark.delta_sink import DeltaWriter
 from loglake.spark.faults import fault_point
 from loglake.spark.group_runs import GroupPositions, Run, commit_plan, commit_run, group_positions
@@ -166,16 +165,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> Run | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("loglake-consume-group").getOrCreate()
-    try:
+    with job_session("loglake-consume-group") as spark:
         run(spark, args)
-    finally:
-        spark.stop()
 
 
 if __name__ == "__main__":

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from loglake.spark import job_session
 from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions
 
 if TYPE_CHECKING:
@@ -149,16 +148,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("loglake-delta-sink").getOrCreate()
-    try:
+    with job_session("loglake-delta-sink") as spark:
         run(spark, args)
-    finally:
-        spark.stop()
 
 
 if __name__ == "__main__":
