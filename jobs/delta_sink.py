@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from loglake.spark.application import run_application
+from loglake.spark import job_session
 from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions
 
 if TYPE_CHECKING:
@@ -147,7 +147,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_application("loglake-delta-sink", run, parse_args(argv))
+    args = parse_args(argv)
+    with job_session("loglake-delta-sink") as spark:
+        run(spark, args)
 
 
 if __name__ == "__main__":

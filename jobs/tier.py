@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import httpx
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from loglake.spark.application import run_application
+from loglake.spark import job_session
 from loglake.spark.delta_sink import _arrow
 from loglake.spark.lake import (
     DATE_COLUMN,
@@ -201,7 +201,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_application("loglake-tier", run, parse_args(argv))
+    args = parse_args(argv)
+    with job_session("loglake-tier") as spark:
+        run(spark, args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """`make demo`: a standalone broker; 100,000 keyed events over HTTP, all read back; then
-100,000 more from a Kafka client (confluent-kafka, idempotent, acks=all), read back by kcat."""
+100,000 more from a Kafka client (confluent-kafka, idempotent, acks=all), read back by kcat;
+then the first topic read with Spark (count and offset range per partition) and sunk into a
+Delta table by the exactly-once job (`jobs.delta_sink`, available-now)."""
 
 from __future__ import annotations
 
@@ -134,6 +136,50 @@ def consume_with_kcat(bootstrap: str) -> Counter:
     return Counter(int(line) for line in out.split())
 
 
+def read_with_spark(bootstrap: str) -> dict[int, tuple[int, int, int]]:
+    """Per partition: (records, first offset, last offset), as Spark's `loglake` source reads them."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import loglake.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("loglake-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "3")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        loglake.spark.register(spark)
+        rows = (
+            spark.read.format("loglake")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", TOPIC)
+            .load()
+            .groupBy("partition")
+            .agg(F.count("*").alias("n"), F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .collect()
+        )
+    finally:
+        spark.stop()
+    return {r.partition: (r.n, r.first, r.last) for r in rows}
+
+
+def sink_to_delta(bootstrap: str, table: Path) -> int:
+    """`python -m jobs.delta_sink` (available-now) into `table`; the table's row count."""
+    from deltalake import DeltaTable
+
+    subprocess.run(
+        [sys.executable, "-m", "jobs.delta_sink", "--bootstrap-servers", bootstrap, "--topics", TOPIC,
+         "--table", str(table), "--checkpoint", str(table.parent / "delta-checkpoint"),
+         "--trigger", "available-now"],
+        cwd=ROOT, check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    return DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="loglake-demo-") as tmp:
         broker = BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties")
@@ -173,12 +219,29 @@ def main() -> int:
             print(f"{'partition':>9} {'produced':>9} {'kcat read':>9}")
             for p in range(PARTITIONS):
                 print(f"{p:>9} {kafka_produced[p]:>9} {kcat_read[p]:>9}")
+
+            spark_read = read_with_spark(broker.bootstrap)
+            t6 = time.perf_counter()
+            print(f"\nSpark (spark.read.format('loglake')) read {TOPIC} in {t6 - t5:.2f}s, JVM start included")
+            print(f"{'partition':>9} {'records':>9} {'first':>7} {'last':>7}")
+            for p, (count, first, last) in sorted(spark_read.items()):
+                print(f"{p:>9} {count:>9} {first:>7} {last:>7}")
+            table = Path(tmp) / "delta" / TOPIC
+            delta_rows = sink_to_delta(broker.bootstrap, table)
+            t7 = time.perf_counter()
+            print(
+                f"python -m jobs.delta_sink (exactly once, available-now) wrote {TOPIC} into {table} in {t7 - t6:.2f}s"
+            )
+            print(f"the Delta table holds {delta_rows:,} rows")
         print("broker stopped")
         if total != EVENTS or any(produced[p] != summary[p][0] for p in summary):
             print("MISMATCH: not every event produced over HTTP was read back", file=sys.stderr)
             return 1
         if kafka_produced != kcat_read or sum(kcat_read.values()) != EVENTS:
             print("MISMATCH: kcat did not read back every event the Kafka client produced", file=sys.stderr)
+            return 1
+        if spark_read != summary or delta_rows != EVENTS:
+            print("MISMATCH: Spark or the Delta table does not hold every event produced over HTTP", file=sys.stderr)
             return 1
         if kafka_produced != produced:
             print("MISMATCH: the Kafka client and HTTP put the same keys in different partitions", file=sys.stderr)

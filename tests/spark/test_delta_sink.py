@@ -11,7 +11,13 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 from kafka_frames import BASE_TIMESTAMP, concat, kafka_records
-from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions, committed_version, delta_spark_available
+from loglake.spark.delta_sink import (
+    DeltaSink,
+    DeltaSinkOptions,
+    committed_version,
+    delta_spark_available,
+    delta_spark_missing,
+)
 from pyspark.sql import functions as F
 
 TABLE_ORDER = ["topic", "partition", "offset"]
@@ -189,3 +195,12 @@ def test_options_are_checked() -> None:
 def test_without_delta_jars_the_writer_is_deltalake(spark, tmp_path: Path) -> None:
     assert not delta_spark_available(spark)
     assert DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))).engine_name == "deltalake"
+
+
+def test_without_delta_jars_the_reason_is_the_classpath_and_delta_spark_is_refused(spark, tmp_path: Path) -> None:
+    # The delta-spark Python package is installed here; the jars are what is missing.
+    assert (
+        delta_spark_missing(spark) == "Delta's jars are not on Spark's classpath (io.delta.tables.DeltaTable not found)"
+    )
+    with pytest.raises(ValueError, match="engine delta-spark: Delta's jars are not on Spark's classpath"):
+        DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), engine="delta-spark"))

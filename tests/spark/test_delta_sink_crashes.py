@@ -23,7 +23,8 @@ import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
 from kafka_frames import concat, kafka_records
-from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, FAULT_ENV, committed_version
+from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, committed_version
+from loglake.spark.faults import FAULT_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 TABLE_ORDER = ["topic", "partition", "offset"]

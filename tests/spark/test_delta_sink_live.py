@@ -19,7 +19,8 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from clients.client_helpers import create_topic
-from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, FAULT_ENV
+from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT
+from loglake.spark.faults import FAULT_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 3

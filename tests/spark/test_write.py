@@ -7,6 +7,8 @@ from clients.client_helpers import create_topic, fetch_batches, unique_name
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
 from source_helpers import run_available_now, with_options
 
+from loglake.partitioner import partition_for_key
+
 HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
 
@@ -47,6 +49,15 @@ def test_topic_column_routes_rows(loglake_spark, broker, topic) -> None:
     with_options(df.coalesce(1).write, broker, {}).mode("append").save()
     assert [r[3] for r in read_back(loglake_spark, broker, f"{topic}-a")] == [b"x", b"z"]
     assert [r[3] for r in read_back(loglake_spark, broker, f"{topic}-b")] == [b"y"]
+
+
+def test_keyed_rows_without_a_partition_go_where_the_java_producer_puts_them(loglake_spark, broker, topic) -> None:
+    create_topic(broker.bootstrap, topic, partitions=5)
+    keys = [f"user-{i}" for i in range(40)]
+    df = loglake_spark.createDataFrame([(k, k) for k in keys], "key string, value string")
+    with_options(df.write, broker, {"topic": topic}).mode("append").save()
+    placed = {r[2].decode(): r[0] for r in read_back(loglake_spark, broker, topic)}
+    assert placed == {k: partition_for_key(k.encode(), 5) for k in keys}  # murmur2, as Spark's Kafka sink
 
 
 @pytest.mark.parametrize(

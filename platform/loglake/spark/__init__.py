@@ -9,8 +9,11 @@ Only this package imports pyspark.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,3 +35,21 @@ def register(spark: SparkSession) -> None:
         # carries the interpreter the context names now.
         sc.pythonExec = sys.executable
     spark.dataSource.register(LoglakeDataSource)
+
+
+@contextmanager
+def job_session(app_name: str) -> Iterator[SparkSession]:
+    """The session of a job started by `python -m jobs.<name>` or `spark-submit`: INFO logs on
+    stdout, Spark's Python workers running this interpreter, the `loglake` format registered;
+    stopped at the end."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    # Set before the JVM starts, so the workers run this interpreter (it has pyarrow and loglake).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    try:
+        register(spark)
+        yield spark
+    finally:
+        spark.stop()

@@ -17,13 +17,15 @@ partitioned by the record's UTC date.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from loglake.spark.faults import fault_point
 
 if TYPE_CHECKING:
     import delta.tables
@@ -39,7 +41,6 @@ DATE_COLUMN = "date"
 # LOGLAKE_FAULT=after-delta-commit[:<batch id>] ends the process right after a micro-batch's
 # Delta commit, before Spark writes the batch's commit file: the widest window in which a crash
 # makes Spark replay a batch that the table already holds (used by the failure tests).
-FAULT_ENV = "LOGLAKE_FAULT"
 FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,16 @@ class BatchOutcome:
     compacted: bool = False
 
 
-def delta_spark_available(spark: SparkSession) -> bool:
-    """Whether Spark can load delta-spark's classes (its jars are on the classpath)."""
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def delta_spark_missing(spark: SparkSession) -> str | None:
+    """Why this session cannot write through delta-spark (None: it can).
+
+    It can when Spark loads Delta's classes (the jars are on its classpath), the `delta`
+    Python package is installed, and the session has Delta's SQL extension, which MERGE and
+    OPTIMIZE need. Nothing is configured or downloaded here: a session set up for Delta is used.
+    """
     from py4j.protocol import Py4JJavaError
 
     jvm = spark.sparkContext._jvm
@@ -99,8 +108,18 @@ def delta_spark_available(spark: SparkSession) -> bool:
     try:
         jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)
     except Py4JJavaError:  # the JVM's ClassNotFoundException
-        return False
-    return True
+        return "Delta's jars are not on Spark's classpath (io.delta.tables.DeltaTable not found)"
+    if importlib.util.find_spec("delta") is None:
+        return "the delta-spark Python package is not installed"
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if DELTA_EXTENSION not in [name.strip() for name in extensions.split(",")]:
+        return f"spark.sql.extensions does not name {DELTA_EXTENSION}"
+    return None
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """Whether this session can write through delta-spark (see `delta_spark_missing`)."""
+    return delta_spark_missing(spark) is None
 
 
 def table_frame(batch: DataFrame, options: DeltaSinkOptions) -> DataFrame:
@@ -251,24 +270,62 @@ class _DeltaSparkEngine:
 
 
 @dataclass
+class DeltaWriter:
+    """One Delta table, written through delta-spark when Spark has Delta's classes (`auto`)
+    and through delta-rs otherwise; appends are made once per (app id, version)."""
+
+    spark: SparkSession
+    table: str
+    partition_by: list[str]
+    engine: Engine = "auto"
+    engine_name: str = field(init=False)
+    _engine: _TableEngine = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        engine = self.engine
+        missing = None if engine == "deltalake" else delta_spark_missing(self.spark)
+        if engine == "auto":
+            engine = "deltalake" if missing else "delta-spark"
+            if missing:
+                log.info("writing %s with deltalake: %s", self.table, missing)
+        elif missing:
+            raise ValueError(f"engine delta-spark: {missing}")
+        self.engine_name = engine
+        if engine == "delta-spark":
+            self._engine = _DeltaSparkEngine(self.spark, self.table, self.partition_by)
+        else:
+            self._engine = _DeltaRsEngine(self.table, self.partition_by)
+
+    def append_once(self, frame: DataFrame, app_id: str, version: int) -> int | None:
+        """Append `frame` in one commit that records `version` for `app_id`, unless the table
+        records that version or a later one already: None then (a replay, nothing written)."""
+        committed = committed_version(self.table, app_id)
+        if committed is not None and version <= committed:
+            return None
+        return self._engine.append(frame, app_id, version)
+
+    def insert_missing(self, frame: DataFrame) -> int:
+        """Insert the rows whose (topic, partition, offset) the table lacks."""
+        return self._engine.insert_missing(frame)
+
+    def compact(self) -> None:
+        self._engine.compact()
+
+
+@dataclass
 class DeltaSink:
     """The exactly-once writer; an instance is the `foreachBatch` function of a streaming query."""
 
     spark: SparkSession
     options: DeltaSinkOptions
-    engine_name: str = field(init=False)
-    _engine: _TableEngine = field(init=False, repr=False)
+    writer: DeltaWriter = field(init=False)
 
     def __post_init__(self) -> None:
-        engine = self.options.engine
-        if engine == "auto":
-            engine = "delta-spark" if delta_spark_available(self.spark) else "deltalake"
-        self.engine_name = engine
-        partition_by = self.options.partition_columns
-        if engine == "delta-spark":
-            self._engine = _DeltaSparkEngine(self.spark, self.options.table, partition_by)
-        else:
-            self._engine = _DeltaRsEngine(self.options.table, partition_by)
+        self.writer = DeltaWriter(self.spark, self.options.table, self.options.partition_columns, self.options.engine)
+
+    @property
+    def engine_name(self) -> str:
+        return self.writer.engine_name
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """`foreachBatch` entry point: the query's id comes from the thread running the batch."""
@@ -279,15 +336,12 @@ class DeltaSink:
 
     def write_batch(self, batch: DataFrame, batch_id: int, query_id: str) -> BatchOutcome:
         """Commit one micro-batch once: a batch id at or below the table's recorded one is a replay."""
-        committed = committed_version(self.options.table, query_id)
-        if committed is not None and batch_id <= committed:
-            log.info(
-                "batch %d of query %s: already committed (table at %d), replay skipped", batch_id, query_id, committed
-            )
+        rows = self.writer.append_once(table_frame(batch, self.options), query_id, batch_id)
+        if rows is None:
+            log.info("batch %d of query %s: already committed, replay skipped", batch_id, query_id)
             return BatchOutcome(batch_id, 0, replay_skipped=True)
-        rows = self._engine.append(table_frame(batch, self.options), query_id, batch_id)
         log.info("batch %d of query %s: %d rows committed", batch_id, query_id, rows)
-        _fault_point(batch_id)
+        fault_point(FAULT_AFTER_DELTA_COMMIT, batch_id)
         compacted = self.options.compact_every > 0 and (batch_id + 1) % self.options.compact_every == 0
         if compacted:
             self.compact()
@@ -295,18 +349,11 @@ class DeltaSink:
 
     def write_rerun(self, data: DataFrame) -> BatchOutcome:
         """Batch mode: insert the records whose (topic, partition, offset) the table lacks."""
-        rows = self._engine.insert_missing(table_frame(data, self.options))
+        rows = self.writer.insert_missing(table_frame(data, self.options))
         if self.options.compact_every:
             self.compact()
         return BatchOutcome(None, rows, compacted=bool(self.options.compact_every))
 
     def compact(self) -> None:
         """Rewrite small files into larger ones (OPTIMIZE); the rows and the recorded txns stay."""
-        self._engine.compact()
-
-
-def _fault_point(batch_id: int) -> None:
-    fault = os.environ.get(FAULT_ENV, "")
-    name, _, only_batch = fault.partition(":")
-    if name == FAULT_AFTER_DELTA_COMMIT and (not only_batch or int(only_batch) == batch_id):
-        os._exit(137)  # as abrupt as kill -9: no finally blocks, no Spark shutdown hooks
+        self.writer.compact()

@@ -8,7 +8,7 @@ query's position and lag like any consumer's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from loglake.errors import ErrorCode
@@ -50,26 +50,40 @@ def committed_offsets(
     client: ProtocolClient, group_id: str, partitions: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
     """The group's committed offsets of `partitions`; partitions without one are left out."""
+    return {tp: offset for tp, (offset, _) in committed_with_metadata(client, group_id, partitions).items()}
 
-    def fetch(address: tuple[str, int]) -> dict[TopicPartition, int] | None:
+
+def committed_with_metadata(
+    client: ProtocolClient, group_id: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, tuple[int, str]]:
+    """The group's committed offsets of `partitions` with their metadata strings; partitions
+    without an offset are left out."""
+
+    def fetch(address: tuple[str, int]) -> dict[TopicPartition, tuple[int, str]] | None:
         error, answers = client.offset_fetch_from(address, group_id, partitions)
-        errors = {error} | {e for e, _ in answers.values()}
+        errors = {error} | {e for e, _, _ in answers.values()}
         if errors & RETRIABLE_PARTITION_ERRORS or ErrorCode.UNSTABLE_OFFSET_COMMIT in errors:
             return None
         if errors != {ErrorCode.NONE}:
             raise GroupOffsetsError(f"OffsetFetch for group {group_id!r} failed: {sorted(e.name for e in errors)}")
-        return {tp: offset for tp, (_, offset) in answers.items() if offset >= 0}
+        return {tp: (offset, metadata) for tp, (_, offset, metadata) in answers.items() if offset >= 0}
 
     return _with_coordinator(client, group_id, fetch)
 
 
-def commit_offsets(client: ProtocolClient, group_id: str, offsets: dict[TopicPartition, int]) -> None:
-    """Commit `offsets` (the next offset to read, per partition) to the group."""
+def commit_offsets(
+    client: ProtocolClient,
+    group_id: str,
+    offsets: dict[TopicPartition, int],
+    metadata: Mapping[TopicPartition, str] | None = None,
+) -> None:
+    """Commit `offsets` (the next offset to read, per partition) to the group, each with its
+    `metadata` string (none by default)."""
     if not offsets:
         return
 
     def commit(address: tuple[str, int]) -> bool | None:
-        errors = set(client.offset_commit_to(address, group_id, offsets).values())
+        errors = set(client.offset_commit_to(address, group_id, offsets, metadata).values())
         if errors & RETRIABLE_PARTITION_ERRORS:
             return None
         if errors != {ErrorCode.NONE}:

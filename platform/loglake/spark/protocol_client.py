@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -298,8 +299,9 @@ class ProtocolClient:
 
     def offset_fetch_from(
         self, address: tuple[str, int], group_id: str, partitions: list[TopicPartition]
-    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[ErrorCode, int]]]:
-        """A group's committed offsets (-1: none) of `partitions`, and the group-level error."""
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[ErrorCode, int, str]]]:
+        """A group's committed offsets (-1: none) and their metadata strings of `partitions`,
+        and the group-level error."""
         by_topic: dict[str, list[int]] = {}
         for tp in partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -310,17 +312,25 @@ class ProtocolClient:
         }
         response = self.request_to(address, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, body)
         out = {
-            TopicPartition(topic["name"], p["partition_index"]): (ErrorCode(p["error_code"]), p["committed_offset"])
+            TopicPartition(topic["name"], p["partition_index"]): (
+                ErrorCode(p["error_code"]),
+                p["committed_offset"],
+                p["metadata"] or "",
+            )
             for topic in response["topics"]
             for p in topic["partitions"]
         }
         return ErrorCode(response["error_code"]), out
 
     def offset_commit_to(
-        self, address: tuple[str, int], group_id: str, offsets: dict[TopicPartition, int]
+        self,
+        address: tuple[str, int],
+        group_id: str,
+        offsets: dict[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit as a "simple consumer": generation -1 and no member id, which Kafka accepts
-        for a group without active members."""
+        for a group without active members; `metadata` is each partition's metadata string."""
         by_topic: dict[str, list[dict]] = {}
         for tp, offset in offsets.items():
             by_topic.setdefault(tp.topic, []).append(
@@ -328,7 +338,7 @@ class ProtocolClient:
                     "partition_index": tp.partition,
                     "committed_offset": offset,
                     "committed_leader_epoch": -1,
-                    "committed_metadata": "",
+                    "committed_metadata": (metadata or {}).get(tp, ""),
                 }
             )
         body = {

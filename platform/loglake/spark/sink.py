@@ -63,7 +63,14 @@ def parse_write_options(options: Mapping[str, str], schema: StructType) -> Write
     topic = opts.get("topic")
     if topic is None and "topic" not in columns:
         raise OptionError("topic: no topic option and no topic column")
-    config = {"bootstrap.servers": servers, "enable.idempotence": "true", "acks": "all", "linger.ms": "5"}
+    # murmur2_random: keyed rows land where the Java producer behind Spark's Kafka sink puts them.
+    config = {
+        "bootstrap.servers": servers,
+        "enable.idempotence": "true",
+        "acks": "all",
+        "linger.ms": "5",
+        "partitioner": "murmur2_random",
+    }
     config.update({k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")})
     return WriteOptions(topic, config)
 

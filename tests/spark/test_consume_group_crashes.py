@@ -1,0 +1,181 @@
+"""`python -m jobs.consume_group` killed between writing and committing, half-way through producing
+to a topic, and with SIGKILL at random moments while records keep coming: rerun, the Delta table
+or the target topic holds every record of the source exactly once, and the group is at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+from test_group_commits import committed
+
+from clients.client_helpers import create_topic, unique_name
+from jobs.consume_group import FAULT_AFTER_TARGET_WRITE
+from loglake.spark.faults import FAULT_ENV
+from loglake.spark.run_targets import FAULT_MID_TOPIC_WRITE, RUN_HEADER, SEQ_HEADER
+
+REPO = Path(__file__).resolve().parents[2]
+PARTITIONS = 3
+
+pytestmark = pytest.mark.slow
+
+
+class Source:
+    """Numbered records; remembers what the broker acknowledged, by (partition, offset)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4", "linger.ms": 5})
+        self.acked: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self._next = 0
+
+    def burst(self, count: int = 30) -> None:
+        for _ in range(count):
+            n, self._next = self._next, self._next + 1
+            self.producer.produce(self.topic, b"v%d" % n, b"k%d" % n, partition=n % PARTITIONS, on_delivery=self._ack)
+        assert self.producer.flush(30) == 0
+
+    def _ack(self, err, msg) -> None:
+        assert err is None, err
+        self.acked[(msg.partition(), msg.offset())] = (msg.key(), msg.value())
+
+    def ends(self) -> dict[int, int]:
+        return {p: 1 + max(o for q, o in self.acked if q == p) for p in range(PARTITIONS)}
+
+
+class Job:
+    def __init__(self, bootstrap: str, group: str, topic: str, *target: str) -> None:
+        self.argv = [
+            sys.executable, "-m", "jobs.consume_group", "--bootstrap-servers", bootstrap, "--group", group,
+            "--topics", topic, *target,
+        ]  # fmt: skip
+
+    @staticmethod
+    def env(fault: str | None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
+        return env | {FAULT_ENV: fault} if fault else env
+
+    def run(self, fault: str | None = None, expect: int = 0) -> None:
+        done = subprocess.run(self.argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+        assert done.returncode == expect, done.stdout[-3000:] + done.stderr[-6000:]
+
+    def kill_while_producing(self, source: Source, rng: random.Random) -> None:
+        """SIGKILL the job's whole process group (driver and JVM) at a random moment."""
+        child = subprocess.Popen(
+            self.argv, cwd=REPO, env=self.env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + rng.uniform(4.0, 16.0)
+        while time.monotonic() < deadline and child.poll() is None:
+            source.burst()
+            time.sleep(0.5)
+        with contextlib.suppress(ProcessLookupError):  # it may have finished already
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+@pytest.mark.timeout(900)
+def test_delta_target_killed_between_write_and_commit_and_at_random(broker, tmp_path, monkeypatch) -> None:
+    seed = random.randrange(1 << 30)
+    print(f"random kill seed {seed}")
+    rng = random.Random(seed)
+    topic, group = unique_name("cg-delta-src"), unique_name("cg-delta")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    source = Source(broker.bootstrap, topic)
+    for _ in range(4):
+        source.burst()
+    (tmp_path / "etl_functions.py").write_text(
+        "def tagged(df):\n"
+        "    return df.selectExpr('topic', 'partition', 'offset', 'key', 'value', 'length(value) AS size')\n"
+    )
+    table = tmp_path / "table"
+    job = Job(broker.bootstrap, group, topic, "--function", "etl_functions:tagged", "--delta", str(table))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+
+    job.run(fault=f"{FAULT_AFTER_TARGET_WRITE}:1", expect=137)
+    assert DeltaTable(str(table)).to_pyarrow_table().num_rows == len(source.acked)  # written, not committed
+    assert committed(broker, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 0)
+    source.burst()
+    job.run(fault=FAULT_AFTER_TARGET_WRITE, expect=137)  # run 1 again (already there), killed after it
+    for _ in range(2):
+        job.kill_while_producing(source, rng)
+    source.burst()
+    job.run()
+
+    rows = DeltaTable(str(table)).to_pyarrow_table()
+    stored = list(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist()))
+    assert len(stored) == len(set(stored)), "a record was written twice"
+    assert dict(zip(stored, zip(rows["key"].to_pylist(), rows["value"].to_pylist()))) == source.acked
+    assert committed(broker, group, topic, PARTITIONS) == source.ends()
+
+
+@pytest.mark.timeout(900)
+def test_topic_target_killed_half_way_and_between_write_and_commit(loglake_spark, broker, tmp_path) -> None:
+    topic, target, group = unique_name("cg-topic-src"), unique_name("cg-topic-dst"), unique_name("cg-topic")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    create_topic(broker.bootstrap, target, 2)
+    source = Source(broker.bootstrap, topic)
+    for _ in range(4):
+        source.burst()
+    # The source's coordinates in the value: the target is checked record by record.
+    select = "key, concat(cast(value AS string), '@', cast(partition AS string), '/', cast(offset AS string)) AS value"
+    job = Job(broker.bootstrap, group, topic, "--select", select, "--topic", target)
+
+    job.run(fault=f"{FAULT_MID_TOPIC_WRITE}:1", expect=137)
+    half = read_target(loglake_spark, broker, target)
+    assert 0 < len(half) < len(source.acked)
+    source.burst()
+    job.run(fault=FAULT_AFTER_TARGET_WRITE, expect=137)  # the rest of run 1, then killed
+    assert len(read_target(loglake_spark, broker, target)) == 4 * 30
+    source.burst()
+    job.run()
+
+    produced = read_target(loglake_spark, broker, target)
+    values = [value for value, _ in produced]
+    assert len(values) == len(set(values)), "a record was written twice"
+    expected = {b"%s@%d/%d" % (value, p, o) for (p, o), (_, value) in source.acked.items()}
+    assert set(values) == expected
+    assert {run for _, run in produced} == {f"{group}:1".encode(), f"{group}:2".encode()}
+    assert committed(broker, group, topic, PARTITIONS) == source.ends()
+
+
+def read_target(spark, broker, target: str) -> list[tuple[bytes, bytes]]:
+    """(value, run header) of every record of the target topic; each has a sequence header."""
+    rows = (
+        spark.read.format("loglake")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("subscribe", target)
+        .option("includeHeaders", "true")
+        .load()
+        .collect()
+    )
+    for row in rows:
+        assert [h.key for h in row.headers] == [RUN_HEADER, SEQ_HEADER]
+    return [(bytes(row.value), bytes(row.headers[0].value)) for row in rows]
+
+
+@pytest.mark.timeout(300)
+def test_runs_under_spark_submit(loglake_spark, broker, tmp_path) -> None:
+    topic, group = unique_name("cg-submit-src"), unique_name("cg-submit")
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    source = Source(broker.bootstrap, topic)
+    source.burst()
+    venv_bin = Path(sys.executable).parent
+    # As in an activated virtual environment: spark-submit runs the driver with its python3.
+    env = Job.env(None) | {"PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "out"
+    argv = [str(venv_bin / "spark-submit"), "--master", "local[2]", "jobs/consume_group.py"]
+    argv += ["--bootstrap-servers", broker.bootstrap, "--group", group, "--topics", topic, "--parquet", str(out)]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    assert loglake_spark.read.parquet(str(out)).count() == 30
+    assert committed(broker, group, topic, PARTITIONS) == source.ends()
