@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clients.client_helpers import produce_keyed
 from cluster_helpers import create_topic
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
@@ -23,26 +24,6 @@ SPARK_COMPACTED = {
     "segment.bytes": "8192",
     "min.insync.replicas": "3",
 }
-
-
-def produce(
-    bootstrap: str, topic: str, rows: list[tuple[bytes, bytes | None]]
-) -> list[tuple[int, bytes, bytes | None]]:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000})
-    out: list = [None] * len(rows)
-
-    def report(i: int):
-        def cb(err, msg) -> None:
-            assert err is None, err
-            out[i] = (msg.offset(), msg.key(), msg.value())
-
-        return cb
-
-    for i, (key, value) in enumerate(rows):
-        producer.produce(topic, key=key, value=value, partition=0, on_delivery=report(i))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    return out
 
 
 def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
@@ -89,8 +70,10 @@ def test_spark_plans_and_every_replica_rewrites_to_the_same_bytes(cluster: Local
     create_topic(cluster, topic, 1, 3, SPARK_COMPACTED)
     rows = [(b"key-%03d" % k, b"value-%d-%03d" % (r, k) * 4) for r in range(6) for k in range(80)]
     rows += [(b"key-%03d" % k, None) for k in range(0, 80, 8)]
-    produced = produce(cluster.bootstrap, topic, rows)
-    end = produce(cluster.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)])[0][0]
+    # A plain producer: no producer state, so the plan alone decides the fate of every batch.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000})
+    produced = produce_keyed(cluster.bootstrap, topic, rows, producer)
+    end = produce_keyed(cluster.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)], producer)[0][0]
     latest = {key: (offset, value) for offset, key, value in produced}
     before = {b: log_bytes_below(cluster.base_dir / f"broker-{b}" / "logs" / f"{topic}-0", end) for b in (1, 2, 3)}
     assert before[1] == before[2] == before[3]
