@@ -12,6 +12,8 @@ import asyncio
 import logging
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import uvicorn
 
 from ingest_gateway.config_apis import register_config_apis
@@ -37,6 +39,7 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
+from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.protocol import ApiKey
@@ -476,6 +479,39 @@ class Broker:
             controller_epoch=controller_epoch,
             cluster_id=self.log_manager.cluster_id,
         )
+
+    async def apply_compaction_plan(
+        self, topic: str, partition: int, keys: pa.Array, offsets: np.ndarray, end_offset: int, now_ms: int
+    ) -> dict[str, Any]:
+        """Rewrite this replica's log of the partition with a plan made by the Spark executor.
+        The plan must lie below this replica's high watermark (committed records only, the
+        same on every replica), else NOT_ENOUGH_REPLICAS: retry once the replica has caught up."""
+        local = self.replica_manager.partitions.get((topic, partition))
+        if local is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.config.broker_id} has no {topic}-{partition}"
+            )
+        if local.high_watermark < end_offset:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"the high watermark of {topic}-{partition} on broker {self.config.broker_id} is "
+                f"{local.high_watermark}, below the plan's end {end_offset}; retry",
+            )
+        log_ = local.log
+        try:
+            result = await asyncio.to_thread(self.log_cleaner.clean_with_plan, log_, keys, offsets, end_offset, now_ms)
+        except LogCleaningAborted as exc:
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"{exc}") from exc
+        stats = result.stats
+        return {
+            "broker_id": self.config.broker_id,
+            "end_offset": result.end_offset,
+            # Offsets below this are cleaned with the plan; the active segment never is.
+            "cleaned_up_to": min(result.end_offset, log_.active_segment.base_offset),
+            "bytes_read": stats.bytes_read,
+            "bytes_written": stats.bytes_written,
+            "segments_swapped": stats.segments_swapped,
+        }
 
     # Views -------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow as pa
 from fastapi import FastAPI, Request, Response
 
 from ingest_gateway.http_groups import group_routes
@@ -141,6 +142,20 @@ def create_app(broker: Broker) -> FastAPI:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this broker")
         broker.controller.delete_topic(topic)
         return Response(status_code=204)
+
+    @app.post("/admin/compaction/{topic}/{partition}")
+    async def apply_compaction_plan(
+        topic: str, partition: int, request: Request, end_offset: int, now_ms: int
+    ) -> dict[str, Any]:
+        """The Spark executor's plan for one partition (jobs/compact.py): an Arrow IPC
+        stream of (key binary, offset int64), each key's latest offset below `end_offset`;
+        this replica rewrites its own segments with it (`now_ms` dates delete horizons)."""
+        try:
+            plan = pa.ipc.open_stream(await request.body()).read_all()
+            keys, offsets = plan.column("key").combine_chunks(), plan.column("offset").to_numpy()
+        except (pa.ArrowException, KeyError) as exc:
+            raise BadRequest(422, f"the body is not an Arrow stream of (key, offset): {exc}", 2) from exc
+        return await broker.apply_compaction_plan(topic, partition, keys, offsets, end_offset, now_ms)
 
     @app.get("/topics/{topic}/partitions")
     async def list_partitions(topic: str) -> list[dict[str, Any]]:

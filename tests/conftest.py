@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,25 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's Python workers must run this interpreter (it has pyarrow and loglake).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+# One local[2] SparkSession for the whole test session (starting one costs seconds); used by
+# tests/spark and by the cluster tests of Spark jobs.
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("loglake-tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
 
 
 @pytest.fixture

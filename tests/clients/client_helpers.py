@@ -154,6 +154,41 @@ def produce_values(
     return results  # type: ignore[return-value]
 
 
+Record = tuple[int, bytes, bytes | None]
+
+
+def idempotent_producer(bootstrap: str):
+    from confluent_kafka import Producer
+
+    return Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000, "enable.idempotence": True}
+    )
+
+
+def produce_keyed(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes | None]], producer=None) -> list[Record]:
+    """Produce (key, value) rows to partition 0 in order, with `producer` or a new idempotent
+    one; (offset, key, value) of each."""
+    producer = producer or idempotent_producer(bootstrap)
+    out: list[Record | None] = [None] * len(rows)
+    errors = []
+
+    def report(i: int):
+        def cb(err, msg) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                out[i] = (msg.offset(), msg.key(), msg.value())
+
+        return cb
+
+    for i, (key, value) in enumerate(rows):
+        producer.produce(topic, key=key, value=value, partition=0, on_delivery=report(i))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    return out  # type: ignore[return-value]
+
+
 # Raw protocol: hand-built frames over a plain socket -------------------------------------
 
 

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from client_helpers import create_topic, make_broker, read_all, serve, unique_name
+from client_helpers import (
+    Record,
+    create_topic,
+    idempotent_producer,
+    make_broker,
+    produce_keyed,
+    read_all,
+    serve,
+    unique_name,
+)
 
 from ingest_gateway.process import BrokerProcess
 
@@ -25,43 +34,10 @@ COMPACTED = {
     "delete.retention.ms": "1500",
 }
 
-Record = tuple[int, bytes, bytes | None]
-
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory):
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CLEANER))
-
-
-def idempotent_producer(bootstrap: str):
-    from confluent_kafka import Producer
-
-    return Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000, "enable.idempotence": True}
-    )
-
-
-def produce_keyed(bootstrap: str, topic: str, rows: list[tuple[bytes, bytes | None]], producer=None) -> list[Record]:
-    """Produce (key, value) rows in order with an idempotent producer; (offset, key, value) of each."""
-    producer = producer or idempotent_producer(bootstrap)
-    out: list[Record | None] = [None] * len(rows)
-    errors = []
-
-    def report(i: int):
-        def cb(err, msg) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                out[i] = (msg.offset(), msg.key(), msg.value())
-
-        return cb
-
-    for i, (key, value) in enumerate(rows):
-        producer.produce(topic, key=key, value=value, partition=0, on_delivery=report(i))
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert not errors, errors
-    return out  # type: ignore[return-value]
 
 
 def versions_and_tombstones(bootstrap: str, topic: str, keys: int = 100, rounds: int = 6) -> tuple[list[Record], int]:

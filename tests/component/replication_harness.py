@@ -54,6 +54,7 @@ class Node:
             log_manager=self.log_manager,
             image=MetadataImage(topics=cluster.topics),
             config=BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False),
+            topic_config=lambda name: LogConfig.from_properties(cluster.topics[name].config),
         )
         self.apis = KafkaApis(self.broker)  # type: ignore[arg-type]
         self.server = KafkaServer("127.0.0.1", 0, self.apis.handle, 100 * 1024 * 1024)

@@ -16,7 +16,7 @@ from loglake.record.batch import decode_batches, encode_batch
 from loglake.record.compression import CompressionType
 from loglake.record.header import DELETE_HORIZON_MASK, RecordBatchHeader
 from loglake.storage.log import Log
-from loglake.storage.segment_swap import swap_in
+
 
 NOW = int(time.time() * 1000)  # producers older than a day would expire
 
@@ -174,4 +174,17 @@ def _headers(log: Log) -> list[RecordBatchHeader]:
     return out
 
 
-assert swap_in  # the hook under test lives there
+def test_a_reader_inside_a_swapped_range_goes_on_at_the_next_kept_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    latest = versions(log, 20, 10)
+    log.roll()
+    held = log.read(0, 1 << 20)  # a fetch answered just before the swap, not yet sent
+    expected_bytes = held.read_bytes()
+    clean(log)
+    # The old files are gone from the directory, but what was handed out still reads.
+    assert held.read_bytes() == expected_bytes
+    kept = sorted(o for o, _ in latest.values())
+    for offset in (0, 5, kept[0] - 1, kept[3] - 1):
+        piece = log.read(offset, 1 << 20)
+        first = next(r.offset for _, rs in decode_batches(piece.read_bytes()) for r in rs if r.offset >= offset)
+        assert first == min(o for o in kept if o >= offset)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -158,27 +158,39 @@ class _Chunk:
     value_len: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
 
-def _read_chunk(buf: bytes, decode: Callable[[RecordBatchHeader], bool]) -> _Chunk:
-    """Parse the headers of `buf`; decode the records of the batches `decode(header)` picks."""
-    headers, positions, decoded, sections, section_ends, counts = [], [], [], [], [], []
-    view = memoryview(buf)
-    pos = total = 0
+def _parse(buf: bytes) -> _Chunk:
+    """The batch headers of `buf` (nothing decoded yet)."""
+    headers, positions = [], []
+    pos = 0
     while pos < len(buf):
         header = RecordBatchHeader.parse(buf, pos)
-        if decode(header) and header.record_count and not header.is_control:
-            body = view[pos + HEADER_SIZE : pos + header.size]
-            section = decompress(header.compression, body) if header.compression else body
-            sections.append(section)
-            total += len(section)
-            section_ends.append(total)
-            counts.append(header.record_count)
-            decoded.append(len(headers))
         headers.append(header)
         positions.append(pos)
         pos += header.size
-    chunk = _Chunk(buf, headers, positions, decoded)
+    return _Chunk(buf, headers, positions, [])
+
+
+def _decode(chunk: _Chunk, which: list[int]) -> None:
+    """Read the records of the batches `which` (indexes into the headers, ascending);
+    control batches and batches without records are left out."""
+    headers, view = chunk.headers, memoryview(chunk.buf)
+    sections, section_ends, counts, decoded = [], [], [], []
+    total = 0
+    for i in which:
+        header = headers[i]
+        if not header.record_count or header.is_control:
+            continue
+        at = chunk.positions[i]
+        body = view[at + HEADER_SIZE : at + header.size]
+        section = decompress(header.compression, body) if header.compression else body
+        sections.append(section)
+        total += len(section)
+        section_ends.append(total)
+        counts.append(header.record_count)
+        decoded.append(i)
+    chunk.decoded = decoded
     if not decoded:
-        return chunk
+        return
     sections.append(PADDING)
     chunk.data = data = b"".join(sections)
     columns = read_record_columns(data, section_ends, counts)
@@ -188,7 +200,6 @@ def _read_chunk(buf: bytes, decode: Callable[[RecordBatchHeader], bool]) -> _Chu
     chunk.keys = byte_ranges(pa.binary(), pa.py_buffer(data), columns.key_pos, columns.key_len)
     chunk.starts, chunk.ends = columns.starts, columns.ends
     chunk.timestamp_delta, chunk.value_len = columns.timestamp_delta, columns.value_len
-    return chunk
 
 
 # The offset map --------------------------------------------------------------------------
@@ -197,7 +208,7 @@ def _read_chunk(buf: bytes, decode: Callable[[RecordBatchHeader], bool]) -> _Chu
 def build_offset_map(log: Log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats) -> None:
     """Offer every keyed record in [start, end) to `offset_map` in offset order; stops at
     the batch where the map fills. `offset_map.end_offset` is where the mapped range ends."""
-    offset_map.end_offset = start
+    offset_map.start_offset = offset_map.end_offset = start
     segments = log.segments
     for i, segment in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
@@ -207,12 +218,14 @@ def build_offset_map(log: Log, start: int, end: int, offset_map: OffsetMap, stat
             break
         position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
         for _, buf in _chunks(segment, position, segment.size):
-            chunk = _read_chunk(buf, lambda h: h.next_offset > start and h.base_offset < end)
+            chunk = _parse(buf)
+            _decode(chunk, [i for i, h in enumerate(chunk.headers) if h.next_offset > start and h.base_offset < end])
             stats.map_bytes_read += len(buf)
             if chunk.keys is not None:
                 wanted = (chunk.offsets >= start) & (chunk.offsets < end) & (chunk.keys.is_valid().to_numpy(False))
                 picked = np.flatnonzero(wanted)
                 keys, offsets = chunk.keys.take(pa.array(picked)), chunk.offsets[picked]
+                offset_map.add_tombstones(offsets[chunk.value_len[picked] < 0])
                 taken = offset_map.put(keys, offsets)
                 stats.map_records_read += taken
                 if taken < len(offsets):
@@ -300,7 +313,9 @@ def _clean_into(
     horizon: int | None = None
     for _, buf in _chunks(source, 0, source.size):
         stats.bytes_read += len(buf)
-        chunk = _read_chunk(buf, lambda h: h.base_offset < end)
+        chunk = _parse(buf)
+        known = _known_outcomes(chunk, offset_map)
+        _decode(chunk, [i for i, h in enumerate(chunk.headers) if h.base_offset < end and i not in known])
         keep = _records_to_keep(chunk, offset_map, now_ms)
         stats.records_read += len(chunk.offsets)
         kept_per_batch = np.bincount(chunk.record_batch[keep], minlength=len(chunk.decoded)) if len(keep) else []
@@ -309,7 +324,17 @@ def _clean_into(
         for i, header in enumerate(chunk.headers):
             at = chunk.positions[i]
             d = decoded.get(i)
-            if d is None and (header.base_offset >= end or header.is_control or header.record_count):
+            outcome = known.get(i)
+            if outcome is not None:
+                stats.records_read += header.record_count
+                if outcome:
+                    stats.records_retained += header.record_count
+                    out = buf[at : at + header.size]
+                elif _is_producers_last(header, producers):
+                    out = _empty_batch(header)
+                else:
+                    continue
+            elif d is None and (header.base_offset >= end or header.is_control or header.record_count):
                 out = buf[at : at + header.size]  # past the map's end (or a control batch): as it is
             elif d is None:
                 # A batch emptied by an earlier cleaning: it goes once nothing needs it.
@@ -340,6 +365,34 @@ def _clean_into(
             dest.append(out, written.last_offset, written.max_timestamp, written.last_offset)
             stats.bytes_written += len(out)
     return horizon
+
+
+def _known_outcomes(chunk: _Chunk, offset_map: OffsetMap) -> dict[int, bool]:
+    """Batches of the mapped dirty range whose fate the map alone tells, without decoding
+    them: every record kept (True) or none (False). A record there is kept exactly when its
+    offset is its key's latest, so a batch keeps as many records as latest offsets fall in
+    its range; batches holding a kept tombstone are left to the decoder (delete horizon)."""
+    latest, tombstones = offset_map.sorted_latest_offsets()
+    if tombstones is None:
+        return {}
+    start, end = offset_map.start_offset, offset_map.end_offset
+    picks = [
+        i
+        for i, h in enumerate(chunk.headers)
+        if h.base_offset >= start and h.last_offset < end and h.record_count and not h.is_control
+    ]
+    if not picks:
+        return {}
+    first = np.fromiter((chunk.headers[i].base_offset for i in picks), np.int64, len(picks))
+    after = np.fromiter((chunk.headers[i].last_offset + 1 for i in picks), np.int64, len(picks))
+    kept = np.searchsorted(latest, after) - np.searchsorted(latest, first)
+    kept_tombstones = np.searchsorted(tombstones, after) - np.searchsorted(tombstones, first)
+    counts = np.fromiter((chunk.headers[i].record_count for i in picks), np.int64, len(picks))
+    return {
+        i: bool(k)
+        for i, k, t, c in zip(picks, kept.tolist(), kept_tombstones.tolist(), counts.tolist())
+        if not t and (k == 0 or k == c)
+    }
 
 
 def _is_producers_last(header: RecordBatchHeader, producers: dict[int, int]) -> bool:

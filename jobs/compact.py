@@ -1,0 +1,210 @@
+"""Compaction of topics by Spark: `python -m jobs.compact` or `spark-submit jobs/compact.py`.
+
+    python -m jobs.compact --bootstrap-servers host:9092 --topics a,b [--admin-url http://host:8082]
+
+For the topics whose `loglake.compaction.executor` is `spark` (others are the broker's
+cleaner's; the job warns and skips them, and topics that are not compacted):
+
+1. asks each partition's leader (over the brokers' HTTP API, found with `GET /cluster`)
+   where its dirty part starts (`first_dirty_offset`) and its high watermark;
+2. reads all those dirty ranges with one `loglake` DataFrame (Spark reads the partitions in
+   parallel) and builds each partition's plan with a DataFrame aggregation: the latest
+   offset of each key, `groupBy(partition, key).max(offset)`;
+3. hands each partition's plan (an Arrow stream of key, offset) to every replica's broker,
+   `POST /admin/compaction/<topic>/<partition>?end_offset=..&now_ms=..`; each broker rewrites
+   its own segments with the same core as its own cleaner, so all replicas end
+   byte-identical below the cleaned offset. A replica whose high watermark has not reached
+   the plan's end yet answers "retry"; the job retries until `--timeout-s`.
+
+Exit code 0 when every replica of every partition took its plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("jobs.compact")
+
+# Answers a replica gives while it cannot take the plan yet (not caught up, being cleaned).
+RETRIABLE_KAFKA_ERRORS = {"NOT_ENOUGH_REPLICAS", "REBALANCE_IN_PROGRESS", "NOT_LEADER_OR_FOLLOWER"}
+
+
+@dataclass(frozen=True)
+class DirtyRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    replicas: tuple[int, ...]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="jobs.compact", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap-servers", required=True, help="Kafka listeners of the cluster")
+    parser.add_argument("--topics", required=True, help="comma-separated topics to compact")
+    parser.add_argument(
+        "--admin-url",
+        help="HTTP API of any broker (default: http://<first bootstrap host>:8082); the others come from GET /cluster",
+    )
+    parser.add_argument("--timeout-s", type=float, default=120.0, help="how long to retry a replica (default 120)")
+    args = parser.parse_args(argv)
+    args.topic_list = [t.strip() for t in args.topics.split(",") if t.strip()]
+    if not args.topic_list:
+        parser.error("--topics names no topic")
+    if args.admin_url is None:
+        host = args.bootstrap_servers.split(",")[0].rsplit(":", 1)[0]
+        args.admin_url = f"http://{host}:8082"
+    return args
+
+
+def broker_urls(admin: httpx.Client) -> dict[int, str]:
+    cluster = admin.get("/cluster")
+    cluster.raise_for_status()
+    return {b["broker_id"]: b["http"] for b in cluster.json()["brokers"]}
+
+
+def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]) -> list[DirtyRange]:
+    """Each partition's dirty part, as its leader sees it (first dirty offset, high watermark)."""
+    ranges = []
+    for topic in topics:
+        described = admin.get(f"/topics/{topic}")
+        described.raise_for_status()
+        doc = described.json()
+        configs = doc["configs"]
+        if "compact" not in configs.get("cleanup.policy", ""):
+            log.warning("skipping %s: cleanup.policy is not compact", topic)
+            continue
+        if configs.get("loglake.compaction.executor") != "spark":
+            log.warning("skipping %s: loglake.compaction.executor is not spark (the broker's cleaner has it)", topic)
+            continue
+        for p in doc["partitions"]:
+            leader = httpx.get(f"{brokers[p['leader']]}/topics/{topic}/partitions/{p['partition']}", timeout=30)
+            leader.raise_for_status()
+            state = leader.json()
+            start = state["compaction"]["first_dirty_offset"]
+            if start is None or start >= state["high_watermark"]:
+                continue
+            replicas = tuple(r["broker"] for r in state["replicas"])
+            ranges.append(DirtyRange(topic, p["partition"], start, state["high_watermark"], replicas))
+    return ranges
+
+
+def plans(spark: SparkSession, bootstrap: str, ranges: list[DirtyRange]) -> dict[tuple[str, int], pa.Table]:
+    """Each partition's latest offset per key in its dirty range, by one Spark aggregation."""
+    from pyspark.sql import functions as F
+
+    import loglake.spark
+
+    loglake.spark.register(spark)
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    frame = (
+        spark.read.format("loglake")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", ",".join(sorted(starting)))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .load()
+    )
+    latest = (
+        frame.where(F.col("key").isNotNull())
+        .groupBy("topic", "partition", "key")
+        .agg(F.max("offset").alias("offset"))
+        .orderBy("topic", "partition", "offset")
+    )
+    table = latest.toArrow()
+    out = {}
+    for r in ranges:
+        mask = pc.and_(pc.equal(table["topic"], r.topic), pc.equal(table["partition"], r.partition))
+        picked = table.filter(mask)
+        out[(r.topic, r.partition)] = pa.table({"key": picked["key"], "offset": picked["offset"]})
+    return out
+
+
+def send_plan(url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: float) -> dict[str, Any]:
+    """POST the plan to one replica's broker, retrying while it asks to."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, plan.schema) as writer:
+        writer.write_table(plan)
+    body = sink.getvalue().to_pybytes()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = httpx.post(
+            f"{url}/admin/compaction/{r.topic}/{r.partition}",
+            params={"end_offset": r.end, "now_ms": now_ms},
+            content=body,
+            headers={"content-type": "application/vnd.apache.arrow.stream"},
+            timeout=max(30.0, timeout_s),
+        )
+        if answer.status_code == 200:
+            return answer.json()
+        kafka_error = answer.json().get("kafka_error") if answer.content else None
+        if kafka_error not in RETRIABLE_KAFKA_ERRORS or time.monotonic() > deadline:
+            raise RuntimeError(f"{url} refused the plan of {r.topic}-{r.partition}: {answer.status_code} {answer.text}")
+        time.sleep(0.2)
+
+
+def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Plan and apply; returns each replica's answer."""
+    now_ms = int(time.time() * 1000)
+    with httpx.Client(base_url=args.admin_url, timeout=30) as admin:
+        brokers = broker_urls(admin)
+        ranges = dirty_ranges(admin, brokers, args.topic_list)
+    if not ranges:
+        log.info("nothing to compact in %s", args.topic_list)
+        return []
+    by_partition = plans(spark, args.bootstrap_servers, ranges)
+    answers = []
+    for r in ranges:
+        plan = by_partition[(r.topic, r.partition)]
+        for broker_id in r.replicas:
+            answer = send_plan(brokers[broker_id], r, plan, now_ms, args.timeout_s)
+            log.info(
+                "%s-%d on broker %d: %d keys, offsets %d..%d, cleaned up to %d (%d -> %d bytes)",
+                r.topic,
+                r.partition,
+                broker_id,
+                plan.num_rows,
+                r.start,
+                r.end,
+                answer["cleaned_up_to"],
+                answer["bytes_read"],
+                answer["bytes_written"],
+            )
+            answers.append({"topic": r.topic, "partition": r.partition, **answer})
+    return answers
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName("loglake-compact").getOrCreate()
+    try:
+        run(spark, args)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The Spark executor of compaction (jobs/compact.py) on a 3-broker cluster: one Spark
+aggregation plans each partition, every replica rewrites its own segments with the plan,
+and the three replicas end byte-identical below the cleaned offset, holding the latest
+value of each key at the offset it was produced at."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clients.client_helpers import produce_keyed
+from cluster_helpers import create_topic
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+from ingest_gateway.local_cluster import LocalCluster
+from jobs.compact import parse_args, run
+from loglake.record.header import RecordBatchHeader
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+
+SPARK_COMPACTED = {
+    "cleanup.policy": "compact",
+    "loglake.compaction.executor": "spark",
+    "segment.bytes": "8192",
+    "min.insync.replicas": "3",
+}
+
+
+def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    try:
+        while True:
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                return out
+            out.append((msg.offset(), msg.key(), msg.value()))
+    finally:
+        consumer.close()
+
+
+def log_bytes_below(log_dir: Path, offset: int) -> bytes:
+    """The partition's batches, all segments in order, up to the first at or past `offset`."""
+    out = bytearray()
+    for path in sorted(log_dir.glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            header = RecordBatchHeader.parse(data, pos)
+            if header.base_offset >= offset:
+                return bytes(out)
+            out += data[pos : pos + header.size]
+            pos += header.size
+    return bytes(out)
+
+
+def test_spark_plans_and_every_replica_rewrites_to_the_same_bytes(cluster: LocalCluster, spark: object) -> None:
+    topic = "spark-compacted"
+    create_topic(cluster, topic, 1, 3, SPARK_COMPACTED)
+    rows = [(b"key-%03d" % k, b"value-%d-%03d" % (r, k) * 4) for r in range(6) for k in range(80)]
+    rows += [(b"key-%03d" % k, None) for k in range(0, 80, 8)]
+    # A plain producer: no producer state, so the plan alone decides the fate of every batch.
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000})
+    produced = produce_keyed(cluster.bootstrap, topic, rows, producer)
+    end = produce_keyed(cluster.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)], producer)[0][0]
+    latest = {key: (offset, value) for offset, key, value in produced}
+    before = {b: log_bytes_below(cluster.base_dir / f"broker-{b}" / "logs" / f"{topic}-0", end) for b in (1, 2, 3)}
+    assert before[1] == before[2] == before[3]
+
+    args = parse_args(["--bootstrap-servers", cluster.bootstrap, "--topics", topic, "--admin-url", cluster.http_url(1)])
+    answers = run(spark, args)
+
+    assert sorted(a["broker_id"] for a in answers) == [1, 2, 3]
+    cleaned = min(a["cleaned_up_to"] for a in answers)
+    assert cleaned >= end
+    after = {b: log_bytes_below(cluster.base_dir / f"broker-{b}" / "logs" / f"{topic}-0", cleaned) for b in (1, 2, 3)}
+    assert after[1] == after[2] == after[3]
+    assert len(after[1]) < len(before[1]) / 3
+    records = [r for r in read_from_start(cluster.bootstrap, topic) if r[0] < end]
+    # Tombstones stay (delete.retention.ms, a day by default, has not passed).
+    assert records == sorted((o, k, v) for k, (o, v) in latest.items())
