@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from loglake.spark import job_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -194,16 +194,8 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    # Spark's Python workers run this interpreter, which has pyarrow and loglake.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.appName("loglake-compact").getOrCreate()
-    try:
+    with job_session("loglake-compact") as spark:
         run(spark, args)
-    finally:
-        spark.stop()
 
 
 if __name__ == "__main__":
