@@ -9,7 +9,13 @@ map over the dirty range, rewrite of every rolled segment, fsync, swap). The bas
 every segment file and writes the bytes to a new file, in 8 MB pieces, then fsyncs it:
 the least any rewrite of the log must do. Ratio = cleaner MB/s / baseline MB/s, target >= 0.3.
 
-    python -m bench.compaction [--mb 1024] [--keys 100000] [--segment-mb 1024]
+With `--spark`, the same work is then done by the Spark executor: a broker process hosts the
+same log (topic with `loglake.compaction.executor=spark`), and `jobs/compact.py`'s `run`
+(Spark `local[*]` reading the dirty range through the `loglake` source, one aggregation,
+the plan posted to the broker, which rewrites its segments) is timed, its session already
+started.
+
+    python -m bench.compaction [--mb 1024] [--keys 100000] [--segment-mb 1024] [--spark]
 """
 
 from __future__ import annotations
@@ -21,20 +27,25 @@ import tempfile
 import time
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from ingest_gateway.process import BrokerProcess
 from loglake.config import LogConfig
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.record.batch import encode_batch
+from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
+
+ROOT = Path(__file__).resolve().parent.parent
 
 VALUE_BYTES = 100
 BATCH_RECORDS = 1000
 PIECE = 8 * 1024 * 1024
 
 
-def fill(log_manager: LogManager, config: LogConfig, target_bytes: int, keys: int) -> int:
+def fill_log(log: Log, target_bytes: int, keys: int) -> int:
     """Append batches of 1000 records, key i % keys, until the log holds `target_bytes`."""
-    log = log_manager.get_or_create_log("compacted", 0, config)
     value = bytes(range(VALUE_BYTES))
     now = int(time.time() * 1000)
     # A few distinct batches, reused: encoding is not what is measured.
@@ -66,6 +77,39 @@ def baseline(dir: Path, out: Path) -> float:
     return time.perf_counter() - start
 
 
+def spark_executor_seconds(root: Path, config: LogConfig, target_bytes: int, keys: int) -> tuple[float, int]:
+    """Seconds of `jobs.compact.run` over a broker process holding a log like the cleaner's,
+    and the log's size after."""
+    from jobs.compact import parse_args, run
+    from loglake.spark import job_session
+
+    topic = "compacted-spark"
+    log_dir = root / "broker-logs"
+    overrides = {"log.cleaner.enable": "false"}
+    topic_configs = {"cleanup.policy": "compact", "loglake.compaction.executor": "spark"}
+    topic_configs["segment.bytes"] = str(config.segment_bytes)
+    with BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides=overrides) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1, config=topic_configs)])[topic].result(30)
+        del admin  # before the broker stops: no reconnection attempts in the output
+    # The broker is stopped: fill its log in place, then start it again on the same ports.
+    log_manager = LogManager([log_dir], config)
+    log = log_manager.get_or_create_log(topic, 0, config)
+    fill_log(log, target_bytes, keys)
+    log_manager.shutdown()
+    with BrokerProcess(
+        log_dir, ROOT / "conf/server.properties", overrides, kafka_port=broker.kafka_port, http_port=broker.http_port
+    ) as broker:
+        args = ["--bootstrap-servers", broker.bootstrap, "--topics", topic, "--admin-url", broker.http_url]
+        with job_session("bench-compaction") as spark:
+            t = time.perf_counter()
+            answers = run(spark, parse_args([*args, "--timeout-s", "600"]))
+            seconds = time.perf_counter() - t
+        assert answers and all(a["cleaned_up_to"] > 0 for a in answers), answers
+    size = sum(p.stat().st_size for p in (log_dir / f"{topic}-0").glob("*.log"))
+    return seconds, size
+
+
 def drop_page_cache_hint(dir: Path) -> None:
     """Both sides read from the page cache: each runs right after the other touched the files."""
     for path in dir.glob("*.log"):
@@ -79,6 +123,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=int(os.environ.get("LOGLAKE_BENCH_COMPACTION_MB", "1024")))
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--segment-mb", type=int, default=1024)
+    parser.add_argument("--spark", action="store_true", help="also time the Spark executor on the same work")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-compaction-"))
     try:
@@ -87,9 +132,8 @@ def main() -> None:
         )
         log_manager = LogManager([root / "logs"], config)
         t = time.perf_counter()
-        size = fill(log_manager, config, args.mb * 1024 * 1024, args.keys)
-        log = log_manager.get_log("compacted", 0)
-        assert log is not None
+        log = log_manager.get_or_create_log("compacted", 0, config)
+        size = fill_log(log, args.mb * 1024 * 1024, args.keys)
         segments = len(log.segments) - 1
         print(
             f"log: {size / 2**20:.0f} MB in {segments} rolled segments, {args.keys} keys, filled in "
@@ -114,6 +158,12 @@ def main() -> None:
             f"{last.bytes_written / 2**20:.1f} MB out)"
         )
         print(f"ratio (cleaner / plain read + write): {clean_mbs / base_mbs:.2f}  (target >= 0.3)")
+        if args.spark:
+            spark_s, after = spark_executor_seconds(root, config, args.mb * 1024 * 1024, args.keys)
+            print(
+                f"Spark executor (jobs/compact.py run, local[*]): {spark_s:.2f} s, {size / 2**20 / spark_s:.0f} MB/s, "
+                f"log {after / 2**20:.1f} MB after; {spark_s / clean_s:.1f}x the broker cleaner's time"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
