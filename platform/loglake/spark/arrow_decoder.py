@@ -15,7 +15,6 @@ skipped here).
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +23,7 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, validate_batch
-from loglake.record.varint import decode_unsigned_varint
+from loglake.record.walk import record_starts
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
@@ -110,26 +109,15 @@ def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
 
 def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
     """Where each record starts in `data`, checking each section holds exactly its count."""
-    starts = array("q")
-    append = starts.append
+    pieces = []
     at = 0
     for end, count in zip(section_ends, counts, strict=True):
-        first = len(starts)
-        while at < end:
-            append(at)
-            # Record lengths take one or two varint bytes unless records exceed 8 KB. A
-            # negative length (odd zig-zag) is caught by the vectorised pass afterwards.
-            z = data[at]
-            if z < 0x80:
-                at += 1 + (z >> 1)
-            elif data[at + 1] < 0x80:
-                at += 2 + (((z & 0x7F) | (data[at + 1] << 7)) >> 1)
-            else:
-                z, at = decode_unsigned_varint(data, at)
-                at += z >> 1
-        if at != end or len(starts) - first != count:
+        starts = record_starts(data, at, end, count)
+        if starts is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
-    return np.frombuffer(starts, dtype=np.int64) if starts else np.empty(0, dtype=np.int64)
+        pieces.append(starts)
+        at = end
+    return np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
 
 
 def _read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
