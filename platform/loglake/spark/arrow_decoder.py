@@ -122,21 +122,24 @@ def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> n
 
 def _read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The zig-zag varints at each position of `pos`, and the positions after them."""
-    first = buf[pos]
-    value = (first & 0x7F).astype(np.uint64)
+    byte = buf.take(pos)
+    value = byte.astype(np.int64)
+    more = np.flatnonzero(byte >= 0x80)
+    if not more.size:  # the usual case for every field but record lengths: one byte each
+        return (value >> 1) ^ -(value & 1), pos + 1
+    value[more] &= 0x7F
     size = np.ones(len(pos), dtype=np.int64)
-    more = np.flatnonzero(first & 0x80)
     shift = 7
     while more.size:
         if shift > 63:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
-        byte = buf[pos[more] + size[more]]
-        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
+        byte = buf.take(pos.take(more) + size.take(more))
+        # int64 holds the 64 bits; bit 63 wraps to the sign, undone by the masked shift below.
+        value[more] |= (byte & 0x7F).astype(np.int64) << shift
         size[more] += 1
-        more = more[(byte & 0x80) != 0]
+        more = more[byte >= 0x80]
         shift += 7
-    signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-    return signed, pos + size
+    return ((value >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(value & 1), pos + size
 
 
 def _check_within(pos: np.ndarray, record_ends: np.ndarray) -> None:
