@@ -7,9 +7,11 @@ confluent-kafka into a standalone broker; Spark (local[2]) then runs
 (same columns) written in the same run. The ratio is Parquet's time over loglake's
 (records/s ratio; target ≥ 0.25).
 
-Where the time goes is measured in this process on one partition: Fetch (protocol client,
-sockets), decode (fetched bytes → Arrow RecordBatch), and the rest of the Spark time
-(Arrow hand-off from the Python worker to the JVM, the aggregation).
+Where the time goes: the CPU seconds each kind of process used during each query (Spark's
+JVM, its Python workers, the broker; read from /proc, so Linux only), Fetch (wall, the
+broker's part included) and decode (CPU) measured in this process on one partition, and the
+same query over a Python data source that yields ready-made Arrow batches of the same shape
+(what Spark's Python Data Source API costs with no fetch and no decode).
 
     python -m bench.spark_read [--records 5000000]
 """
@@ -174,7 +176,9 @@ def where_the_time_goes(bootstrap: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=5_000_000)
-    parser.add_argument("--rounds", type=int, default=2, help="query rounds of each side (best is kept)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="query rounds of each side, best kept (the JVM warms up over the first)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import loglake.spark
