@@ -27,6 +27,8 @@ import pyarrow as pa
 from deltalake import write_deltalake
 from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions, table_frame
 
+from bench.process_cpu import cpu_by_kind
+
 PARTITIONS = 6
 VALUE_BYTES = 100
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -88,32 +90,52 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-delta-sink-") as scratch:
         for round_number in range(args.rounds):
             plain_path = Path(scratch) / f"plain-{round_number}"
+            cpu = cpu_by_kind()
             start = time.perf_counter()
             for batch in table_batches:
                 write_deltalake(str(plain_path), batch, mode="append")
             plain = records / (time.perf_counter() - start)
+            plain_cpu = cpu_by_kind()
+            plain_cpu.subtract(cpu)
 
             sink = DeltaSink(spark, DeltaSinkOptions(table=str(Path(scratch) / f"sink-{round_number}")))
+            cpu = cpu_by_kind()
             start = time.perf_counter()
             for batch_id, frame in enumerate(frames):
                 sink.write_batch(frame, batch_id, "bench-query")
             exactly_once = records / (time.perf_counter() - start)
+            sink_cpu = cpu_by_kind()
+            sink_cpu.subtract(cpu)
 
             start = time.perf_counter()
             for frame in frames:
                 sink.write_rerun(frame)
             rerun = records / (time.perf_counter() - start)
 
-            # Where the sink's time goes: Spark's hand-off of the rows to the driver as Arrow.
+            # Where the sink's time goes: Spark's hand-off of the rows to the driver as Arrow,
+            # and within it, Spark computing the rows alone (the same plan into the noop sink).
+            cpu = cpu_by_kind()
             start = time.perf_counter()
             for frame in frames:
                 table_frame(frame, options).toArrow()
             hand_off = records / (time.perf_counter() - start)
+            hand_off_cpu = cpu_by_kind()
+            hand_off_cpu.subtract(cpu)
+            cpu = cpu_by_kind()
+            start = time.perf_counter()
+            for frame in frames:
+                table_frame(frame, options).write.format("noop").mode("overwrite").save()
+            rows_alone = records / (time.perf_counter() - start)
+            rows_cpu = cpu_by_kind()
+            rows_cpu.subtract(cpu)
             print(
-                f"round {round_number}: plain deltalake append {plain:,.0f} records/s, "
-                f"exactly-once sink {exactly_once:,.0f} records/s, ratio {exactly_once / plain:.2f}; "
-                f"of which Spark -> Arrow hand-off alone {hand_off:,.0f} records/s; "
-                f"MERGE rerun of the same range {rerun:,.0f} records/s"
+                f"round {round_number}: plain deltalake append {plain:,.0f} records/s "
+                f"(driver CPU s {plain_cpu['driver']:.2f}), "
+                f"exactly-once sink {exactly_once:,.0f} records/s, ratio {exactly_once / plain:.2f} "
+                f"(CPU s: JVM {sink_cpu['jvm']:.2f}, driver {sink_cpu['driver']:.2f}); "
+                f"Spark -> Arrow hand-off alone {hand_off:,.0f} records/s (CPU s: JVM {hand_off_cpu['jvm']:.2f}, "
+                f"driver {hand_off_cpu['driver']:.2f}); the rows alone (noop sink) {rows_alone:,.0f} records/s "
+                f"(JVM CPU s {rows_cpu['jvm']:.2f}); MERGE rerun of the same range {rerun:,.0f} records/s"
             )
     spark.stop()
 

@@ -7,9 +7,11 @@ confluent-kafka into a standalone broker; Spark (local[2]) then runs
 (same columns) written in the same run. The ratio is Parquet's time over loglake's
 (records/s ratio; target ≥ 0.25).
 
-Where the time goes is measured in this process on one partition: Fetch (protocol client,
-sockets), decode (fetched bytes → Arrow RecordBatch), and the rest of the Spark time
-(Arrow hand-off from the Python worker to the JVM, the aggregation).
+Where the time goes: the CPU seconds each kind of process used during each query (Spark's
+JVM, its Python workers, the broker; read from /proc, so Linux only), Fetch (wall, the
+broker's part included) and decode (CPU) measured in this process on one partition, and the
+same query over a Python data source that yields ready-made Arrow batches of the same shape
+(what Spark's Python Data Source API costs with no fetch and no decode).
 
     python -m bench.spark_read [--records 5000000]
 """
@@ -24,9 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from collections import Counter
+from dataclasses import dataclass
+
 from confluent_kafka import Producer
 
 from bench.kafka_common import create_topic, loglake_cluster
+from bench.process_cpu import cpu_by_kind
 
 PARTITIONS = 6
 VALUE_SIZE = 100
@@ -59,15 +65,31 @@ def produce(bootstrap: str, records: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_query(df) -> tuple[float, list]:
+@dataclass
+class Timing:
+    seconds: float
+    cpu: Counter[str]  # CPU seconds by process kind (bench/process_cpu.py)
+    rows: list
+
+
+def timed_query(df) -> Timing:
     from pyspark.sql import functions as F
 
+    cpu_before = cpu_by_kind()
     started = time.perf_counter()
     rows = df.groupBy("partition").agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()
-    return time.perf_counter() - started, sorted(tuple(r) for r in rows)
+    seconds = time.perf_counter() - started
+    cpu = cpu_by_kind()
+    cpu.subtract(cpu_before)
+    return Timing(seconds, cpu, sorted(tuple(r) for r in rows))
 
 
-def handoff_floor(spark, records: int) -> float:
+def cpu_line(cpu: Counter[str]) -> str:
+    kinds = ("jvm", "python workers", "broker", "driver")
+    return f"CPU {sum(cpu[k] for k in kinds):.2f} s: " + ", ".join(f"{k} {cpu[k]:.2f}" for k in kinds)
+
+
+def handoff_floor(spark, records: int) -> Timing:
     """Seconds of the same query over a Python data source whose tasks yield ready-made
     Arrow batches of the same shape: what Spark's Python Data Source API costs by itself
     (the batches cross to the JVM, where they become rows), with no fetch and no decode."""
@@ -114,15 +136,17 @@ def handoff_floor(spark, records: int) -> float:
                 yield batch
 
     spark.dataSource.register(ReadyBatches)
-    return (
-        timed_query(spark.read.format("ready_batches").load())[0]
-        * records
-        / (records // PARTITIONS // rows_per_batch * rows_per_batch * PARTITIONS)
-    )
+    timing = timed_query(spark.read.format("ready_batches").load())
+    scale = records / (records // PARTITIONS // rows_per_batch * rows_per_batch * PARTITIONS)
+    timing.seconds *= scale
+    for kind in timing.cpu:
+        timing.cpu[kind] *= scale
+    return timing
 
 
 def where_the_time_goes(bootstrap: str) -> dict[str, float]:
-    """Seconds per million records for fetching and for decoding, over partition 0."""
+    """Seconds per million records for fetching (wall: the broker's part included) and for
+    decoding (CPU), over partition 0."""
     from loglake.spark.arrow_decoder import decode_fetch
     from loglake.spark.options import DEFAULT_MAX_PARTITION_FETCH_BYTES
     from loglake.spark.protocol_client import LATEST_TIMESTAMP, ProtocolClient, TopicPartition
@@ -140,10 +164,10 @@ def where_the_time_goes(bootstrap: str) -> dict[str, float]:
             t0 = time.perf_counter()
             fetched = client.fetch_from(address, tp, offset, DEFAULT_MAX_PARTITION_FETCH_BYTES)
             t1 = time.perf_counter()
+            c1 = time.process_time()  # CPU time: the decode is all ours, the machine may be busy
             decoded = decode_fetch(fetched.records, tp.topic, tp.partition, offset, end, False)
-            t2 = time.perf_counter()
+            decode_s += time.process_time() - c1
             fetch_s += t1 - t0
-            decode_s += t2 - t1
             records += decoded.batch.num_rows
             offset = decoded.next_offset
     return {"fetch_s_per_M": fetch_s / records * 1e6, "decode_s_per_M": decode_s / records * 1e6}
@@ -152,7 +176,9 @@ def where_the_time_goes(bootstrap: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=5_000_000)
-    parser.add_argument("--rounds", type=int, default=2, help="query rounds of each side (best is kept)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="query rounds of each side, best kept (the JVM warms up over the first)"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import loglake.spark
@@ -177,37 +203,36 @@ def main() -> None:
         topic_df.write.parquet(str(parquet))
         parquet_df = spark.read.parquet(str(parquet))
 
-        loglake_s, parquet_s = [], []
+        loglake_t, parquet_t = [], []
         for _ in range(args.rounds):
-            seconds, from_topic = timed_query(topic_df)
-            loglake_s.append(seconds)
-            seconds, from_parquet = timed_query(parquet_df)
-            parquet_s.append(seconds)
-            assert from_topic == from_parquet, (from_topic, from_parquet)
-        assert sum(r[1] for r in from_topic) == args.records
+            loglake_t.append(timed_query(topic_df))
+            parquet_t.append(timed_query(parquet_df))
+            assert loglake_t[-1].rows == parquet_t[-1].rows, (loglake_t[-1].rows, parquet_t[-1].rows)
+        assert sum(r[1] for r in loglake_t[-1].rows) == args.records
         breakdown = where_the_time_goes(bootstrap)
-        handoff_s = min(handoff_floor(spark, args.records) for _ in range(args.rounds))
+        handoff = min((handoff_floor(spark, args.records) for _ in range(args.rounds)), key=lambda t: t.seconds)
         spark.stop()
         shutil.rmtree(parquet, ignore_errors=True)
 
-    best_loglake, best_parquet = min(loglake_s), min(parquet_s)
-    print(
-        f"loglake source: {args.records / best_loglake:,.0f} records/s ({', '.join(f'{s:.2f}' for s in loglake_s)} s)"
-    )
-    print(
-        f"parquet:        {args.records / best_parquet:,.0f} records/s ({', '.join(f'{s:.2f}' for s in parquet_s)} s)"
-    )
-    print(f"ratio (loglake / parquet records/s): {best_parquet / best_loglake:.2f}  (target >= 0.25)")
+    best_loglake = min(loglake_t, key=lambda t: t.seconds)
+    best_parquet = min(parquet_t, key=lambda t: t.seconds)
+    for name, timings, best in (("loglake source", loglake_t, best_loglake), ("parquet", parquet_t, best_parquet)):
+        print(
+            f"{name + ':':15s} {args.records / best.seconds:,.0f} records/s "
+            f"({', '.join(f'{t.seconds:.2f}' for t in timings)} s); best round {cpu_line(best.cpu)}"
+        )
+    print(f"ratio (loglake / parquet records/s): {best_parquet.seconds / best_loglake.seconds:.2f}  (target >= 0.25)")
     fetch = breakdown["fetch_s_per_M"] * args.records / 1e6
     decode = breakdown["decode_s_per_M"] * args.records / 1e6
     print(
         f"one process, all {args.records:,} records: fetch {fetch:.2f} s, decode {decode:.2f} s "
         f"(per million: fetch {breakdown['fetch_s_per_M']:.3f} s, decode {breakdown['decode_s_per_M']:.3f} s); "
-        f"Spark's two workers share this: ~{(fetch + decode) / 2:.2f} s of the {best_loglake:.2f} s"
+        f"Spark's two workers share this: ~{(fetch + decode) / 2:.2f} s of the {best_loglake.seconds:.2f} s"
     )
     print(
         f"the same query over ready-made Arrow batches (Spark's Python data source alone, no fetch, no decode): "
-        f"{handoff_s:.2f} s, ratio {best_parquet / handoff_s:.2f} against Parquet"
+        f"{handoff.seconds:.2f} s, ratio {best_parquet.seconds / handoff.seconds:.2f} against Parquet; "
+        f"{cpu_line(handoff.cpu)}"
     )
 
 

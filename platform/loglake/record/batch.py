@@ -38,7 +38,8 @@ from loglake.record.header import (
     validate_batch,
 )
 from loglake.record.varint import SMALL_VARINTS as _SMALL_VARINTS
-from loglake.record.varint import decode_unsigned_varint, decode_varint, encode_varint
+from loglake.record.varint import decode_varint, encode_varint
+from loglake.record.walk import record_starts
 
 Header = tuple[str, bytes | None]
 # What a producer supplies per record: key, value, headers, timestamp (None: now).
@@ -292,24 +293,7 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> None:
         body = view[pos + HEADER_SIZE : pos + header.size]
         # bytes, not a memoryview: indexing it is several times faster in this loop.
         data = decompress(header.compression, body) if header.compression else bytes(body)
-        count = 0
-        at = 0
-        end = len(data)
-        while at < end:
-            # Record lengths take one or two varint bytes unless records exceed 8 KB.
-            z = data[at]
-            if z < 0x80:
-                at += 1
-            elif at + 1 < end and data[at + 1] < 0x80:
-                z = (z & 0x7F) | (data[at + 1] << 7)
-                at += 2
-            else:
-                z, at = decode_unsigned_varint(data, at)
-            if z & 1:  # a negative length
-                break
-            at += z >> 1
-            count += 1
-        if at != end or count != header.record_count:
+        if record_starts(data, 0, len(data), header.record_count) is None:
             raise KafkaError(
                 ErrorCode.INVALID_RECORD,
                 f"the batch at offset delta 0..{header.last_offset_delta} declares {header.record_count} records "

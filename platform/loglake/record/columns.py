@@ -1,8 +1,8 @@
 """The fields of many records at once: numpy arrays over joined records sections.
 
 Where a record starts depends on where the one before it ended, so the starts come from
-one walk over each record's length varint (the only per-record Python step, the same
-loop the broker runs to validate produced batches); every other field of every record is
+the walk over the records' length varints (`loglake.record.walk`, the one the broker runs
+to check produced batches); every other field of every record is
 then read with numpy over the whole buffer. Used by the Spark decoder (records to Arrow),
 the log cleaner (keys and offsets of whole segments) and the check that a compacted
 topic gets keyed records only.
@@ -10,7 +10,6 @@ topic gets keyed records only.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,84 +18,46 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, RecordBatchHeader
-from loglake.record.varint import decode_unsigned_varint
+from loglake.record.walk import record_starts
 
 # Varints are read up to 10 bytes past a position; a joined buffer ends with this padding so
 # that a read near its end stays inside it (lengths are checked against record ends after).
 PADDING = bytes(16)
 
 
-def record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
-    """Where each record starts in `data`, checking each section holds exactly its count.
-
-    Producers mostly write runs of records of one size, so after two records of the same
-    size the rest of the run is checked at once with numpy (each candidate's length
-    varint must end it exactly where the next candidate starts); the walk goes on one
-    record at a time where a run breaks."""
-    starts = array("q")
-    append = starts.append
-    buf = np.frombuffer(data, dtype=np.uint8)
+def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
+    """Where each record starts in `data`, checking each section holds exactly its count."""
+    pieces = []
     at = 0
     for end, count in zip(section_ends, counts, strict=True):
-        first = len(starts)
-        previous_size = -1
-        while at < end:
-            append(at)
-            # Record lengths take one or two varint bytes unless records exceed 8 KB. A
-            # negative length (odd zig-zag) is caught by the vectorised pass afterwards.
-            z = data[at]
-            if z < 0x80:
-                size = 1 + (z >> 1)
-            elif data[at + 1] < 0x80:
-                size = 2 + (((z & 0x7F) | (data[at + 1] << 7)) >> 1)
-            else:
-                z, after = decode_unsigned_varint(data, at)
-                size = after - at + (z >> 1)
-            at += size
-            if size == previous_size and end - at >= 4 * size:
-                run = _uniform_run(buf, at, size, (end - at) // size)
-                if run:
-                    starts.extend(range(at, at + run * size, size))
-                    at += run * size
-                    previous_size = -1
-                    continue
-            previous_size = size
-        if at != end or len(starts) - first != count:
+        starts = record_starts(data, at, end, count)
+        if starts is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
-    return np.frombuffer(starts, dtype=np.int64) if starts else np.empty(0, dtype=np.int64)
-
-
-def _uniform_run(buf: np.ndarray, at: int, size: int, limit: int) -> int:
-    """How many records of exactly `size` bytes follow one another from `at` (at most
-    `limit`): each one's length varint (one or two bytes) must make it `size` bytes long."""
-    candidates = at + np.arange(limit, dtype=np.int64) * size
-    b0 = buf[candidates].astype(np.int64)
-    b1 = buf[candidates + 1].astype(np.int64)
-    one = b0 < 0x80
-    z = np.where(one, b0, (b0 & 0x7F) | (b1 << 7))
-    total = np.where(one, 1, 2) + (z >> 1)
-    fits = (total == size) & ((z & 1) == 0) & (one | (b1 < 0x80))
-    misses = np.flatnonzero(~fits)
-    return int(misses[0]) if misses.size else limit
+        pieces.append(starts)
+        at = end
+    return np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
 
 
 def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The zig-zag varints at each position of `pos`, and the positions after them."""
-    first = buf[pos]
-    value = (first & 0x7F).astype(np.uint64)
+    byte = buf.take(pos)
+    value = byte.astype(np.int64)
+    more = np.flatnonzero(byte >= 0x80)
+    if not more.size:  # the usual case for every field but record lengths: one byte each
+        return (value >> 1) ^ -(value & 1), pos + 1
+    value[more] &= 0x7F
     size = np.ones(len(pos), dtype=np.int64)
-    more = np.flatnonzero(first & 0x80)
     shift = 7
     while more.size:
         if shift > 63:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
-        byte = buf[pos[more] + size[more]]
-        value[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
+        byte = buf.take(pos.take(more) + size.take(more))
+        # int64 holds the 64 bits; bit 63 wraps to the sign, undone by the masked shift below.
+        value[more] |= (byte & 0x7F).astype(np.int64) << shift
         size[more] += 1
-        more = more[(byte & 0x80) != 0]
+        more = more[byte >= 0x80]
         shift += 7
-    signed = (value >> np.uint64(1)).astype(np.int64) ^ -(value & np.uint64(1)).astype(np.int64)
-    return signed, pos + size
+    return ((value >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(value & 1), pos + size
 
 
 def check_within(pos: np.ndarray, record_ends: np.ndarray) -> None:
@@ -145,7 +106,7 @@ def read_record_columns(data: bytes, section_ends: list[int], counts: list[int])
     """Every record's fields up to its headers. `data` is records sections joined (each
     decompressed), ending with PADDING; `section_ends[i]` is where section i ends and
     `counts[i]` how many records its batch declares. Raises CORRUPT_MESSAGE."""
-    starts = record_starts(data, section_ends, counts)
+    starts = _record_starts(data, section_ends, counts)
     buf = np.frombuffer(data, dtype=np.uint8)
     length, pos = read_varints(buf, starts)
     if (length < 0).any():

@@ -2,10 +2,10 @@
 
 Decoding is per batch, not per record: the batch headers are parsed one by one (a few
 per megabyte), the records sections are inflated and joined into one buffer, and every
-field of every record is then read with numpy over that buffer (`loglake.record.columns`). The only per-record
-Python step is the walk over each record's length varint, because where a record starts
-depends on where the previous one ended; it is the same loop the broker runs to validate
-produced batches and builds no object per record. Keys, values and header fields are cut
+field of every record is then read with numpy over that buffer (`loglake.record.columns`).
+Where each record starts comes from the record walk the broker also uses to check produced
+batches (`loglake.record.walk`): runs of equal-length records are found with numpy, other
+records one by one. Keys, values and header fields are cut
 out of the joined buffer by Arrow's `take` over (start, end) pairs, in C++.
 
 This is the one place that sees batch attributes, so it is where aborted transactions

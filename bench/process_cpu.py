@@ -1,0 +1,57 @@
+"""CPU seconds used by this process's descendants, by kind, read from /proc (Linux).
+
+On a machine shared with other work, wall-clock figures move with the load; the CPU time
+each process used for a query moves much less, and says where the time goes: the broker,
+Spark's JVM, Spark's Python workers, or this (driver) process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, str, float] | None:
+    """(parent pid, what the process is, CPU seconds of the process and its reaped children)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    if b"ingest_gateway" in command:
+        name = "broker"
+    fields = raw[raw.rindex(")") + 2 :].split()
+    # fields[0] is field 3 of proc(5): ppid is field 4, utime..cstime fields 14-17.
+    return int(fields[1]), name, sum(int(f) for f in fields[11:15]) / _TICKS
+
+
+def cpu_by_kind() -> Counter[str]:
+    """CPU seconds so far of this process (`driver`) and its descendants: `broker`
+    (`python -m ingest_gateway`), `jvm`, `python workers` (Python under the JVM), `other`."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            stats[int(entry.name)] = stat
+    me = os.getpid()
+    totals: Counter[str] = Counter()
+    for pid, (_, name, seconds) in stats.items():
+        ancestors = []
+        at = stats[pid][0]
+        while at in stats and at != me:
+            ancestors.append(stats[at][1])
+            at = stats[at][0]
+        if pid == me:
+            totals["driver"] += seconds
+        elif at != me:
+            continue  # not ours
+        elif name in ("broker", "java"):
+            totals["broker" if name == "broker" else "jvm"] += seconds
+        elif "java" in ancestors and name.startswith("python"):
+            totals["python workers"] += seconds
+        else:
+            totals["other"] += seconds
+    return totals
