@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from test_storage_support import make_batch
@@ -101,8 +102,9 @@ def test_everything_expired_and_replicated_rolls_then_deletes_all(tmp_path: Path
 
 
 def test_compacted_topics_only_lose_segments_below_the_log_start(tmp_path: Path) -> None:
-    log = open_log(tmp_path, retention_ms=0, retention_bytes=0, cleanup_policy="compact")
-    fill(log, 30)
+    log = open_log(tmp_path, retention_ms=0, retention_bytes=0)
+    fill(log, 30)  # keyless records: written before the topic became compacted
+    log.update_config(replace(log.config, cleanup_policy="compact"))
     before = bases(log)
     assert log.delete_old_segments(log.log_end_offset, now=10**15) == 0
     log.increment_log_start_offset(before[2] + 1)  # DeleteRecords: segments 0 and 1 go
