@@ -16,6 +16,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from loglake.errors import ErrorCode, KafkaError
+
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -118,3 +120,23 @@ class PartitionLoads:
     def unload(self, partition: int) -> None:
         self._loading.pop(partition, None)
         self.owned.discard(partition)
+
+
+def map_append_error(exc: Exception, too_large: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR) -> ErrorCode:
+    """The error a client sees when a coordinator's append to its internal topic fails,
+    as Kafka maps it (`too_large`: what a record over the size limits becomes)."""
+    if not isinstance(exc, KafkaError):
+        return ErrorCode.NOT_COORDINATOR if isinstance(exc, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
+    code = exc.code
+    if code in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return too_large
+    return code

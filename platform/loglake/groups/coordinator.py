@@ -35,8 +35,14 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
-from loglake.errors import ErrorCode, KafkaError
-from loglake.internal_topics import OFFSETS_TOPIC, InternalTopicLog, PartitionLoads, partition_for_key
+from loglake.errors import ErrorCode
+from loglake.internal_topics import (
+    OFFSETS_TOPIC,
+    InternalTopicLog,
+    PartitionLoads,
+    map_append_error,
+    partition_for_key,
+)
 from loglake.groups.api import (
     GroupDescription,
     GroupOverview,
@@ -117,25 +123,6 @@ class GroupConfig:
                 "offsets.retention.check.interval.ms", base.offsets_retention_check_interval_ms
             ),
         )
-
-
-def _map_append_error(exc: Exception, for_offsets: bool) -> ErrorCode:
-    """The error a client sees when appending to __consumer_offsets fails, as Kafka maps it."""
-    if not isinstance(exc, KafkaError):
-        return ErrorCode.NOT_COORDINATOR if isinstance(exc, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
-    code = exc.code
-    if code in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
-    ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if for_offsets else ErrorCode.UNKNOWN_SERVER_ERROR
-    return code
 
 
 def _utf16_length(s: str) -> int:
@@ -1001,7 +988,9 @@ class GroupCoordinator:
             await self._log.append(partition, records)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the client's error code
             log.warning("append to __consumer_offsets-%d failed: %r", partition, exc)
-            return _map_append_error(exc, for_offsets)
+            return map_append_error(
+                exc, ErrorCode.INVALID_COMMIT_OFFSET_SIZE if for_offsets else ErrorCode.UNKNOWN_SERVER_ERROR
+            )
         return ErrorCode.NONE
 
     async def _store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> ErrorCode:
