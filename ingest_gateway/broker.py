@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,7 @@ from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.log_dir_apis import register_log_dir_apis
-from ingest_gateway.offsets_topic import OFFSETS_TOPIC, OffsetsTopicLog
+from ingest_gateway.internal_topic_log import ReplicatedTopicLog
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
@@ -39,6 +39,7 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
+from loglake.internal_topics import OFFSETS_TOPIC
 from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
@@ -50,6 +51,14 @@ from loglake.storage.meta_properties import MetaProperties, new_cluster_id
 log = logging.getLogger(__name__)
 
 HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 5.0
+
+
+class InternalTopicCoordinator(Protocol):
+    """A coordinator whose state lives in an internal topic's partitions."""
+
+    async def load_partition(self, partition: int) -> None: ...
+
+    def unload_partition(self, partition: int) -> None: ...
 
 
 def _raise_for(result: dict[str, Any]) -> None:
@@ -90,7 +99,7 @@ class Broker:
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(
-            GroupConfig.from_properties(config.raw), OffsetsTopicLog(self.replica_manager)
+            GroupConfig.from_properties(config.raw), ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC)
         )
         self.log_cleaner = LogCleaner(
             CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
@@ -105,8 +114,11 @@ class Broker:
         self._kafka_servers: list[KafkaServer] = []
         self._checkpointer: asyncio.Task | None = None
         self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
-        # __consumer_offsets leadership changes seen before the event loop ran (startup).
-        self._pending_group_loads: list[int] = []
+        # The coordinator of each internal topic: it loads a partition this broker comes
+        # to lead and unloads one it stops leading.
+        self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {OFFSETS_TOPIC: self.group_coordinator}
+        # Internal topic leadership changes seen before the event loop ran (startup).
+        self._pending_loads: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
 
     @property
@@ -190,9 +202,9 @@ class Broker:
         self._log_dir_mover = register_log_dir_apis(self.kafka_apis, self.replica_manager)
         if self.clustered:
             self._watch_cluster()
-        for p in self._pending_group_loads:
-            self.track_background(asyncio.create_task(self.group_coordinator.load_partition(p)))
-        self._pending_group_loads.clear()
+        for topic, p in self._pending_loads:
+            self.track_background(asyncio.create_task(self._internal_topic_coordinators[topic].load_partition(p)))
+        self._pending_loads.clear()
         await self.group_coordinator.start()
         self.replica_manager.start()
         self.log_manager.startup(
@@ -296,17 +308,18 @@ class Broker:
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
-        if topic != OFFSETS_TOPIC:
+        coordinator = self._internal_topic_coordinators.get(topic)
+        if coordinator is None:
             return
         if not is_leader:
-            self.group_coordinator.unload_partition(partition)
+            coordinator.unload_partition(partition)
             return
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            self._pending_group_loads.append(partition)
+            self._pending_loads.append((topic, partition))
             return
-        self.track_background(asyncio.create_task(self.group_coordinator.load_partition(partition)))
+        self.track_background(asyncio.create_task(coordinator.load_partition(partition)))
 
     # Topics and coordinators ------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from loglake.cluster.assignment import numbered_assignment
 from loglake.config import validate_topic_name
 from loglake.coordination.model import topic_uuid
 from loglake.errors import ErrorCode, KafkaError
+from loglake.internal_topics import INTERNAL_TOPICS
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
 from loglake.protocol import (
@@ -74,8 +75,6 @@ SPECIAL_TIMESTAMP_MIN_VERSION = {
     EARLIEST_LOCAL_TIMESTAMP: 8,
     LATEST_TIERED_TIMESTAMP: 9,
 }
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 # FindCoordinator key types.
 COORDINATOR_KEY_GROUP = 0

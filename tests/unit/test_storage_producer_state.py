@@ -306,13 +306,13 @@ def test_only_the_latest_two_snapshots_are_kept(tmp_path: Path) -> None:
 
 def test_snapshot_format_round_trips_and_detects_damage() -> None:
     producers = {
-        1: ProducerStateEntry(1, 2, deque((BatchMetadata(i, i, 10 + i, 10 + i, NOW) for i in range(5)), 5)),
-        2**40: ProducerStateEntry(2**40, 0, deque([BatchMetadata(INT32_MAX, 1, 0, 2, -1)], 5)),
+        1: ProducerStateEntry(1, 2, deque((BatchMetadata(i, i, 10 + i, 10 + i, NOW) for i in range(5)), 5), NOW),
+        2**40: ProducerStateEntry(2**40, 0, deque([BatchMetadata(INT32_MAX, 1, 0, 2, -1)], 5), -1, 2),
     }
     data = _encode_snapshot(producers)
     assert _decode_snapshot(data) == producers
     assert _decode_snapshot(_encode_snapshot({})) == {}
-    for damaged in (data[:-1], data + b"\0", data[:20] + bytes([data[20] ^ 1]) + data[21:], b"\0\2" + data[2:], b""):
+    for damaged in (data[:-1], data + b"\0", data[:20] + bytes([data[20] ^ 1]) + data[21:], b"\0\3" + data[2:], b""):
         with pytest.raises(CorruptSnapshotError):
             _decode_snapshot(damaged)
 

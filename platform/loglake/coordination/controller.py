@@ -19,8 +19,7 @@ from loglake.config import LogConfig, validate_topic_configs, validate_topic_nam
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
-
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+from loglake.internal_topics import INTERNAL_TOPICS
 
 
 class BrokerChannel(Protocol):

@@ -64,8 +64,8 @@ from loglake.groups.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from loglake.groups.coordinator import GroupConfig, GroupCoordinator, OffsetsLog, java_string_hash
-from loglake.groups.records import OFFSETS_TOPIC
+from loglake.groups.coordinator import GroupConfig, GroupCoordinator, OffsetsLog
+from loglake.internal_topics import OFFSETS_TOPIC, java_string_hash
 
 __all__ = [
     "ASSIGNORS",

@@ -11,7 +11,7 @@ so a coordinator must be used from one running event loop. Cancelling a waiting 
 (a client that went away) does not change the group, as a dropped connection does not
 in Kafka; the member then expires by its session or rebalance timeout.
 
-Persistence goes through `OffsetsLog`: offsets and group metadata are appended as
+Persistence goes through `OffsetsLog` (an `InternalTopicLog`): offsets and group metadata are appended as
 records in Kafka's own formats (`loglake.groups.records`), and loading a partition
 replays them (last value per key wins, a null value deletes).
 
@@ -33,9 +33,16 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Sequence, TypeVar
 
-from loglake.errors import ErrorCode, KafkaError
+from loglake.errors import ErrorCode
+from loglake.internal_topics import (
+    OFFSETS_TOPIC,
+    InternalTopicLog,
+    PartitionLoads,
+    map_append_error,
+    partition_for_key,
+)
 from loglake.groups.api import (
     GroupDescription,
     GroupOverview,
@@ -74,23 +81,8 @@ from loglake.groups.records import (
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-_LOAD_YIELD_EVERY = 1000  # records replayed between yields to the event loop while loading
-
-
-class OffsetsLog(Protocol):
-    """The `__consumer_offsets` topic as the coordinator needs it (wired to the real log by the broker)."""
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append (key, value) records, all or none; durable (acks=all) when it returns.
-
-        Fails with `KafkaError` carrying the produce error (e.g. NOT_LEADER_OR_FOLLOWER),
-        or OSError for a storage failure.
-        """
-        ...
-
-    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
-        """Every record of the partition, in offset order."""
-        ...
+# The group coordinator's name for its InternalTopicLog over __consumer_offsets.
+OffsetsLog = InternalTopicLog
 
 
 @dataclass(frozen=True)
@@ -133,39 +125,6 @@ class GroupConfig:
         )
 
 
-def java_string_hash(s: str) -> int:
-    """Java's `String.hashCode()`: 31-polynomial over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def _kafka_abs(n: int) -> int:
-    # Kafka's Utils.abs: Math.abs, except Integer.MIN_VALUE maps to 0 (not to itself).
-    return 0 if n == -(1 << 31) else abs(n)
-
-
-def _map_append_error(exc: Exception, for_offsets: bool) -> ErrorCode:
-    """The error a client sees when appending to __consumer_offsets fails, as Kafka maps it."""
-    if not isinstance(exc, KafkaError):
-        return ErrorCode.NOT_COORDINATOR if isinstance(exc, OSError) else ErrorCode.UNKNOWN_SERVER_ERROR
-    code = exc.code
-    if code in (
-        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode.NOT_ENOUGH_REPLICAS,
-        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ErrorCode.REQUEST_TIMED_OUT,
-    ):
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
-        return ErrorCode.NOT_COORDINATOR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE if for_offsets else ErrorCode.UNKNOWN_SERVER_ERROR
-    return code
-
-
 def _utf16_length(s: str) -> int:
     # Kafka bounds metadata by Java's String.length(), i.e. UTF-16 code units, not bytes.
     return len(s.encode("utf-16-le")) // 2
@@ -173,7 +132,7 @@ def _utf16_length(s: str) -> int:
 
 def offsets_partition_for(group_id: str, num_partitions: int) -> int:
     """The `__consumer_offsets` partition holding a group: abs(hashCode) % partitions, as Kafka."""
-    return _kafka_abs(java_string_hash(group_id)) % num_partitions
+    return partition_for_key(group_id, num_partitions)
 
 
 class GroupCoordinator:
@@ -184,15 +143,14 @@ class GroupCoordinator:
     `clock` returns seconds (like time.time); timestamps are in ms from it.
     """
 
-    def __init__(self, config: GroupConfig, offsets_log: OffsetsLog, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, config: GroupConfig, offsets_log: InternalTopicLog, clock: Callable[[], float] = time.time
+    ) -> None:
         self._config = config
         self._log = offsets_log
         self._clock = clock
         self._groups: dict[str, GroupMetadata] = {}
-        self._owned: set[int] = set()
-        # Partition -> token of the load in progress; a load whose token was replaced or
-        # removed (unloaded meanwhile) stops.
-        self._loading: dict[int, object] = {}
+        self._partitions = PartitionLoads(OFFSETS_TOPIC)
         self._active = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
@@ -215,7 +173,7 @@ class GroupCoordinator:
             self._expiry_task.cancel()
             await asyncio.gather(self._expiry_task, return_exceptions=True)
             self._expiry_task = None
-        for partition in sorted(self._owned | self._loading.keys()):
+        for partition in sorted(self._partitions.all()):
             self.unload_partition(partition)
         tasks = list(self._tasks)
         for task in tasks:
@@ -230,42 +188,30 @@ class GroupCoordinator:
         record must not take every group of the partition offline); errors reading the log
         propagate, leaving the partition unowned.
         """
-        if partition in self._owned or partition in self._loading:
-            return
-        token = self._loading[partition] = object()
-        try:
-            offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
-            groups: dict[str, GroupMetadataValue] = {}
-            for count, (key_bytes, value_bytes) in enumerate(self._log.read(partition), 1):
-                try:
-                    key = decode_key(key_bytes)
-                    if isinstance(key, OffsetCommitKey):
-                        tp_key = (key.group, TopicPartition(key.topic, key.partition))
-                        if value_bytes is None:
-                            offsets.pop(tp_key, None)
-                        else:
-                            offsets[tp_key] = decode_offset_commit_value(value_bytes)
-                    elif isinstance(key, GroupMetadataKey):
-                        if value_bytes is None:
-                            groups.pop(key.group, None)
-                        else:
-                            groups[key.group] = decode_group_metadata_value(value_bytes)
-                except ValueError as exc:
-                    log.warning("__consumer_offsets-%d: skipping a record that does not decode: %s", partition, exc)
-                if count % _LOAD_YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # let other groups' requests run during a long load
-                    if self._loading.get(partition) is not token:
-                        return
+        offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
+        groups: dict[str, GroupMetadataValue] = {}
+
+        def apply(key_bytes: bytes, value_bytes: bytes | None) -> None:
+            key = decode_key(key_bytes)
+            if isinstance(key, OffsetCommitKey):
+                tp_key = (key.group, TopicPartition(key.topic, key.partition))
+                if value_bytes is None:
+                    offsets.pop(tp_key, None)
+                else:
+                    offsets[tp_key] = decode_offset_commit_value(value_bytes)
+            elif isinstance(key, GroupMetadataKey):
+                if value_bytes is None:
+                    groups.pop(key.group, None)
+                else:
+                    groups[key.group] = decode_group_metadata_value(value_bytes)
+
+        if await self._partitions.load(partition, self._log, apply):
             self._install_loaded(groups, offsets)
-            self._owned.add(partition)
-        finally:
-            if self._loading.get(partition) is token:
-                del self._loading[partition]
+            self._partitions.mark_owned(partition)
 
     def unload_partition(self, partition: int) -> None:
         """Stop coordinating the groups of `partition`; their waiting requests get NOT_COORDINATOR."""
-        self._loading.pop(partition, None)
-        self._owned.discard(partition)
+        self._partitions.unload(partition)
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             self._on_group_unloaded(self._groups.pop(group_id))
 
@@ -556,7 +502,7 @@ class GroupCoordinator:
         """
         if not self._active:
             return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._loading else ErrorCode.NONE
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._partitions.any_loading else ErrorCode.NONE
         wanted = {s.lower() for s in states or ()}
         groups = tuple(
             GroupOverview(g.group_id, g.protocol_type or "", g.state)
@@ -604,9 +550,9 @@ class GroupCoordinator:
         if not self._active:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partition = self.partition_for(group_id)
-        if partition in self._loading:
+        if self._partitions.is_loading(partition):
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if partition not in self._owned:
+        if partition not in self._partitions.owned:
             return ErrorCode.NOT_COORDINATOR
         return None
 
@@ -1042,7 +988,9 @@ class GroupCoordinator:
             await self._log.append(partition, records)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the client's error code
             log.warning("append to __consumer_offsets-%d failed: %r", partition, exc)
-            return _map_append_error(exc, for_offsets)
+            return map_append_error(
+                exc, ErrorCode.INVALID_COMMIT_OFFSET_SIZE if for_offsets else ErrorCode.UNKNOWN_SERVER_ERROR
+            )
         return ErrorCode.NONE
 
     async def _store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> ErrorCode:
@@ -1136,7 +1084,7 @@ class GroupCoordinator:
                 if group.generation_id > 0:  # generation 0: no metadata record was ever written
                     tombstones[partition].append((encode_key(GroupMetadataKey(group.group_id)), None))
         for partition, records in tombstones.items():
-            if records and partition in self._owned:
+            if records and partition in self._partitions.owned:
                 error = await self._append(partition, records, for_offsets=True)
                 if error is not ErrorCode.NONE:
                     log.warning("tombstones for __consumer_offsets-%d failed: %s", partition, error.name)

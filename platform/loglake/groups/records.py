@@ -12,10 +12,9 @@ tombstone: compaction then drops the key.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
-OFFSETS_TOPIC = "__consumer_offsets"
+from loglake.record.struct_codec import StructReader, StructWriter
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
@@ -66,88 +65,11 @@ class GroupMetadataValue:
     members: tuple[MemberMetadataValue, ...]
 
 
-class _Writer:
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def int16(self, v: int) -> _Writer:
-        self._parts.append(struct.pack(">h", v))
-        return self
-
-    def int32(self, v: int) -> _Writer:
-        self._parts.append(struct.pack(">i", v))
-        return self
-
-    def int64(self, v: int) -> _Writer:
-        self._parts.append(struct.pack(">q", v))
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.int16(-1)
-        data = v.encode()
-        self.int16(len(data))
-        self._parts.append(data)
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.int32(-1)
-        self.int32(len(v))
-        self._parts.append(bytes(v))
-        return self
-
-    def getvalue(self) -> bytes:
-        return b"".join(self._parts)
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self._data = memoryview(data)
-        self._pos = 0
-
-    def _take(self, n: int) -> memoryview:
-        if n < 0 or self._pos + n > len(self._data):
-            raise ValueError("truncated __consumer_offsets record")
-        view = self._data[self._pos : self._pos + n]
-        self._pos += n
-        return view
-
-    def int16(self) -> int:
-        return struct.unpack(">h", self._take(2))[0]
-
-    def int32(self) -> int:
-        return struct.unpack(">i", self._take(4))[0]
-
-    def int64(self) -> int:
-        return struct.unpack(">q", self._take(8))[0]
-
-    def nullable_string(self) -> str | None:
-        n = self.int16()
-        return None if n < 0 else str(self._take(n), "utf-8")
-
-    def string(self) -> str:
-        v = self.nullable_string()
-        if v is None:
-            raise ValueError("null where a string is required")
-        return v
-
-    def nullable_bytes(self) -> bytes | None:
-        n = self.int32()
-        return None if n < 0 else bytes(self._take(n))
-
-    def bytes_(self) -> bytes:
-        v = self.nullable_bytes()
-        if v is None:
-            raise ValueError("null where bytes are required")
-        return v
-
-
 def encode_key(key: OffsetCommitKey | GroupMetadataKey) -> bytes:
     if isinstance(key, OffsetCommitKey):
-        w = _Writer().int16(OFFSET_COMMIT_KEY_VERSION).string(key.group).string(key.topic)
+        w = StructWriter().int16(OFFSET_COMMIT_KEY_VERSION).string(key.group).string(key.topic)
         return w.int32(key.partition).getvalue()
-    return _Writer().int16(GROUP_METADATA_KEY_VERSION).string(key.group).getvalue()
+    return StructWriter().int16(GROUP_METADATA_KEY_VERSION).string(key.group).getvalue()
 
 
 def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
@@ -156,7 +78,7 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
     Kafka 3.5+ skips unknown key versions too (records of newer coordinators), rather
     than failing the whole partition load.
     """
-    r = _Reader(data)
+    r = StructReader(data)
     version = r.int16()
     if version in (0, 1):
         return OffsetCommitKey(r.string(), r.string(), r.int32())
@@ -168,14 +90,14 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 def encode_offset_commit_value(value: OffsetCommitValue) -> bytes:
     if value.expire_timestamp is not None:
         # Only version 1 carries an explicit expiry (OffsetCommit v2-v4 retention), as Kafka writes it.
-        w = _Writer().int16(1).int64(value.offset).string(value.metadata).int64(value.commit_timestamp)
+        w = StructWriter().int16(1).int64(value.offset).string(value.metadata).int64(value.commit_timestamp)
         return w.int64(value.expire_timestamp).getvalue()
-    w = _Writer().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
+    w = StructWriter().int16(OFFSET_COMMIT_VALUE_VERSION).int64(value.offset).int32(value.leader_epoch)
     return w.string(value.metadata).int64(value.commit_timestamp).getvalue()
 
 
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
-    r = _Reader(data)
+    r = StructReader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise ValueError(f"unknown offset commit value version {version}")
@@ -188,7 +110,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 
 def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
-    w = _Writer().int16(GROUP_METADATA_VALUE_VERSION).string(value.protocol_type).int32(value.generation)
+    w = StructWriter().int16(GROUP_METADATA_VALUE_VERSION).string(value.protocol_type).int32(value.generation)
     w.string(value.protocol).string(value.leader).int64(value.current_state_timestamp)
     w.int32(len(value.members))
     for m in value.members:
@@ -198,7 +120,7 @@ def encode_group_metadata_value(value: GroupMetadataValue) -> bytes:
 
 
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
-    r = _Reader(data)
+    r = StructReader(data)
     version = r.int16()
     if not 0 <= version <= 3:
         raise ValueError(f"unknown group metadata value version {version}")

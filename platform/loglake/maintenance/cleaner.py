@@ -54,6 +54,7 @@ from loglake.record.varint import decode_varint, encode_varint
 from loglake.storage.log import Log
 from loglake.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
 from loglake.storage.segment_swap import CLEANED_SUFFIX
+from loglake.storage.transaction_index import TXN_INDEX_SUFFIX
 from loglake.maintenance.offset_map import OffsetMap
 
 # Bytes read (and decoded) at a time; a bigger batch is read whole.
@@ -96,10 +97,11 @@ class CleaningResult:
 
 
 def first_uncleanable_offset(log: Log, high_watermark: int, now_ms: int) -> int:
-    """Where cleaning must stop: the active segment, the high watermark, and the first
-    segment with a record younger than min.compaction.lag.ms (Kafka's rules)."""
+    """Where cleaning must stop: the active segment, the last stable offset (an open
+    transaction's records may still abort), and the first segment with a record younger
+    than min.compaction.lag.ms (Kafka's rules)."""
     segments = log.segments
-    bound = min(segments[-1].base_offset, high_watermark)
+    bound = min(segments[-1].base_offset, log.last_stable_offset(high_watermark))
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for segment in segments[:-1]:
@@ -278,6 +280,9 @@ def clean_log(log: Log, offset_map: OffsetMap, now_ms: int, stats: CleanerStats)
         cleaned = _new_cleaned_segment(log, group[0].base_offset)
         try:
             for segment in group:
+                # Markers are always kept, so are the aborted transactions they index.
+                for txn in segment.txn_index.entries:
+                    cleaned.txn_index.append(txn)
                 group_horizon = _clean_into(segment, cleaned, offset_map, producers, config, now_ms, stats)
                 if group_horizon is not None:
                     horizon = group_horizon if horizon is None else min(horizon, group_horizon)
@@ -295,7 +300,7 @@ def clean_log(log: Log, offset_map: OffsetMap, now_ms: int, stats: CleanerStats)
 
 def _new_cleaned_segment(log: Log, base_offset: int) -> LogSegment:
     stem = filename_prefix(base_offset)
-    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         (log.dir / (stem + suffix + CLEANED_SUFFIX)).unlink(missing_ok=True)  # left by an aborted cleaning
     return LogSegment(log.dir, base_offset, log.config, file_suffix=CLEANED_SUFFIX)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loglake.internal_topics import OFFSETS_TOPIC
 from loglake.maintenance.cleaner import CleaningResult, cleanable_bytes, first_uncleanable_offset
 from loglake.storage.checkpoints import CheckpointFileError, OffsetCheckpointFile
 from loglake.storage.log import Log
@@ -25,7 +26,6 @@ from loglake.storage.log_manager import LogManager
 from loglake.storage.segment import now_ms
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-OFFSETS_TOPIC = "__consumer_offsets"
 
 TopicPartition = tuple[str, int]
 

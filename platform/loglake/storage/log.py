@@ -10,6 +10,13 @@ and replace (never mutate) the segment list, so a reader sees only whole appends
 Batches with a producer id are checked against the idempotent producers' state (see
 `producer_state.py`): a retried batch is not written again but answered with the offsets
 it got the first time.
+
+Transactions: a COMMIT/ABORT marker (appended by the transaction coordinator's
+WriteTxnMarkers, or replicated) closes its producer's open transaction; an ABORT adds the
+transaction to the `.txnindex` of the segment holding the marker. `first_unstable_offset`
+is the first offset of the oldest open transaction, bounding the LSO. Recovery rebuilds
+both: the producer state replay re-reads the markers after the snapshot it starts from,
+and starts no later than the first segment whose `.txnindex` recovery emptied.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from loglake.config import LogConfig
 from loglake.scheduler import Scheduler
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.columns import check_keyed
+from loglake.record.control import decode_marker
 from loglake.record.header import (
     ATTRIBUTES_POS,
     HEADER_SIZE,
@@ -50,10 +58,11 @@ from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, 
 from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, now_ms
 from loglake.storage.segment_swap import complete_interrupted_swaps, swap_in
 from loglake.storage.time_index import NO_TIMESTAMP
+from loglake.storage.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex)$")
 FUTURE_DIR_SUFFIX = "-future"
 _FUTURE_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}" + FUTURE_DIR_SUFFIX + "$")
 # attributes int16, then (after lastOffsetDelta) baseTimestamp and maxTimestamp int64s.
@@ -148,6 +157,8 @@ class Log:
         self._last_flush_ms = now_ms()
         self._pending_flushes: list[Future[None]] = []
         self._producers = ProducerStateManager(dir)  # loaded by open()
+        # The producer state's first unstable offset, published for lock-free readers.
+        self._first_unstable: int | None = None
 
     @classmethod
     def open(
@@ -183,7 +194,8 @@ class Log:
         log._recovery_point = min(recovery_point, log.log_end_offset)
         epochs.truncate_from_end(log.log_end_offset)
         epochs.truncate_from_start(log._log_start_offset)
-        log._load_producer_state()
+        reset = [s.base_offset for s in log._segments if s.txn_index_reset]
+        log._load_producer_state(min(reset) if reset else None)
         log._producers.remove_expired_producers(now_ms())
         return log
 
@@ -256,6 +268,28 @@ class Log:
         """The idempotent producers' state; change it only through the log."""
         return self._producers
 
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction; None when none is open."""
+        return self._first_unstable
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: read_committed consumers read below it."""
+        first_unstable = self._first_unstable
+        return high_watermark if first_unstable is None else min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of [fetch_offset,
+        upper_bound_offset) must be told about, from the segments' `.txnindex`."""
+        segments = self._segments
+        first = max(0, bisect_right(segments, fetch_offset, key=attrgetter("base_offset")) - 1)
+        aborted: list[AbortedTxn] = []
+        for segment in segments[first:]:
+            if segment.base_offset >= upper_bound_offset and aborted:
+                break
+            aborted.extend(segment.txn_index.collect(fetch_offset, upper_bound_offset))
+        return aborted
+
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader epoch starts at `start_offset` (normally the LEO on election)."""
         with self._lock:
@@ -267,7 +301,9 @@ class Log:
 
     # Appending ---------------------------------------------------------------------------
 
-    def append_as_leader(self, records: Bytes, leader_epoch: int, now_ms: int | None = None) -> LogAppendInfo:
+    def append_as_leader(
+        self, records: Bytes, leader_epoch: int, now_ms: int | None = None, *, from_coordinator: bool = False
+    ) -> LogAppendInfo:
         """Validate, assign offsets to and append one request's batches (all or nothing).
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
@@ -277,7 +313,8 @@ class Log:
         and for batches with a producer id what `ProducerStateManager.validate_append`
         raises (INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD).
         A retry of one of a producer's last five batches writes nothing and returns the
-        original batch's offsets with `duplicate=True`.
+        original batch's offsets with `duplicate=True`. Transaction markers (control
+        batches) are accepted only `from_coordinator` (WriteTxnMarkers).
         With message.timestamp.type=LogAppendTime every batch is stamped with `now_ms`.
         """
         view = _byte_view(records)
@@ -295,7 +332,7 @@ class Log:
                 break
         with self._lock, self._undone_on_io_error():
             if producer_headers is not None:
-                duplicate = self._producers.validate_append(producer_headers)
+                duplicate = self._producers.validate_append(producer_headers, from_coordinator)
                 if duplicate is not None:
                     return _duplicate_append_info(duplicate, producer_headers[0], log_append_time, len(view))
             first_offset = offset = self._end.offset
@@ -315,6 +352,13 @@ class Log:
                 offset = last_offset + 1
             if producer_headers is not None:
                 self._producers.on_leader_append(producer_headers, first_offset, now if log_append_time else None)
+                if from_coordinator:
+                    marker_offset = first_offset
+                    for position, header in batches:
+                        if header.is_control:
+                            self._complete_txn(view[position : position + header.size], header, marker_offset)
+                        marker_offset += header.last_offset_delta + 1
+                self._first_unstable = self._producers.first_unstable_offset
             flush = self._finish_append(offset)
         if flush:
             self.flush()
@@ -357,9 +401,14 @@ class Log:
                 self._append_batch(data, header.size, header.base_offset, header.last_offset, header.max_timestamp, now)
                 if header.max_timestamp > max_timestamp:
                     max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
-            for _, header in batches:
-                if header.producer_id >= 0:
+            for position, header in batches:
+                if header.producer_id < 0:
+                    continue
+                if header.is_control:
+                    self._complete_txn(view[position : position + header.size], header, header.base_offset)
+                else:
                     self._producers.on_batch_in_log(header)
+            self._first_unstable = self._producers.first_unstable_offset
             flush = self._finish_append(expected)
         if flush:
             self.flush()
@@ -387,6 +436,22 @@ class Log:
         if segment.should_roll(self._config, size, max_timestamp, last_offset, now):
             segment = self._roll(base_offset, now)
         segment.append(data, last_offset, max_timestamp, last_offset)
+
+    def _complete_txn(self, batch: Bytes, header: RecordBatchHeader, marker_offset: int) -> None:
+        """A marker at `marker_offset` is in the log: end its producer's transaction and
+        index it if it aborted (in the segment holding the marker)."""
+        marker = decode_marker(batch)
+        completed = self._producers.complete_txn(
+            header.producer_id, header.producer_epoch, marker.commit, marker_offset, header.max_timestamp
+        )
+        if completed is not None and completed.is_aborted:
+            segments = self._segments
+            segment = segments[max(0, bisect_right(segments, marker_offset, key=attrgetter("base_offset")) - 1)]
+            segment.txn_index.append(
+                AbortedTxn(
+                    completed.producer_id, completed.first_offset, completed.last_offset, completed.last_stable_offset
+                )
+            )
 
     @contextmanager
     def _undone_on_io_error(self) -> Iterator[None]:
@@ -631,7 +696,7 @@ class Log:
         """Each known producer's last batch's last offset: the batch a cleaning must keep
         (even emptied), since it carries the producer's last sequence (Kafka's rule)."""
         with self._lock:
-            return {pid: entry.batches[-1].last_offset for pid, entry in self._producers.producers.items()}
+            return {pid: entry.last_data_offset for pid, entry in self._producers.producers.items() if entry.batches}
 
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], truncation_count: int) -> bool:
         """Swap the flushed `.cleaned` segment `new` in for the consecutive rolled segments
@@ -707,15 +772,17 @@ class Log:
         self._end = LogOffsetMetadata(offset, offset, 0)
         self._epochs.clear()
         self._producers.truncate_fully()
+        self._first_unstable = None
         self._recovery_point = offset
         self._dir_dirty = True
         self._truncations += 1
 
-    def _load_producer_state(self) -> None:
-        """The latest snapshot at or below the log end, then every batch header after it
-        (from the first segment when there is no snapshot); records are never decoded."""
+    def _load_producer_state(self, replay_from: int | None = None) -> None:
+        """The latest snapshot at or below the log end (and `replay_from`), then every
+        batch header after it (from the first segment when there is no snapshot); records
+        are decoded only for markers, whose aborted transactions are indexed again."""
         producers = self._producers
-        offset = producers.truncate_and_reload(self._end.offset)
+        offset = producers.truncate_and_reload(self._end.offset, replay_from)
         segments = self._segments
         end = self._end
         first = 0 if offset is None else max(0, bisect_right(segments, offset, key=attrgetter("base_offset")) - 1)
@@ -728,9 +795,14 @@ class Log:
                 if location is None:
                     continue
                 position = location.position
-            for header in _batch_headers(segment.log, position, limit):
-                if header.producer_id >= 0:
+            for at, header in _batch_headers(segment.log, position, limit):
+                if header.producer_id < 0:
+                    continue
+                if header.is_control:
+                    self._complete_txn(segment.log.read(at, header.size), header, header.base_offset)
+                else:
                     producers.on_batch_in_log(header)
+        self._first_unstable = producers.first_unstable_offset
 
     # Durability and lifecycle ------------------------------------------------------------
 
@@ -835,8 +907,8 @@ def _duplicate_append_info(
     )
 
 
-def _batch_headers(records: FileRecords, position: int, end: int) -> Iterator[RecordBatchHeader]:
-    """The header of every batch from `position` (a batch start) to `end`, read a chunk
+def _batch_headers(records: FileRecords, position: int, end: int) -> Iterator[tuple[int, RecordBatchHeader]]:
+    """(position, header) of every batch from `position` (a batch start) to `end`, read a chunk
     at a time; the bytes were validated when appended or recovered."""
     chunk, chunk_start = b"", position
     while position + HEADER_SIZE <= end:
@@ -850,7 +922,7 @@ def _batch_headers(records: FileRecords, position: int, end: int) -> Iterator[Re
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{records.path}: batch at {position} claims {header.size} bytes"
             )
-        yield header
+        yield position, header
         position += header.size
 
 

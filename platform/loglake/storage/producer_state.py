@@ -7,17 +7,23 @@ its end offset: the Log updates it under its lock after each successful append, 
 it after truncation, and reloads it on open from the latest snapshot plus the batch
 headers after it.
 
+Transactions: a producer's first transactional batch after a marker opens its
+transaction (`current_txn_first_offset`); the COMMIT/ABORT marker a coordinator writes
+(`complete_txn`) closes it. The first offset of the oldest open transaction is the log's
+first unstable offset: a read_committed consumer reads no further (the LSO).
+
 A snapshot `<offset, 20 digits>.snapshot` holds the state as of `offset` (Kafka's name;
 loglake's own format), big-endian:
 
-    version int16 (1) | crc uint32 (CRC-32C of everything after it) | producer count int32
-    per producer: producerId int64 | producerEpoch int16 | batch count int8
+    version int16 (2) | crc uint32 (CRC-32C of everything after it) | producer count int32
+    per producer: producerId int64 | producerEpoch int16 | currentTxnFirstOffset int64 (-1: none) |
+                  lastTimestamp int64 | batch count int8
       per batch (oldest first): firstSeq int32 | lastSeq int32 | firstOffset int64 |
                                 lastOffset int64 | maxTimestamp int64
 
-Transactions are not tracked: transactional data batches are checked like any idempotent
-batch, and control batches (markers come from a transaction coordinator, never from a
-producer) are refused on the leader and carry no sequence, so they leave the state alone.
+Version 1 (no currentTxnFirstOffset or lastTimestamp, at least one batch) still loads.
+Control batches are refused from producers (only a coordinator writes them, through
+`complete_txn`) and carry no sequence.
 """
 
 from __future__ import annotations
@@ -46,18 +52,32 @@ NUM_BATCHES_TO_RETAIN = 5
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_TO_KEEP = 2
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+NO_SEQUENCE = -1
 
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from Int32.MAX to 0
 _SNAPSHOT_FILE = re.compile(r"^(\d{20})\.snapshot$")
 _VERSION_CRC = struct.Struct(">hI")  # the CRC covers every byte after these
 _COUNT = struct.Struct(">i")
-_PRODUCER = struct.Struct(">qhb")
+_PRODUCER_V1 = struct.Struct(">qhb")
+_PRODUCER = struct.Struct(">qhqqb")
 _BATCH = struct.Struct(">iiqqq")
 
 
 class CorruptSnapshotError(ValueError):
     """A snapshot file that is cut short, of another version or fails its CRC."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: its producer, first data offset, the marker's
+    offset, whether it aborted, and the LSO right after it (what `.txnindex` records)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
+    last_stable_offset: int
 
 
 @dataclass(slots=True)
@@ -77,17 +97,20 @@ class BatchMetadata:
 class ProducerStateEntry:
     producer_id: int
     producer_epoch: int
-    # Oldest first, never empty, at most NUM_BATCHES_TO_RETAIN (the deque's maxlen).
+    # Oldest first, at most NUM_BATCHES_TO_RETAIN (the deque's maxlen); empty after a
+    # marker of a newer epoch (the epoch's first batch then must have sequence 0).
     batches: deque[BatchMetadata]
+    # What expiry counts from: the max timestamp of the producer's last batch or marker (Kafka's rule).
+    last_timestamp: int
+    current_txn_first_offset: int = -1
 
     @property
     def last_seq(self) -> int:
-        return self.batches[-1].last_seq
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
 
     @property
-    def last_timestamp(self) -> int:
-        """What expiry counts from: the max timestamp of the producer's last batch (Kafka's rule)."""
-        return self.batches[-1].max_timestamp
+    def last_data_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
 
     def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
         for batch in self.batches:
@@ -119,13 +142,17 @@ class ProducerStateManager:
         self.dir = dir
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        # First offset of each open transaction -> its producer id.
+        self.ongoing_txns: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"ProducerStateManager({self.dir.name}, {len(self.producers)} producers)"
 
     # Appends -----------------------------------------------------------------------------
 
-    def validate_append(self, headers: Sequence[RecordBatchHeader]) -> BatchMetadata | None:
+    def validate_append(
+        self, headers: Sequence[RecordBatchHeader], from_coordinator: bool = False
+    ) -> BatchMetadata | None:
         """Check a leader append's batches in order, each against the state the batches
         before it would leave; batches without a producer id are skipped.
 
@@ -136,14 +163,17 @@ class ProducerStateManager:
         with one set of offsets), else INVALID_RECORD.
         Raises KafkaError: INVALID_PRODUCER_EPOCH (an epoch older than the producer's),
         OUT_OF_ORDER_SEQUENCE_NUMBER (a new epoch not starting at sequence 0, or a
-        sequence that does not follow the last one), INVALID_RECORD (a control batch, or
-        a producer id with no sequence).
+        sequence that does not follow the last one), INVALID_RECORD (a control batch not
+        `from_coordinator`, or a producer id with no sequence).
         """
         # Producer id -> (epoch, last sequence) after the earlier batches of this append.
         pending: dict[int, tuple[int, int]] = {}
         for header in headers:
             producer_id = header.producer_id
             if producer_id < 0:
+                continue
+            if header.is_control and from_coordinator:
+                self.check_marker(producer_id, header.producer_epoch)
                 continue
             if header.is_control:
                 raise KafkaError(
@@ -206,12 +236,13 @@ class ProducerStateManager:
         offset = first_offset
         for header in headers:
             last_offset = offset + header.last_offset_delta
-            if header.producer_id >= 0:
+            if header.producer_id >= 0 and not header.is_control:  # the log completes markers
                 timestamp = header.max_timestamp if log_append_time is None else log_append_time
                 self._append_batch(
                     header.producer_id,
                     header.producer_epoch,
                     BatchMetadata(header.base_sequence, header.last_sequence, offset, last_offset, timestamp),
+                    header.is_transactional,
                 )
             offset = last_offset + 1
 
@@ -229,23 +260,82 @@ class ProducerStateManager:
                     header.last_offset,
                     header.max_timestamp,
                 ),
+                header.is_transactional,
             )
 
-    def _append_batch(self, producer_id: int, producer_epoch: int, batch: BatchMetadata) -> None:
+    def _append_batch(self, producer_id: int, producer_epoch: int, batch: BatchMetadata, transactional: bool) -> None:
         entry = self.producers.get(producer_id)
         if entry is None or entry.producer_epoch != producer_epoch:
             # A new epoch forgets the old one's batches. Replicated data is followed even
             # when its epoch goes back, as Kafka does: the log is the truth.
-            self.producers[producer_id] = ProducerStateEntry(
-                producer_id, producer_epoch, deque((batch,), NUM_BATCHES_TO_RETAIN)
+            txn_first = -1 if entry is None else entry.current_txn_first_offset
+            entry = self.producers[producer_id] = ProducerStateEntry(
+                producer_id, producer_epoch, deque((batch,), NUM_BATCHES_TO_RETAIN), batch.max_timestamp, txn_first
             )
         else:
             entry.batches.append(batch)
+            entry.last_timestamp = batch.max_timestamp
+        if transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = batch.first_offset
+            self.ongoing_txns[batch.first_offset] = producer_id
+
+    # Transactions ------------------------------------------------------------------------
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """A coordinator's marker must not carry an epoch older than the producer's
+        (INVALID_PRODUCER_EPOCH: it comes from a coordinator that lost the transaction)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker of producer {producer_id} has epoch {producer_epoch} in {self.dir.name}, "
+                f"older than its current epoch {entry.producer_epoch}",
+            )
+
+    def complete_txn(
+        self, producer_id: int, producer_epoch: int, commit: bool, marker_offset: int, timestamp: int
+    ) -> CompletedTxn | None:
+        """A marker at `marker_offset` ends the producer's open transaction; returns it, or
+        None if the producer had none here (a marker for a partition it wrote nothing to)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(
+                producer_id, producer_epoch, deque(maxlen=NUM_BATCHES_TO_RETAIN), timestamp
+            )
+        elif producer_epoch > entry.producer_epoch:
+            # A marker of a newer epoch (the coordinator bumped it to abort): the epoch's
+            # data then starts at sequence 0, as after any epoch change.
+            entry.producer_epoch = producer_epoch
+            entry.batches = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        first_offset = entry.current_txn_first_offset
+        if first_offset < 0:
+            return None
+        entry.current_txn_first_offset = -1
+        del self.ongoing_txns[first_offset]
+        first_unstable = self.first_unstable_offset
+        return CompletedTxn(
+            producer_id,
+            first_offset,
+            marker_offset,
+            not commit,
+            marker_offset + 1 if first_unstable is None else first_unstable,
+        )
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction; None when none is open."""
+        return min(self.ongoing_txns) if self.ongoing_txns else None
 
     def remove_expired_producers(self, now: int) -> None:
         """Forget producers whose last batch is producer.id.expiration.ms old or more."""
         limit = now - self.producer_id_expiration_ms
-        expired = [pid for pid, entry in self.producers.items() if entry.last_timestamp <= limit]
+        # A producer with an open transaction stays: its marker still has to come.
+        expired = [
+            pid
+            for pid, entry in self.producers.items()
+            if entry.last_timestamp <= limit and entry.current_txn_first_offset < 0
+        ]
         for producer_id in expired:
             del self.producers[producer_id]
 
@@ -278,18 +368,27 @@ class ProducerStateManager:
             snapshot_path(self.dir, old).unlink(missing_ok=True)
         return path
 
-    def truncate_and_reload(self, log_end_offset: int) -> int | None:
+    def truncate_and_reload(self, log_end_offset: int, at_most: int | None = None) -> int | None:
         """Delete the snapshots past `log_end_offset` and load the latest valid one left
-        (corrupt ones are deleted too); returns its offset, None (and an empty state) if
-        there is none. The caller replays the log's batches from that offset."""
+        (corrupt ones are deleted too), not past `at_most` if given; returns its offset,
+        None (and an empty state) if there is none. The caller replays the log's batches
+        from that offset."""
         for stray in self.dir.glob(f"*{SNAPSHOT_SUFFIX}.tmp"):
             stray.unlink(missing_ok=True)
         self.delete_snapshots_after(log_end_offset)
         self.producers = {}
+        self.ongoing_txns = {}
         for offset in reversed(self.snapshot_offsets()):
+            if at_most is not None and offset > at_most:
+                continue
             path = snapshot_path(self.dir, offset)
             try:
                 self.producers = _decode_snapshot(path.read_bytes())
+                self.ongoing_txns = {
+                    e.current_txn_first_offset: e.producer_id
+                    for e in self.producers.values()
+                    if e.current_txn_first_offset >= 0
+                }
                 return offset
             except CorruptSnapshotError as exc:
                 logger.warning("deleting snapshot %s: %s", path, exc)
@@ -308,6 +407,7 @@ class ProducerStateManager:
     def truncate_fully(self) -> None:
         """The log was emptied: no producers, no snapshots."""
         self.producers = {}
+        self.ongoing_txns = {}
         for offset in self.snapshot_offsets():
             snapshot_path(self.dir, offset).unlink(missing_ok=True)
 
@@ -315,7 +415,15 @@ class ProducerStateManager:
 def _encode_snapshot(producers: dict[int, ProducerStateEntry]) -> bytes:
     body = [_COUNT.pack(len(producers))]
     for entry in producers.values():
-        body.append(_PRODUCER.pack(entry.producer_id, entry.producer_epoch, len(entry.batches)))
+        body.append(
+            _PRODUCER.pack(
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.current_txn_first_offset,
+                entry.last_timestamp,
+                len(entry.batches),
+            )
+        )
         for b in entry.batches:
             body.append(_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.max_timestamp))
     data = b"".join(body)
@@ -326,7 +434,7 @@ def _decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
     if len(data) < _VERSION_CRC.size + _COUNT.size:
         raise CorruptSnapshotError(f"{len(data)} bytes is shorter than the header")
     version, crc = _VERSION_CRC.unpack_from(data)
-    if version != SNAPSHOT_VERSION:
+    if version not in (1, SNAPSHOT_VERSION):
         raise CorruptSnapshotError(f"unsupported version {version}")
     if crc32c.crc32c(memoryview(data)[_VERSION_CRC.size :]) != crc:
         raise CorruptSnapshotError("CRC mismatch")
@@ -335,15 +443,26 @@ def _decode_snapshot(data: bytes) -> dict[int, ProducerStateEntry]:
     position = _VERSION_CRC.size + _COUNT.size
     try:
         for _ in range(count):
-            producer_id, producer_epoch, batch_count = _PRODUCER.unpack_from(data, position)
-            position += _PRODUCER.size
+            if version == 1:
+                producer_id, producer_epoch, batch_count = _PRODUCER_V1.unpack_from(data, position)
+                txn_first_offset, last_timestamp = -1, None
+                position += _PRODUCER_V1.size
+            else:
+                producer_id, producer_epoch, txn_first_offset, last_timestamp, batch_count = _PRODUCER.unpack_from(
+                    data, position
+                )
+                position += _PRODUCER.size
             batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
             for _ in range(batch_count):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
                 position += _BATCH.size
-            if not batches:
-                raise CorruptSnapshotError(f"producer {producer_id} has no batches")
-            producers[producer_id] = ProducerStateEntry(producer_id, producer_epoch, batches)
+            if last_timestamp is None:
+                if not batches:
+                    raise CorruptSnapshotError(f"producer {producer_id} has no batches")
+                last_timestamp = batches[-1].max_timestamp
+            producers[producer_id] = ProducerStateEntry(
+                producer_id, producer_epoch, batches, last_timestamp, txn_first_offset
+            )
     except struct.error as exc:
         raise CorruptSnapshotError(f"cut short: {exc}") from None
     if position != len(data):

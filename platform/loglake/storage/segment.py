@@ -1,4 +1,5 @@
-"""One segment of a partition: `<base offset>.log` and its `.index` and `.timeindex`.
+"""One segment of a partition: `<base offset>.log` and its `.index`, `.timeindex` and
+`.txnindex` (aborted transactions, see `transaction_index.py`).
 
 Only the active (last) segment of a log is appended to. Every `index_interval_bytes`
 appended bytes the segment adds an offset index entry (last offset of the batch -> its
@@ -22,6 +23,7 @@ from loglake.storage.index import CorruptIndexError
 from loglake.storage.leader_epoch_cache import LeaderEpochFileCache
 from loglake.storage.offset_index import INT32_MAX, OffsetIndex
 from loglake.storage.time_index import NO_TIMESTAMP, TimeIndex
+from loglake.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,10 @@ class LogSegment:
         self.time_index = TimeIndex(
             dir / (stem + TIME_INDEX_SUFFIX + file_suffix), base_offset, config.segment_index_bytes
         )
+        self.txn_index = TransactionIndex(dir / (stem + TXN_INDEX_SUFFIX + file_suffix))
+        # Set by `recover` when it emptied the .txnindex of a segment holding markers: the
+        # log's replay of markers must then start at or before this segment to refill it.
+        self.txn_index_reset = False
         self._max_timestamp = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
@@ -122,6 +128,7 @@ class LogSegment:
             raise CorruptIndexError(f"index files of {self.log.path} are missing")
         self.offset_index.sanity_check(self.log.size)
         self.time_index.sanity_check()
+        _ = self.txn_index.entries  # read now: a corrupt one means recovery, not a failed fetch later
 
     # Writing -----------------------------------------------------------------------------
 
@@ -240,6 +247,8 @@ class LogSegment:
         number of bytes cut. New leader epochs found in batches go to `leader_epoch_cache`."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
+        self.txn_index_reset = False
         self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, self.base_offset
         self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
@@ -270,6 +279,8 @@ class LogSegment:
                 break
             if leader_epoch_cache is not None:
                 leader_epoch_cache.maybe_assign(header.partition_leader_epoch, header.base_offset)
+            if header.is_control and header.producer_id >= 0:
+                self.txn_index_reset = True  # it had a marker whose entry the log's replay must restore
             self._account(position, header.size, header.last_offset, header.max_timestamp, header.last_offset)
             position += header.size
             next_offset = header.next_offset
@@ -285,6 +296,7 @@ class LogSegment:
             return 0
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.log.truncate_to(found.position)
         self._load_state()
         return removed
@@ -318,10 +330,11 @@ class LogSegment:
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def change_dir(self, dir: Path) -> None:
         """The partition directory was renamed; open descriptors stay valid."""
-        for f in (self.log, self.offset_index, self.time_index):
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
             f.path = dir / f.path.name
 
     def change_file_suffixes(self, old: str, new: str) -> None:
@@ -329,6 +342,8 @@ class LogSegment:
         segment, `.deleted` before removal). Indexes first, the .log last, so that a .log carrying a suffix means its
         indexes carry it too; each index is read into memory before its file moves, so a
         reader never opens a renamed path."""
+        txn_path = self.txn_index.path
+        self.txn_index.rename(txn_path.with_name(txn_path.name.removesuffix(old) + new))
         for f in (self.offset_index, self.time_index, self.log):
             if f is not self.log:
                 f.load()
@@ -347,3 +362,4 @@ class LogSegment:
         self.log.delete()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()

@@ -1,5 +1,6 @@
-"""`__consumer_offsets` as the group coordinator sees it: append (key, value) records with
-acks=all, and replay a partition from its log start when this broker becomes its leader."""
+"""An internal topic (`__consumer_offsets`, `__transaction_state`) as its coordinator sees
+it: append (key, value) records with acks=all, and replay a partition from its log start
+when this broker becomes its leader."""
 
 from __future__ import annotations
 
@@ -9,27 +10,27 @@ from collections.abc import Iterator
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.record.batch import decode_batches, encode_batch
 
-OFFSETS_TOPIC = "__consumer_offsets"
 _READ_BYTES = 1024 * 1024
 _APPEND_TIMEOUT_MS = 5000
 
 
-class OffsetsTopicLog:
-    """The coordinator's OffsetsLog over this broker's replica manager."""
+class ReplicatedTopicLog:
+    """A coordinator's `InternalTopicLog` over this broker's replica manager."""
 
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(self, replica_manager: ReplicaManager, topic: str) -> None:
         self._replica_manager = replica_manager
+        self.topic = topic
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         batch = encode_batch([(key, value, (), None) for key, value in records], int(time.time() * 1000))
-        key = (OFFSETS_TOPIC, partition)
+        key = (self.topic, partition)
         results = await self._replica_manager.append_records({key: batch}, -1, _APPEND_TIMEOUT_MS)
         error = results[key].error
         if error is not None:
             raise error
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        log = self._replica_manager.leader_partition(OFFSETS_TOPIC, partition).log
+        log = self._replica_manager.leader_partition(self.topic, partition).log
         offset = log.log_start_offset
         while offset < log.log_end_offset:
             piece = log.read(offset, _READ_BYTES)
