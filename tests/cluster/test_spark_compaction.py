@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clients.client_helpers import produce_keyed
+from clients.client_helpers import produce_keyed, read_all
 from cluster_helpers import create_topic
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from ingest_gateway.local_cluster import LocalCluster
 from jobs.compact import parse_args, run
@@ -24,30 +24,6 @@ SPARK_COMPACTED = {
     "segment.bytes": "8192",
     "min.insync.replicas": "3",
 }
-
-
-def read_from_start(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes | None]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    try:
-        while True:
-            msg = consumer.poll(1)
-            if msg is None:
-                continue
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                return out
-            out.append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
 
 
 def log_bytes_below(log_dir: Path, offset: int) -> bytes:
@@ -87,6 +63,6 @@ def test_spark_plans_and_every_replica_rewrites_to_the_same_bytes(cluster: Local
     after = {b: log_bytes_below(cluster.base_dir / f"broker-{b}" / "logs" / f"{topic}-0", cleaned) for b in (1, 2, 3)}
     assert after[1] == after[2] == after[3]
     assert len(after[1]) < len(before[1]) / 3
-    records = [r for r in read_from_start(cluster.bootstrap, topic) if r[0] < end]
+    records = [(o, k, v) for _, o, k, v in read_all(cluster.bootstrap, topic) if o < end]
     # Tombstones stay (delete.retention.ms, a day by default, has not passed).
     assert records == sorted((o, k, v) for k, (o, v) in latest.items())
