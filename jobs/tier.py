@@ -30,7 +30,7 @@ import httpx
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from loglake.spark.application import run_application
-from loglake.spark.delta_sink import _arrow
+from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.lake import (
     DATE_COLUMN,
     PARTITION_COLUMNS,
@@ -139,7 +139,7 @@ def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plans: lis
         # The UTC date of the record, whatever the session's time zone.
         .withColumn(DATE_COLUMN, F.date_from_unix_date(F.floor(F.unix_micros("timestamp") / 86_400_000_000)))
     )
-    data = _arrow(frame)
+    data = to_delta_arrow(frame)
     expected = sum(p.end - p.start for p in todo)
     if data.num_rows > expected:
         raise RuntimeError(f"{topic}: read {data.num_rows} rows for {expected} offsets")
