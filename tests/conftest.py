@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,3 +19,31 @@ def log_dir(tmp_path: Path) -> Path:
     d = tmp_path / "logs"
     d.mkdir()
     return d
+
+
+# One local[2] SparkSession for the whole test session (starting one costs seconds), for
+# tests/spark and the cluster tests that run Spark jobs.
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("loglake-tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def loglake_spark(spark: object) -> object:
+    """The session, with the `loglake` format registered."""
+    import loglake.spark
+
+    loglake.spark.register(spark)
+    return spark

@@ -1,4 +1,4 @@
-"""One local[2] SparkSession for the whole test session (starting one costs seconds)."""
+"""Spark tests: marked `spark`; their session is tests/conftest.py's (one per test session)."""
 
 from __future__ import annotations
 
@@ -19,38 +19,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("loglake-tests")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
-    yield session
-    session.stop()
-
-
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A broker process per test module (tests/clients/client_helpers)."""
     from clients.client_helpers import make_broker, serve
 
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs"))
-
-
-@pytest.fixture
-def loglake_spark(spark: object) -> object:
-    """The session, with the `loglake` format registered."""
-    import loglake.spark
-
-    loglake.spark.register(spark)
-    return spark
 
 
 @pytest.fixture
