@@ -8,11 +8,14 @@ watermark) into `<lake root>/<topic>`, all partitions of a topic in one Delta co
 also records each partition's new end as its app transaction version. Then it tells the
 leaders those ends (the tiered offsets), after which the brokers may delete the copied
 segments by `local.retention.ms` / `local.retention.bytes`; finally it deletes the rows
-older than the topic's retention.ms from the table.
+that the topic's retention.ms / retention.bytes expire from the table (they bound lake +
+log, see `retention_cut`).
 
 Exactly once: a rerun starts each partition at the end the table records, so a crash
 anywhere (before the commit: nothing was written; after it: the table says so) never
-copies an offset twice. Run one tier job per topic at a time.
+copies an offset twice. Two runs at once: each commits on the table version it planned
+against, so Delta refuses the second commit of the same app transactions, and that run
+plans again.
 """
 
 from __future__ import annotations

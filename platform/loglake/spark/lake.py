@@ -9,9 +9,10 @@ itself says how far each partition is tiered. The broker deletes local segments 
 below that, so the lake [lake start, tiered end) and the log [log start, high watermark)
 meet or overlap, never leave a gap.
 
-Reads: `earliest` of a tiered partition is the lake's first offset, and any offset range
-is cut at the tiered end of a Delta version pinned on the driver: below it is read from
-that version's files, from it on from the broker. No offset is read twice or skipped.
+Reads: `earliest` of a tiered partition is the lake's first offset (its first row that
+retention has not expired), and any offset range is cut at the lake part of a Delta
+version pinned on the driver: within it, read from that version's files, outside it from
+the broker. No offset is read twice or skipped.
 """
 
 from __future__ import annotations
