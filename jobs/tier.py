@@ -322,11 +322,12 @@ def expire(client: ProtocolClient, topic: str, table: str, now_ms: int) -> int:
         return 0
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         dt = DeltaTable(table)
+        dataset = dt.to_pyarrow_dataset()
+        columns = ["offset", "timestamp"] + (["key", "value", "headers"] if retention.bytes >= 0 else [])
         cuts = {}
         for partition, http in leaders_http(client, topic).items():
             state = tiering_state(http, topic, partition)
-            columns = ["offset", "timestamp"] + (["key", "value", "headers"] if retention.bytes >= 0 else [])
-            rows = dt.to_pyarrow_dataset().to_table(columns=columns, filter=pds.field("partition") == partition)
+            rows = dataset.to_table(columns=columns, filter=pds.field("partition") == partition)
             if not rows.num_rows:
                 continue
             rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
