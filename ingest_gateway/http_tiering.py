@@ -31,7 +31,8 @@ def tiering_routes(broker: Broker) -> APIRouter:
     @router.get("/topics/{topic}/partitions/{partition}/tiering")
     async def tiering_state(topic: str, partition: int) -> dict[str, Any]:
         """What may be tiered: offsets below `tierable_end` are in rolled segments and below
-        the high watermark (Kafka's RemoteLogManager copies exactly those)."""
+        the high watermark (Kafka's RemoteLogManager copies exactly those). `size`, the local
+        log's bytes, is the log's part of the history that retention.bytes bounds."""
         p = leader_with_remote_storage(topic, partition)
         log = p.log
         tiered = await asyncio.to_thread(broker.store.tiered_offsets, topic)
@@ -39,6 +40,7 @@ def tiering_routes(broker: Broker) -> APIRouter:
             "log_start_offset": log.log_start_offset,
             "tierable_end": min(log.active_segment.base_offset, p.high_watermark),
             "high_watermark": p.high_watermark,
+            "size": log.size,
             "tiered_offset": tiered.get(partition, 0),
         }
 

@@ -8,11 +8,14 @@ watermark) into `<lake root>/<topic>`, all partitions of a topic in one Delta co
 also records each partition's new end as its app transaction version. Then it tells the
 leaders those ends (the tiered offsets), after which the brokers may delete the copied
 segments by `local.retention.ms` / `local.retention.bytes`; finally it deletes the rows
-older than the topic's retention.ms from the table.
+that the topic's retention.ms / retention.bytes expire from the table (they bound lake +
+log, see `retention_cut`).
 
 Exactly once: a rerun starts each partition at the end the table records, so a crash
 anywhere (before the commit: nothing was written; after it: the table says so) never
-copies an offset twice. Run one tier job per topic at a time.
+copies an offset twice. Two runs at once: each commits on the table version it planned
+against, so Delta refuses the second commit of the same app transactions, and that run
+plans again.
 """
 
 from __future__ import annotations
@@ -22,15 +25,20 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from loglake.spark import job_session
-from loglake.spark.delta_sink import _arrow
+from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.lake import (
     DATE_COLUMN,
     PARTITION_COLUMNS,
@@ -52,6 +60,8 @@ log = logging.getLogger("jobs.tier")
 FAULT_ENV = "LOGLAKE_FAULT"
 FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
 _BROKER_RESOURCE, _TOPIC_RESOURCE = 4, 2
+# Plans (and expiry deletes) tried in a row while rival jobs keep committing first.
+_MAX_ATTEMPTS = 5
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -74,6 +84,20 @@ class PartitionPlan:
     end: int
 
 
+@dataclass(frozen=True)
+class TopicPlan:
+    """What one run copies of a topic, planned against `snapshot`, the table's version then
+    (None: no table yet). The copy commits on top of that version, so that a rival job's
+    commit in between conflicts instead of being copied again."""
+
+    snapshot: DeltaTable | None
+    partitions: list[PartitionPlan]
+
+
+class TierConflict(RuntimeError):
+    """Another tier job committed to the table after this one planned: plan again."""
+
+
 def _leader_http(client: ProtocolClient, broker_id: int) -> str:
     """A broker's HTTP address, from its `http.listeners` (a wildcard host means its Kafka host)."""
     address = client.metadata_cache.brokers[broker_id]
@@ -94,21 +118,33 @@ def _check(response: httpx.Response) -> dict:
     return response.json()
 
 
-def plan_topic(client: ProtocolClient, topic: str, table: str) -> list[PartitionPlan]:
-    """Per partition: from the table's recorded end (else the log start) to the leader's
-    tierable end. A partition whose leader cannot say is skipped this run."""
+def leaders_http(client: ProtocolClient, topic: str) -> dict[int, str]:
+    """Each partition's leader's HTTP address; partitions with no leader now are left out."""
     leaders = client.metadata([topic]).leaders.get(topic)
     if not leaders:
         raise RuntimeError(f"topic {topic!r} is not known to the cluster")
-    dt = DeltaTable(table) if DeltaTable.is_deltatable(table) else None
-    plans = []
+    out = {}
     for partition, leader in sorted(leaders.items()):
         if leader < 0:
             log.warning("%s-%d has no leader now; skipped", topic, partition)
-            continue
-        http = _leader_http(client, leader)
-        state = _check(httpx.get(f"{http}/topics/{topic}/partitions/{partition}/tiering", timeout=30))
-        recorded = None if dt is None else dt.transaction_version(tier_app_id(topic, partition))
+        else:
+            out[partition] = _leader_http(client, leader)
+    return out
+
+
+def tiering_state(leader_http: str, topic: str, partition: int) -> dict:
+    """The leader's `GET .../tiering`: log start, tierable end, high watermark, size, tiered offset."""
+    return _check(httpx.get(f"{leader_http}/topics/{topic}/partitions/{partition}/tiering", timeout=30))
+
+
+def plan_topic(client: ProtocolClient, topic: str, table: str) -> TopicPlan:
+    """Per partition: from the table's recorded end (else the log start) to the leader's
+    tierable end. A partition whose leader cannot say is skipped this run."""
+    snapshot = DeltaTable(table) if DeltaTable.is_deltatable(table) else None
+    plans = []
+    for partition, http in leaders_http(client, topic).items():
+        state = tiering_state(http, topic, partition)
+        recorded = None if snapshot is None else snapshot.transaction_version(tier_app_id(topic, partition))
         start = state["log_start_offset"] if recorded is None else recorded
         if start < state["log_start_offset"]:
             # Only if local data went before remote storage was enabled: it cannot be copied.
@@ -117,15 +153,16 @@ def plan_topic(client: ProtocolClient, topic: str, table: str) -> list[Partition
             )
             start = state["log_start_offset"]
         plans.append(PartitionPlan(partition, http, start, max(start, state["tierable_end"])))
-    return plans
+    return TopicPlan(snapshot, plans)
 
 
-def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plans: list[PartitionPlan]) -> int:
+def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plan: TopicPlan) -> int:
     """Read the planned ranges through the loglake source and commit them with each
-    partition's new end as its app transaction, in one Delta commit. Returns rows written."""
+    partition's new end as its app transaction, in one Delta commit on the planned
+    snapshot. Returns rows written; TierConflict if a rival job committed meanwhile."""
     from pyspark.sql import functions as F
 
-    todo = [p for p in plans if p.end > p.start]
+    todo = [p for p in plan.partitions if p.end > p.start]
     if not todo:
         return 0
     frame = (
@@ -139,45 +176,184 @@ def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plans: lis
         # The UTC date of the record, whatever the session's time zone.
         .withColumn(DATE_COLUMN, F.date_from_unix_date(F.floor(F.unix_micros("timestamp") / 86_400_000_000)))
     )
-    data = _arrow(frame)
+    data = to_delta_arrow(frame)
     expected = sum(p.end - p.start for p in todo)
     if data.num_rows > expected:
         raise RuntimeError(f"{topic}: read {data.num_rows} rows for {expected} offsets")
-    write_deltalake(
-        table,
-        data,
-        mode="append",
-        partition_by=PARTITION_COLUMNS,
-        commit_properties=CommitProperties(
-            app_transactions=[Transaction(tier_app_id(topic, p.partition), p.end) for p in todo]
-        ),
-    )
+    snapshot = plan.snapshot or _create_table(table, data.schema)
+    try:
+        write_deltalake(
+            snapshot,
+            data,
+            mode="append",
+            partition_by=PARTITION_COLUMNS,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(tier_app_id(topic, p.partition), p.end) for p in todo]
+            ),
+        )
+    except CommitFailedError as exc:
+        # delta-rs refuses a commit whose app transactions a commit after its snapshot also set.
+        raise TierConflict(f"{topic}: {exc}") from exc
     if os.environ.get(FAULT_ENV) == FAULT_AFTER_DELTA_COMMIT:
         os._exit(137)  # as abrupt as kill -9
     return data.num_rows
 
 
-def record_tiered_offsets(topic: str, table: str, plans: list[PartitionPlan]) -> None:
+def _create_table(table: str, schema: pa.Schema) -> DeltaTable:
+    """The table's first version, empty; TierConflict if a rival job created it first."""
+    try:
+        DeltaTable.create(table, schema, partition_by=PARTITION_COLUMNS, mode="error")
+    except DeltaError as exc:
+        if DeltaTable.is_deltatable(table):
+            raise TierConflict(f"{table} was created by another job: {exc}") from exc
+        raise
+    return DeltaTable(table, version=0)
+
+
+def record_tiered_offsets(topic: str, table: str, plan: TopicPlan) -> None:
     """Tell each leader how far its partition is in the table (also what an earlier,
     crashed run committed but could not report)."""
     if not DeltaTable.is_deltatable(table):
         return
     dt = DeltaTable(table)
-    for p in plans:
+    for p in plan.partitions:
         end = dt.transaction_version(tier_app_id(topic, p.partition))
         if end is not None:
             url = f"{p.leader_http}/topics/{topic}/partitions/{p.partition}/tiered-offset"
             _check(httpx.post(url, json={"offset": end}, timeout=30))
 
 
+def tier_topic(
+    spark: SparkSession,
+    client: ProtocolClient,
+    bootstrap: str,
+    topic: str,
+    table: str,
+    before_commit: Callable[[], None] | None = None,
+) -> int:
+    """Copy what is tierable now and record it with the leaders; returns rows written.
+    A conflict with a rival job means it copied (some of) the range: plan again from what
+    the table now says. `before_commit` runs between planning and copying (tests put a
+    rival job there)."""
+    for attempt in range(1, _MAX_ATTEMPTS + 1):
+        plan = plan_topic(client, topic, table)
+        if before_commit is not None:
+            before_commit()
+        try:
+            rows = copy(spark, bootstrap, topic, table, plan)
+        except TierConflict as exc:
+            if attempt == _MAX_ATTEMPTS:
+                raise
+            log.info("%s; planning again (attempt %d)", exc, attempt + 1)
+            continue
+        record_tiered_offsets(topic, table, plan)
+        return rows
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A topic's retention.ms and retention.bytes (-1: no limit)."""
+
+    ms: int
+    bytes: int
+
+    @classmethod
+    def of(cls, client: ProtocolClient, topic: str) -> Retention:
+        configs = describe_configs(client, _TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
+        return cls(int(configs.get("retention.ms") or -1), int(configs.get("retention.bytes") or -1))
+
+
+def retention_cut(
+    offsets: pa.Array,
+    timestamps_ms: pa.Array,
+    sizes: pa.Array | None,
+    log_start: int,
+    log_size: int,
+    retention: Retention,
+    now_ms: int,
+) -> int | None:
+    """Where a partition's lake part may start now (rows below it expired), None if nothing
+    expired. `offsets` ascending, with the records' timestamps and (for retention.bytes)
+    stored sizes. As Kafka's retention, only a leading run goes: by time, the rows before
+    the first one not older than retention.ms; by size, the oldest rows that are only in
+    the lake (below `log_start`) while they and the local log exceed retention.bytes."""
+    n = len(offsets)
+    keep = 0  # index of the first row kept
+    if retention.ms >= 0:
+        young = pc.greater_equal(timestamps_ms, now_ms - retention.ms)
+        first_young = pc.index(young, True).as_py()
+        keep = n if first_young < 0 else first_young
+    if retention.bytes >= 0 and sizes is not None:
+        lake_only = pc.sum(pc.less(offsets, log_start)).as_py() or 0
+        cumulative = np.cumsum(sizes.slice(0, lake_only).to_numpy(zero_copy_only=False))
+        excess = (int(cumulative[-1]) if lake_only else 0) + log_size - retention.bytes
+        if excess > 0:
+            # The fewest oldest rows whose bytes cover the excess (all lake-only rows at most).
+            keep = max(keep, min(int(np.searchsorted(cumulative, excess)) + 1, lake_only))
+    if keep == 0:
+        return None
+    return offsets[keep].as_py() if keep < n else offsets[n - 1].as_py() + 1
+
+
+def record_sizes(rows: pa.Table) -> pa.Array:
+    """Each record's stored bytes in the lake: key + value + its headers' keys and values."""
+    sizes = pc.add(
+        pc.fill_null(pc.binary_length(rows["key"]), 0), pc.fill_null(pc.binary_length(rows["value"]), 0)
+    ).to_numpy(zero_copy_only=False)
+    headers = rows["headers"].combine_chunks()
+    flat = pc.list_flatten(headers)
+    if len(flat):
+        header_bytes = pc.add(
+            pc.fill_null(pc.binary_length(pc.struct_field(flat, "key")), 0),
+            pc.fill_null(pc.binary_length(pc.struct_field(flat, "value")), 0),
+        ).to_numpy(zero_copy_only=False)
+        owners = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        sizes = sizes + np.bincount(owners, weights=header_bytes, minlength=len(sizes)).astype(np.int64)
+    return pa.array(sizes, pa.int64())
+
+
 def expire(client: ProtocolClient, topic: str, table: str, now_ms: int) -> int:
-    """Delete the table's rows older than the topic's retention.ms (-1: none). Returns how many."""
-    retention = describe_configs(client, _TOPIC_RESOURCE, topic, ["retention.ms"]).get("retention.ms")
-    if retention is None or int(retention) < 0 or not DeltaTable.is_deltatable(table):
+    """Delete the table's rows that the topic's retention.ms / retention.bytes expire
+    (whole history: lake + local log). Returns how many rows went. A rival job's commit
+    meanwhile makes delta-rs refuse the delete: it is worked out again."""
+    retention = Retention.of(client, topic)
+    if (retention.ms < 0 and retention.bytes < 0) or not DeltaTable.is_deltatable(table):
         return 0
-    cutoff = datetime.fromtimestamp((now_ms - int(retention)) / 1000, tz=timezone.utc)
-    metrics = DeltaTable(table).delete(f"\"timestamp\" < '{cutoff.isoformat()}'")
-    return int(metrics.get("num_deleted_rows", 0))
+    for attempt in range(1, _MAX_ATTEMPTS + 1):
+        dt = DeltaTable(table)
+        dataset = dt.to_pyarrow_dataset()
+        columns = ["offset", "timestamp"] + (["key", "value", "headers"] if retention.bytes >= 0 else [])
+        cuts = {}
+        for partition, http in leaders_http(client, topic).items():
+            state = tiering_state(http, topic, partition)
+            rows = dataset.to_table(columns=columns, filter=pds.field("partition") == partition)
+            if not rows.num_rows:
+                continue
+            rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
+            millis = pc.divide(pc.cast(pc.cast(rows["timestamp"], pa.timestamp("us")), pa.int64()), 1000)
+            sizes = record_sizes(rows) if retention.bytes >= 0 else None
+            cut = retention_cut(
+                rows["offset"].combine_chunks(),
+                millis.combine_chunks(),
+                sizes,
+                state["log_start_offset"],
+                state["size"],
+                retention,
+                now_ms,
+            )
+            if cut is not None:
+                cuts[partition] = cut
+        if not cuts:
+            return 0
+        where = " OR ".join(f'("partition" = {p} AND "offset" < {cut})' for p, cut in sorted(cuts.items()))
+        try:
+            return int(dt.delete(where).get("num_deleted_rows", 0))
+        except CommitFailedError as exc:
+            if attempt == _MAX_ATTEMPTS:
+                raise
+            log.info("%s: expiry conflicted with another commit (%s); again", topic, exc)
+    raise AssertionError("unreachable")
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
@@ -193,9 +369,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
             if not remote_storage_enabled(client, topic):
                 raise SystemExit(f"topic {topic!r} does not have remote.storage.enable=true")
             table = table_path(root, topic)
-            plans = plan_topic(client, topic, table)
-            rows = copy(spark, args.bootstrap_servers, topic, table, plans)
-            record_tiered_offsets(topic, table, plans)
+            rows = tier_topic(spark, client, args.bootstrap_servers, topic, table)
             expired = expire(client, topic, table, int(time.time() * 1000))
             log.info("%s: %d rows tiered into %s, %d expired rows deleted", topic, rows, table, expired)
 

@@ -14,8 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
-# One local[2] SparkSession for the whole test session (starting one costs seconds); used by
-# tests/spark and by the cluster tests of Spark jobs.
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "logs"
+    d.mkdir()
+    return d
+
+
+# One local[2] SparkSession for the whole test session (starting one costs seconds), for
+# tests/spark and the cluster tests that run Spark jobs.
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
@@ -34,7 +41,9 @@ def spark() -> Iterator[object]:
 
 
 @pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "logs"
-    d.mkdir()
-    return d
+def loglake_spark(spark: object) -> object:
+    """The session, with the `loglake` format registered."""
+    import loglake.spark
+
+    loglake.spark.register(spark)
+    return spark

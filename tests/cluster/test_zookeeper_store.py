@@ -491,3 +491,39 @@ def test_zookeeper_process_config_and_health(zookeeper) -> None:
     assert four_letter_word(zookeeper.host, zookeeper.port, "ruok") == "imok"
     assert "Mode: standalone" in four_letter_word(zookeeper.host, zookeeper.port, "srvr")
     assert zookeeper.is_serving()
+
+
+def test_tiered_offsets_only_rise_and_every_store_reads_them(make_store) -> None:
+    store, other = make_store(), make_store()
+    topic = TopicDescription("tiered", "3f0c6c8e-0000-4000-8000-000000000002", {0: (1, 2), 1: (2, 1)})
+    store.create_topic(topic, {0: PartitionState(1, 0, (1, 2), 1), 1: PartitionState(2, 0, (2, 1), 1)})
+    assert store.tiered_offsets("tiered") == {}  # never tiered: absent, not 0
+
+    assert store.record_tiered_offset("tiered", 0, 120) == 120
+    assert raw(store, "/brokers/topics/tiered/partitions/0/loglake_tiered_offset") == {"version": 1, "offset": 120}
+    # A later leader (another broker's store) knows it; a lower value never lowers it.
+    assert other.tiered_offsets("tiered") == {0: 120}
+    assert other.record_tiered_offset("tiered", 0, 80) == 120
+    assert other.record_tiered_offset("tiered", 1, 7) == 7
+    assert store.tiered_offsets("tiered") == {0: 120, 1: 7}
+
+    # Racing raises from two stores end at the highest, whatever the interleaving (CAS).
+    values = list(range(121, 161))
+    threads = [
+        threading.Thread(target=lambda s=s, vs=vs: [s.record_tiered_offset("tiered", 0, v) for v in vs])
+        for s, vs in ((store, values[::2]), (other, values[1::2]))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.tiered_offsets("tiered")[0] == other.tiered_offsets("tiered")[0] == 160
+
+    with pytest.raises(KafkaError) as e:
+        store.record_tiered_offset("tiered", 5, 1)
+    assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    store.delete_topic("tiered")
+    assert other.tiered_offsets("tiered") == {}
+    with pytest.raises(KafkaError) as e:
+        other.record_tiered_offset("tiered", 0, 200)
+    assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -1,4 +1,4 @@
-"""One local[2] SparkSession for the whole test session (starting one costs seconds)."""
+"""Spark tests: marked `spark`; their session is tests/conftest.py's (one per test session)."""
 
 from __future__ import annotations
 
@@ -25,15 +25,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from clients.client_helpers import make_broker, serve
 
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs"))
-
-
-@pytest.fixture
-def loglake_spark(spark: object) -> object:
-    """The session, with the `loglake` format registered."""
-    import loglake.spark
-
-    loglake.spark.register(spark)
-    return spark
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
 """Tiering into Delta (jobs/tier.py) against a live broker: the copied segments leave the
 broker, the table holds each tiered offset exactly once, a read from `earliest` (batch and
 streaming) returns exactly what was produced across the lake/log seam, and a job killed
-right after its Delta commit (LOGLAKE_FAULT) leaves nothing duplicated when rerun."""
+right after its Delta commit (LOGLAKE_FAULT) leaves nothing duplicated when rerun.
+retention.ms / retention.bytes expire lake rows (a read from earliest then starts at what is
+left), two jobs at once never copy a range twice, and a broker range tiered and deleted
+locally after a read was planned is read from the lake."""
 
 from __future__ import annotations
 
@@ -15,14 +18,29 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from deltalake import DeltaTable
 
 from clients.client_helpers import create_topic, make_broker, serve
-from jobs.tier import FAULT_AFTER_DELTA_COMMIT, FAULT_ENV, parse_args, run
+from jobs.tier import (
+    FAULT_AFTER_DELTA_COMMIT,
+    FAULT_ENV,
+    TierConflict,
+    copy,
+    expire,
+    parse_args,
+    plan_topic,
+    run,
+    tier_topic,
+)
+from loglake.spark.batch_reader import LoglakeBatchReader, OffsetRangePartition
 from loglake.spark.lake import tier_app_id
+from loglake.spark.options import parse_read_options
+from loglake.spark.protocol_client import ProtocolClient
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60
+HOUR_MS = 3_600_000
 TIERED = {"remote.storage.enable": "true", "local.retention.ms": "0", "retention.ms": "-1", "segment.bytes": "2000"}
 
 
@@ -41,13 +59,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory, lake: Path) -> Iterator[obj
     yield from serve(make_broker(tmp_path_factory.mktemp("tier") / "logs", **overrides))
 
 
-def produce(broker, topic: str, first: int, count: int) -> list[tuple[bytes, bytes]]:
+def produce(broker, topic: str, first: int, count: int, timestamp: int = 0) -> list[tuple[bytes, bytes]]:
     # Batches of at most 1000 bytes: an append must fit in segment.bytes.
     p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1000})
     records = [(b"k%d" % i, b"value-%05d" % i) for i in range(first, first + count)]
     errors = []
     for key, value in records:
-        p.produce(topic, value, key=key, partition=0, on_delivery=lambda err, _: err and errors.append(err))
+        p.produce(
+            topic,
+            value,
+            key=key,
+            partition=0,
+            timestamp=timestamp,  # 0: the producer's clock
+            on_delivery=lambda err, _: err and errors.append(err),
+        )
     assert p.flush(30) == 0 and not errors, errors
     return records
 
@@ -144,3 +169,121 @@ def test_a_job_killed_after_its_delta_commit_reruns_exactly_once(loglake_spark, 
     assert s["tiered_offset"] > len(committed)  # the rerun copied what came since, once
     expected = [(offset, key, value) for offset, (key, value) in enumerate(produced)]
     assert read_earliest(loglake_spark, broker, topic) == expected
+
+
+def alter_topic(broker, topic: str, **configs: str) -> None:
+    entries = [
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # alive until the futures are done
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def test_retention_ms_expires_lake_rows_and_earliest_starts_after_them(loglake_spark, broker, lake, topic):
+    create_topic(broker.bootstrap, topic, config={**TIERED, "retention.ms": str(HOUR_MS)})
+    old = produce(broker, topic, 0, 200, timestamp=int(time.time() * 1000) - 2 * HOUR_MS)
+    young = produce(broker, topic, 200, 200)
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+
+    s = wait_for_local_deletion(broker, topic)
+    # The two-hour-old records went from the lake; the broker kept nothing below the tiered offset.
+    assert lake_offsets(lake, topic) == list(range(len(old), s["tiered_offset"]))
+    assert s["log_start_offset"] <= s["tiered_offset"]
+    # earliest is the earliest record still kept, not an error (failOnDataLoss is true by default).
+    assert read_earliest(loglake_spark, broker, topic) == [(200 + i, k, v) for i, (k, v) in enumerate(young)]
+
+
+def test_offsets_below_an_expired_lake_part_are_read_from_the_log(loglake_spark, broker, lake, topic):
+    create_topic(broker.bootstrap, topic, config={**TIERED, "retention.ms": str(HOUR_MS)})
+    produced = produce(broker, topic, 0, 200, timestamp=int(time.time() * 1000) - 2 * HOUR_MS)
+    produced += produce(broker, topic, 200, 200)
+    table = str(lake / topic)
+    with ProtocolClient(broker.bootstrap) as client:
+        # Copied, not yet recorded with the leader (a job between its commit and its report):
+        # the broker deletes nothing, and the old rows expire from the lake only.
+        assert copy(loglake_spark, broker.bootstrap, topic, table, plan_topic(client, topic, table)) > 200
+        assert expire(client, topic, table, int(time.time() * 1000)) == 200
+    tiered = DeltaTable(table).transaction_version(tier_app_id(topic, 0))
+    assert lake_offsets(lake, topic) == list(range(200, tiered))
+    assert state(broker, topic)["log_start_offset"] == 0
+    # The log still has offsets 0..199: a read from earliest gets them from the broker.
+    expected = [(offset, key, value) for offset, (key, value) in enumerate(produced)]
+    assert read_earliest(loglake_spark, broker, topic) == expected
+
+
+def test_retention_bytes_bounds_lake_plus_log(loglake_spark, broker, lake, topic):
+    create_topic(broker.bootstrap, topic, config=TIERED)
+    produced = produce(broker, topic, 0, 400)
+    args = parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic])
+    run(loglake_spark, args)
+    s = wait_for_local_deletion(broker, topic)
+    log_start, log_size = s["log_start_offset"], s["size"]
+    assert lake_offsets(lake, topic) == list(range(s["tiered_offset"]))
+
+    # A bound that the local log alone meets, that lake + log exceed by a third of the
+    # lake-only part: the job drops the fewest oldest lake rows that bring the total under it.
+    sizes = [len(k) + len(v) for k, v in produced[:log_start]]
+    limit = log_size + sum(sizes) - sum(sizes) // 3
+    alter_topic(broker, topic, retention_bytes=str(limit))
+    run(loglake_spark, args)
+
+    dropped, total = 0, sum(sizes) + log_size
+    while total > limit:
+        total -= sizes[dropped]
+        dropped += 1
+    assert 0 < dropped < log_start
+    assert lake_offsets(lake, topic) == list(range(dropped, s["tiered_offset"]))
+    assert state(broker, topic)["log_start_offset"] == log_start  # the local log is local retention's
+    expected = [(offset, key, value) for offset, (key, value) in enumerate(produced)][dropped:]
+    assert read_earliest(loglake_spark, broker, topic) == expected
+
+
+def test_two_tier_jobs_at_once_copy_each_range_once(loglake_spark, broker, lake, topic):
+    create_topic(broker.bootstrap, topic, config=TIERED)
+    produce(broker, topic, 0, 300)
+    table = str(lake / topic)
+    with ProtocolClient(broker.bootstrap) as client:
+        # Both plan against no table; the rival creates it and commits first.
+        stale = plan_topic(client, topic, table)
+        assert tier_topic(loglake_spark, client, broker.bootstrap, topic, table) > 0
+        with pytest.raises(TierConflict):
+            copy(loglake_spark, broker.bootstrap, topic, table, stale)
+
+        # Both plan against the same version; the rival commits the same app transactions first.
+        produce(broker, topic, 300, 200)
+        stale = plan_topic(client, topic, table)
+        rival_rows = []
+
+        def rival() -> None:
+            if not rival_rows:
+                rival_rows.append(tier_topic(loglake_spark, client, broker.bootstrap, topic, table))
+
+        assert tier_topic(loglake_spark, client, broker.bootstrap, topic, table, before_commit=rival) == 0
+        assert rival_rows[0] > 0
+        with pytest.raises(TierConflict):
+            copy(loglake_spark, broker.bootstrap, topic, table, stale)
+
+    tiered = DeltaTable(table).transaction_version(tier_app_id(topic, 0))
+    assert lake_offsets(lake, topic) == list(range(tiered))
+    assert state(broker, topic)["tiered_offset"] == tiered
+
+
+def test_a_range_tiered_and_deleted_after_planning_is_read_from_the_lake(loglake_spark, broker, lake, topic):
+    create_topic(broker.bootstrap, topic, config=TIERED)
+    produced = produce(broker, topic, 0, 300)
+    options = parse_read_options(
+        {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, "startingOffsets": "earliest"},
+        streaming=False,
+    )
+    reader = LoglakeBatchReader(options)  # planned now: no lake yet, every offset from the broker
+    partitions = reader.partitions()
+    assert partitions and all(isinstance(p, OffsetRangePartition) for p in partitions)
+
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+    assert wait_for_local_deletion(broker, topic)["log_start_offset"] > partitions[0].offset_range.start
+
+    rows = [row for p in partitions for batch in reader.read(p) for row in batch.to_pylist()]
+    got = sorted((r["offset"], r["key"], r["value"]) for r in rows)
+    assert got == [(offset, key, value) for offset, (key, value) in enumerate(produced)]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from loglake.spark.group_offsets import commit_offsets
-from loglake.spark.lake import LakeRangePartition, read_lake_range, split_at_lakes
-from loglake.spark.offset_ranges import OffsetRange, connect, plan_batch
+from loglake.spark.lake import LakeRangePartition, lake_part_at, read_lake_range, split_at_lakes
+from loglake.spark.offset_ranges import DataLossError, OffsetRange, connect, plan_batch
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import ProtocolClient
 from loglake.spark.range_reader import read_range
@@ -28,7 +29,30 @@ def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[
         return read_lake_range(partition, options.include_headers)
     if not isinstance(partition, OffsetRangePartition):
         return iter(())  # nothing to read: Spark still runs one task, with a None partition
-    return read_range(options, partition.offset_range)
+    return read_broker_range(options, partition.offset_range)
+
+
+def read_broker_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range from the broker, except what the broker no longer has because it was
+    tiered (and deleted locally) after the read was planned: that comes from the lake's
+    latest version. Only a loss that the lake does not cover goes to failOnDataLoss."""
+    strict = replace(options, fail_on_data_loss=True)
+    offset = offset_range.start
+    while offset < offset_range.end:
+        try:
+            for batch in read_range(strict, replace(offset_range, start=offset)):
+                yield batch
+                offset = batch.column("offset")[-1].as_py() + 1
+            return
+        except DataLossError:
+            with connect(options) as client:
+                lake_part = lake_part_at(client, offset_range.topic, offset_range.partition, offset, offset_range.end)
+            if lake_part is None:
+                # Really gone: read again with the query's own failOnDataLoss.
+                yield from read_range(options, replace(offset_range, start=offset))
+                return
+            yield from read_lake_range(lake_part, options.include_headers)
+            offset = lake_part.end
 
 
 def read_and_commit(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -22,10 +22,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from loglake.spark.faults import fault_point
+from loglake.spark.delta_arrow import to_delta_arrow
 
 if TYPE_CHECKING:
     import delta.tables
@@ -170,15 +170,6 @@ class _TableEngine(Protocol):
     def compact(self) -> None: ...
 
 
-def _nullable(data_type: pa.DataType) -> pa.DataType:
-    """The type with every nested field nullable (Spark marks computed fields non-null, per batch)."""
-    if pa.types.is_struct(data_type):
-        return pa.struct([pa.field(f.name, _nullable(f.type), nullable=True) for f in data_type])
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return pa.list_(pa.field("element", _nullable(data_type.value_type), nullable=True))
-    return data_type
-
-
 @dataclass
 class _DeltaRsEngine:
     """delta-rs: the batch comes to the driver as Arrow (`toArrow`) and is committed from there."""
@@ -190,7 +181,7 @@ class _DeltaRsEngine:
         return DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
 
     def append(self, frame: DataFrame, app_id: str, version: int) -> int:
-        data = _arrow(frame)
+        data = to_delta_arrow(frame)
         if data.num_rows:
             write_deltalake(
                 self.path,
@@ -202,7 +193,7 @@ class _DeltaRsEngine:
         return data.num_rows
 
     def insert_missing(self, frame: DataFrame) -> int:
-        data = _arrow(frame)
+        data = to_delta_arrow(frame)
         if not data.num_rows:
             return 0
         table = self._table()
@@ -220,12 +211,6 @@ class _DeltaRsEngine:
         table = self._table()
         if table is not None:
             table.optimize.compact()
-
-
-def _arrow(frame: DataFrame) -> pa.Table:
-    data = frame.toArrow()
-    schema = pa.schema([pa.field(f.name, _nullable(f.type), nullable=True) for f in data.schema])
-    return data.cast(schema)
 
 
 @dataclass

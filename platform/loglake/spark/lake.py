@@ -9,9 +9,10 @@ itself says how far each partition is tiered. The broker deletes local segments 
 below that, so the lake [lake start, tiered end) and the log [log start, high watermark)
 meet or overlap, never leave a gap.
 
-Reads: `earliest` of a tiered partition is the lake's first offset, and any offset range
-is cut at the tiered end of a Delta version pinned on the driver: below it is read from
-that version's files, from it on from the broker. No offset is read twice or skipped.
+Reads: `earliest` of a tiered partition is the lake's first offset (its first row that
+retention has not expired), and any offset range is cut at the lake part of a Delta
+version pinned on the driver: within it, read from that version's files, outside it from
+the broker. No offset is read twice or skipped.
 """
 
 from __future__ import annotations
@@ -154,13 +155,31 @@ def split_at_lakes(
     for r in ranges:
         lake = lakes.get(r.topic)
         extent = None if lake is None else lake.extents.get(r.partition)
-        cut = r.start if extent is None else max(r.start, min(r.end, extent[1]))
-        if cut > r.start:
+        # [r.start, first) and [last, r.end) from the broker, [first, last) from the lake:
+        # below the lake's start (its rows expired) the broker may still have offsets.
+        first = last = r.start
+        if extent is not None:
+            first = min(r.end, max(r.start, extent[0]))
+            last = max(first, min(r.end, extent[1]))
+        if first > r.start:
+            out.append(broker_partition(type(r)(r.topic, r.partition, r.start, first)))
+        if last > first:
             assert lake is not None
-            out.append(LakeRangePartition(lake.table, lake.version, r.topic, r.partition, r.start, cut))
-        if r.end > cut:
-            out.append(broker_partition(type(r)(r.topic, r.partition, cut, r.end)))
+            out.append(LakeRangePartition(lake.table, lake.version, r.topic, r.partition, first, last))
+        if r.end > last:
+            out.append(broker_partition(type(r)(r.topic, r.partition, last, r.end)))
     return out
+
+
+def lake_part_at(client: ProtocolClient, topic: str, partition: int, start: int, end: int) -> LakeRangePartition | None:
+    """The lake's latest version's part of [start, end) that begins at `start`, None if the
+    lake does not hold `start` (a reader whose broker range was tiered and deleted locally
+    after planning reads it from there)."""
+    lake = lakes_for(client, {topic}).get(topic)
+    extent = None if lake is None else lake.extents.get(partition)
+    if lake is None or extent is None or not extent[0] <= start < extent[1]:
+        return None
+    return LakeRangePartition(lake.table, lake.version, topic, partition, start, min(end, extent[1]))
 
 
 def read_lake_range(partition: LakeRangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,34 @@
+"""DataFrames as Arrow tables for delta-rs (`deltalake`) writes on the driver.
+
+Spark marks computed columns and nested fields non-null batch by batch, while a Delta
+table's schema is fixed at its first write: every field is made nullable, so that all
+writes of a table agree on one schema whatever the batch held.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def nullable_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with every field, nested ones too, nullable."""
+    return pa.schema([pa.field(f.name, _nullable(f.type), nullable=True) for f in schema])
+
+
+def _nullable(data_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_struct(data_type):
+        return pa.struct([pa.field(f.name, _nullable(f.type), nullable=True) for f in data_type])
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return pa.list_(pa.field("element", _nullable(data_type.value_type), nullable=True))
+    return data_type
+
+
+def to_delta_arrow(frame: DataFrame) -> pa.Table:
+    """The frame collected to the driver (`toArrow`), with the nullable schema delta-rs writes."""
+    data = frame.toArrow()
+    return data.cast(nullable_schema(data.schema))
