@@ -15,13 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from deltalake import DeltaTable
 
 from clients.client_helpers import create_topic, make_broker, serve
+from clients.tiering_helpers import TIERED, produce, state, tiering_overrides, wait_for_local_deletion
 from jobs.tier import (
     FAULT_AFTER_DELTA_COMMIT,
     FAULT_ENV,
@@ -39,9 +38,7 @@ from loglake.spark.options import parse_read_options
 from loglake.spark.protocol_client import ProtocolClient
 
 REPO = Path(__file__).resolve().parents[2]
-DEADLINE_S = 60
 HOUR_MS = 3_600_000
-TIERED = {"remote.storage.enable": "true", "local.retention.ms": "0", "retention.ms": "-1", "segment.bytes": "2000"}
 
 
 @pytest.fixture(scope="module")
@@ -51,46 +48,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, lake: Path) -> Iterator[object]:
-    overrides = {
-        "rsm.config.lake.root": str(lake),
-        "log.retention.check.interval.ms": "100",
-        "file.delete.delay.ms": "100",
-    }
-    yield from serve(make_broker(tmp_path_factory.mktemp("tier") / "logs", **overrides))
-
-
-def produce(broker, topic: str, first: int, count: int, timestamp: int = 0) -> list[tuple[bytes, bytes]]:
-    # Batches of at most 1000 bytes: an append must fit in segment.bytes.
-    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 1000})
-    records = [(b"k%d" % i, b"value-%05d" % i) for i in range(first, first + count)]
-    errors = []
-    for key, value in records:
-        p.produce(
-            topic,
-            value,
-            key=key,
-            partition=0,
-            timestamp=timestamp,  # 0: the producer's clock
-            on_delivery=lambda err, _: err and errors.append(err),
-        )
-    assert p.flush(30) == 0 and not errors, errors
-    return records
-
-
-def state(broker, topic: str) -> dict:
-    return httpx.get(f"{broker.http_url}/topics/{topic}/partitions/0/tiering", timeout=10).json()
-
-
-def wait_for_local_deletion(broker, topic: str) -> dict:
-    """Retention deletes what is tiered (local.retention.ms=0): the log then starts at
-    the first segment not wholly tiered."""
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        s = state(broker, topic)
-        if s["tiered_offset"] > 0 and s["log_start_offset"] > 0:
-            return s
-        assert time.monotonic() < deadline, f"local segments not deleted: {s}"
-        time.sleep(0.05)
+    yield from serve(make_broker(tmp_path_factory.mktemp("tier") / "logs", **tiering_overrides(lake)))
 
 
 def lake_offsets(lake: Path, topic: str) -> list[int]:
