@@ -100,7 +100,7 @@ def spark_executor_seconds(root: Path, config: LogConfig, target_bytes: int, key
     with BrokerProcess(
         log_dir, ROOT / "conf/server.properties", overrides, kafka_port=broker.kafka_port, http_port=broker.http_port
     ) as broker:
-        args = ["--bootstrap-servers", broker.bootstrap, "--topics", topic, "--admin-url", broker.http_url]
+        args = ["--bootstrap-servers", broker.bootstrap, "--topics", topic]
         with job_session("bench-compaction") as spark:
             t = time.perf_counter()
             answers = run(spark, parse_args([*args, "--timeout-s", "600"]))

@@ -5,7 +5,8 @@
 For the topics whose `loglake.compaction.executor` is `spark` (others are the broker's
 cleaner's; the job warns and skips them, and topics that are not compacted):
 
-1. asks each partition's leader (over the brokers' HTTP API, found with `GET /cluster`)
+1. asks each partition's leader (over the brokers' HTTP API: their `http.listeners`, or
+   `GET /cluster` of `--admin-url`)
    where its dirty part starts (`first_dirty_offset`) and its high watermark;
 2. reads all those dirty ranges with one `loglake` DataFrame (Spark reads the partitions in
    parallel) and builds each partition's plan with a DataFrame aggregation: the latest
@@ -33,6 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loglake.spark import job_session
+from loglake.spark.cluster_admin import broker_http_urls
+from loglake.spark.protocol_client import ProtocolClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,21 +61,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--topics", required=True, help="comma-separated topics to compact")
     parser.add_argument(
         "--admin-url",
-        help="HTTP API of any broker (default: http://<first bootstrap host>:8082); the others come from GET /cluster",
+        help="HTTP API of any broker, whose GET /cluster names the others (default: each broker's "
+        "http.listeners, found over the Kafka protocol)",
     )
     parser.add_argument("--timeout-s", type=float, default=120.0, help="how long to retry a replica (default 120)")
     args = parser.parse_args(argv)
     args.topic_list = [t.strip() for t in args.topics.split(",") if t.strip()]
     if not args.topic_list:
         parser.error("--topics names no topic")
-    if args.admin_url is None:
-        host = args.bootstrap_servers.split(",")[0].rsplit(":", 1)[0]
-        args.admin_url = f"http://{host}:8082"
     return args
 
 
-def broker_urls(admin: httpx.Client) -> dict[int, str]:
-    cluster = admin.get("/cluster")
+def broker_urls(args: argparse.Namespace) -> dict[int, str]:
+    """Every broker's HTTP API: from `--admin-url`'s GET /cluster, else from the brokers'
+    `http.listeners` (DescribeConfigs through the bootstrap servers)."""
+    if args.admin_url is None:
+        with ProtocolClient(args.bootstrap_servers, client_id="loglake-compact") as client:
+            return broker_http_urls(client)
+    cluster = httpx.get(f"{args.admin_url}/cluster", timeout=30)
     cluster.raise_for_status()
     return {b["broker_id"]: b["http"] for b in cluster.json()["brokers"]}
 
@@ -164,8 +170,8 @@ def send_plan(url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: f
 def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Plan and apply; returns each replica's answer."""
     now_ms = int(time.time() * 1000)
-    with httpx.Client(base_url=args.admin_url, timeout=30) as admin:
-        brokers = broker_urls(admin)
+    brokers = broker_urls(args)
+    with httpx.Client(base_url=args.admin_url or next(iter(brokers.values())), timeout=30) as admin:
         ranges = dirty_ranges(admin, brokers, args.topic_list)
     if not ranges:
         log.info("nothing to compact in %s", args.topic_list)

@@ -38,11 +38,11 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from loglake.spark import job_session
+from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
 from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.lake import (
     DATE_COLUMN,
     PARTITION_COLUMNS,
-    describe_configs,
     lake_root,
     remote_storage_enabled,
     table_path,
@@ -59,7 +59,6 @@ log = logging.getLogger("jobs.tier")
 # before the tiered offsets reach the brokers (used by the failure tests).
 FAULT_ENV = "LOGLAKE_FAULT"
 FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
-_BROKER_RESOURCE, _TOPIC_RESOURCE = 4, 2
 # Plans (and expiry deletes) tried in a row while rival jobs keep committing first.
 _MAX_ATTEMPTS = 5
 
@@ -98,20 +97,6 @@ class TierConflict(RuntimeError):
     """Another tier job committed to the table after this one planned: plan again."""
 
 
-def _leader_http(client: ProtocolClient, broker_id: int) -> str:
-    """A broker's HTTP address, from its `http.listeners` (a wildcard host means its Kafka host)."""
-    address = client.metadata_cache.brokers[broker_id]
-    listeners = describe_configs(client, _BROKER_RESOURCE, str(broker_id), ["http.listeners"], address)
-    first = (listeners.get("http.listeners") or "").split(",")[0].strip()
-    scheme, _, host_port = first.partition("://")
-    host, _, port = host_port.rpartition(":")
-    if not port.isdigit():
-        raise RuntimeError(f"broker {broker_id} has no usable http.listeners ({first!r})")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = address[0]
-    return f"{scheme or 'http'}://{host}:{port}"
-
-
 def _check(response: httpx.Response) -> dict:
     if response.status_code >= 400:
         raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text}")
@@ -128,7 +113,7 @@ def leaders_http(client: ProtocolClient, topic: str) -> dict[int, str]:
         if leader < 0:
             log.warning("%s-%d has no leader now; skipped", topic, partition)
         else:
-            out[partition] = _leader_http(client, leader)
+            out[partition] = broker_http_url(client, leader)
     return out
 
 
@@ -260,7 +245,7 @@ class Retention:
 
     @classmethod
     def of(cls, client: ProtocolClient, topic: str) -> Retention:
-        configs = describe_configs(client, _TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
+        configs = describe_configs(client, TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
         return cls(int(configs.get("retention.ms") or -1), int(configs.get("retention.bytes") or -1))
 
 

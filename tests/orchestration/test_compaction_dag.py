@@ -42,7 +42,6 @@ def test_a_run_compacts_a_topic_left_to_spark(airflow: AirflowRunner, broker: Br
     variables = {
         "bootstrap.servers": broker.bootstrap,
         "compaction.topics": topic,
-        "compaction.args": f"--admin-url {broker.http_url}",
         "retries": "0",
     }
     run = airflow.run_dag("loglake_compaction", variables)

@@ -26,18 +26,14 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from pyspark.sql.datasource import InputPartition
 
-from loglake.errors import ErrorCode
-from loglake.protocol import ApiKey
 from loglake.spark.arrow_decoder import arrow_schema
+from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describe_configs
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
 LAKE_ROOT_CONFIG = "rsm.config.lake.root"
 REMOTE_STORAGE_CONFIG = "remote.storage.enable"
 DATE_COLUMN = "date"
 PARTITION_COLUMNS = ["partition", DATE_COLUMN]
-
-_DESCRIBE_CONFIGS_VERSION = 4
-_TOPIC, _BROKER = 2, 4
 
 
 def tier_app_id(topic: str, partition: int) -> str:
@@ -49,35 +45,15 @@ def table_path(lake_root: str, topic: str) -> str:
     return f"{lake_root.rstrip('/')}/{topic}"
 
 
-def describe_configs(
-    client: ProtocolClient, resource_type: int, name: str, keys: list[str], address: tuple[str, int] | None = None
-) -> dict[str, str | None]:
-    """DescribeConfigs of one resource (a broker's goes to that broker: `address`)."""
-    body = {
-        "resources": [{"resource_type": resource_type, "resource_name": name, "configuration_keys": keys}],
-        "include_synonyms": False,
-        "include_documentation": False,
-    }
-    if address is None:
-        response = client.request_any(ApiKey.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION, body)
-    else:
-        response = client.request_to(address, ApiKey.DESCRIBE_CONFIGS, _DESCRIBE_CONFIGS_VERSION, body)
-    (result,) = response["results"]
-    if result["error_code"]:
-        code = ErrorCode(result["error_code"])
-        raise RuntimeError(f"DescribeConfigs of {name}: {code.name} {result['error_message'] or ''}")
-    return {c["name"]: c["value"] for c in result["configs"]}
-
-
 def lake_root(client: ProtocolClient) -> str | None:
     """The cluster's lake root (`rsm.config.lake.root` of a broker), None if not set."""
     metadata = client.metadata_cache or client.metadata([])
     broker_id, address = min(metadata.brokers.items())
-    return describe_configs(client, _BROKER, str(broker_id), [LAKE_ROOT_CONFIG], address).get(LAKE_ROOT_CONFIG)
+    return describe_configs(client, BROKER_RESOURCE, str(broker_id), [LAKE_ROOT_CONFIG], address).get(LAKE_ROOT_CONFIG)
 
 
 def remote_storage_enabled(client: ProtocolClient, topic: str) -> bool:
-    value = describe_configs(client, _TOPIC, topic, [REMOTE_STORAGE_CONFIG]).get(REMOTE_STORAGE_CONFIG)
+    value = describe_configs(client, TOPIC_RESOURCE, topic, [REMOTE_STORAGE_CONFIG]).get(REMOTE_STORAGE_CONFIG)
     return (value or "false").lower() == "true"
 
 
