@@ -412,16 +412,9 @@ class GroupCoordinator:
         static); a "simple" commit (generation -1) is allowed while the group has no members,
         and creates the group if needed. Durable in __consumer_offsets when it returns NONE.
         """
-        error = self._validate(group_id, allow_empty_id=True)
-        if error is not None:
-            return {tp: error for tp in offsets}
-        group = self._groups.get(group_id)
+        group, error = self._group_to_commit(group_id, generation_id)
         if group is None:
-            if generation_id >= 0:
-                # A member of a generation this coordinator never had (e.g. an old one).
-                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
-            self._groups[group_id] = group
+            return {tp: error for tp in offsets}
         error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return {tp: error for tp in offsets}
@@ -446,15 +439,9 @@ class GroupCoordinator:
         marker makes them the group's (`complete_txn`). The transaction coordinator has
         checked the producer; the member and generation are checked as for OffsetCommit
         (generation -1: a producer outside the group, KIP-447's older clients)."""
-        error = self._validate(group_id, allow_empty_id=True)
-        if error is not None:
-            return {tp: error for tp in offsets}
-        group = self._groups.get(group_id)
+        group, error = self._group_to_commit(group_id, generation_id)
         if group is None:
-            if generation_id >= 0:
-                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
-            self._groups[group_id] = group
+            return {tp: error for tp in offsets}
         if generation_id >= 0 or member_id:
             error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
             if error is not None:
@@ -485,6 +472,21 @@ class GroupCoordinator:
                     log.warning("group %s: committing transactional offsets failed: %s", group_id, failed)
         if not by_group:
             self._pending_txn_offsets.pop(producer_id, None)
+
+    def _group_to_commit(self, group_id: str, generation_id: int) -> tuple[GroupMetadata | None, ErrorCode]:
+        """The group an offset commit goes to, created for a "simple" commit (generation
+        -1); or None and why not."""
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return None, error
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation this coordinator never had (e.g. an old one).
+                return None, ErrorCode.ILLEGAL_GENERATION
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
+            self._groups[group_id] = group
+        return group, ErrorCode.NONE
 
     async def fetch_offsets(
         self,
