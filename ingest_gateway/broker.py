@@ -26,6 +26,7 @@ from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
+from ingest_gateway.txn_apis import BrokerMarkerChannel, MarkerWriter, register_txn_apis
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
@@ -39,7 +40,7 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
-from loglake.internal_topics import OFFSETS_TOPIC
+from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
@@ -47,6 +48,7 @@ from loglake.protocol import ApiKey
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 from loglake.storage.meta_properties import MetaProperties, new_cluster_id
+from loglake.transactions import TransactionConfig, TransactionCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 5.0
 class InternalTopicCoordinator(Protocol):
     """A coordinator whose state lives in an internal topic's partitions."""
 
-    async def load_partition(self, partition: int) -> None: ...
+    async def load_partition(self, partition: int, leader_epoch: int) -> None: ...
 
     def unload_partition(self, partition: int) -> None: ...
 
@@ -101,6 +103,14 @@ class Broker:
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_properties(config.raw), ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC)
         )
+        self.marker_writer = MarkerWriter(self)
+        self.marker_channel = BrokerMarkerChannel(self, self.marker_writer)
+        self.transaction_coordinator = TransactionCoordinator(
+            TransactionConfig.from_properties(config.raw),
+            ReplicatedTopicLog(self.replica_manager, TRANSACTION_STATE_TOPIC),
+            self.marker_channel,
+            self.producer_ids.generate_producer_id,
+        )
         self.log_cleaner = LogCleaner(
             CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
         )
@@ -116,7 +126,10 @@ class Broker:
         self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
         # The coordinator of each internal topic: it loads a partition this broker comes
         # to lead and unloads one it stops leading.
-        self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {OFFSETS_TOPIC: self.group_coordinator}
+        self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {
+            OFFSETS_TOPIC: self.group_coordinator,
+            TRANSACTION_STATE_TOPIC: self.transaction_coordinator,
+        }
         # Internal topic leadership changes seen before the event loop ran (startup).
         self._pending_loads: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
@@ -196,6 +209,7 @@ class Broker:
         from ingest_gateway.http_api import create_app
 
         register_group_apis(self.kafka_apis, self.group_coordinator)
+        self.txn_apis = register_txn_apis(self.kafka_apis, self, self.transaction_coordinator, self.marker_writer)
         register_config_apis(self.kafka_apis, self)
         self.dynamic_config.start()
         register_admin_apis(self.kafka_apis, self)
@@ -203,9 +217,10 @@ class Broker:
         if self.clustered:
             self._watch_cluster()
         for topic, p in self._pending_loads:
-            self.track_background(asyncio.create_task(self._internal_topic_coordinators[topic].load_partition(p)))
+            self._load_internal_partition(self._internal_topic_coordinators[topic], topic, p)
         self._pending_loads.clear()
         await self.group_coordinator.start()
+        await self.transaction_coordinator.start()
         self.replica_manager.start()
         self.log_manager.startup(
             self._deletion_bounds_of,
@@ -260,6 +275,8 @@ class Broker:
             await kafka_server.stop()
         await self.consumer_manager.shutdown()
         await self.group_coordinator.stop()
+        await self.transaction_coordinator.stop()
+        await self.marker_channel.close()
         if self._log_dir_mover is not None:
             await self._log_dir_mover.stop()
         await self.replica_manager.stop()
@@ -319,7 +336,14 @@ class Broker:
         except RuntimeError:
             self._pending_loads.append((topic, partition))
             return
-        self.track_background(asyncio.create_task(coordinator.load_partition(partition)))
+        self._load_internal_partition(coordinator, topic, partition)
+
+    def _load_internal_partition(self, coordinator: InternalTopicCoordinator, topic: str, partition: int) -> None:
+        # The leader epoch is the coordinator epoch the transaction markers carry.
+        hosted = self.replica_manager.partitions.get((topic, partition))
+        if hosted is None or not hosted.is_leader:
+            return
+        self.track_background(asyncio.create_task(coordinator.load_partition(partition, hosted.leader_epoch)))
 
     # Topics and coordinators ------------------------------------------------------------
 
@@ -436,31 +460,51 @@ class Broker:
 
     def group_coordinator_endpoint(self, group_id: str) -> BrokerEndpoint:
         """The broker leading the group's __consumer_offsets partition (created on first use)."""
-        if OFFSETS_TOPIC not in self.image.topics:
-            rf = min(self.config.offsets_topic_replication_factor, len(self.image.brokers) or 1)
+        rf = self.config.offsets_topic_replication_factor
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": self.config.raw.get("offsets.topic.segment.bytes", "104857600"),
+        }
+        partitions = self.config.offsets_topic_num_partitions
+        partition = self.group_coordinator.partition_for(group_id)
+        return self._coordinator_endpoint(OFFSETS_TOPIC, partitions, rf, config, partition, f"the group {group_id!r}")
+
+    def transaction_coordinator_endpoint(self, transactional_id: str) -> BrokerEndpoint:
+        """The broker leading the id's __transaction_state partition (created on first use)."""
+        raw = self.config.raw
+        rf = int(raw.get("transaction.state.log.replication.factor", "3"))
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": raw.get("transaction.state.log.segment.bytes", "104857600"),
+            "min.insync.replicas": raw.get("transaction.state.log.min.isr", "2"),
+        }
+        partitions = int(raw.get("transaction.state.log.num.partitions", "50"))
+        partition = self.transaction_coordinator.partition_for(transactional_id)
+        owner = f"the transactional id {transactional_id!r}"
+        return self._coordinator_endpoint(TRANSACTION_STATE_TOPIC, partitions, rf, config, partition, owner)
+
+    def _coordinator_endpoint(
+        self, topic: str, num_partitions: int, rf: int, config: dict[str, str], partition: int, owner: str
+    ) -> BrokerEndpoint:
+        if topic not in self.image.topics:
+            rf = min(rf, len(self.image.brokers) or 1)
+            if "min.insync.replicas" in config:
+                config = config | {"min.insync.replicas": str(min(int(config["min.insync.replicas"]), rf))}
             try:
-                self.create_topic(
-                    OFFSETS_TOPIC,
-                    self.config.offsets_topic_num_partitions,
-                    rf,
-                    {
-                        "cleanup.policy": "compact",
-                        "segment.bytes": self.config.raw.get("offsets.topic.segment.bytes", "104857600"),
-                    },
-                )
+                self.create_topic(topic, num_partitions, rf, config)
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise KafkaError(
-                        ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {OFFSETS_TOPIC}: {exc.message}"
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {topic}: {exc.message}"
                     ) from exc
         image = self.image
-        state = image.partition_states.get(OFFSETS_TOPIC, {}).get(self.group_coordinator.partition_for(group_id))
+        state = image.partition_states.get(topic, {}).get(partition)
         if state is None:
             # Created (maybe by another broker) but not yet in this broker's image.
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic} is being created")
         endpoint = image.brokers.get(state.leader)
         if endpoint is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no live leader for the group {group_id!r}")
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no live leader for {owner}")
         return endpoint
 
     # BrokerChannel: how the (embedded) controller reaches this broker ------------------

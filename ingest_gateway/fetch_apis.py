@@ -40,6 +40,8 @@ Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]
 
 NO_MAX_BYTES = 0x7FFFFFFF
+# Fetch/ListOffsets isolation_level (v4+/v2+): 0 read_uncommitted, 1 read_committed.
+READ_COMMITTED = 1
 # Errors whose answer names the current leader from v16 on (KIP-951).
 _LEADER_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -154,7 +156,10 @@ class FetchApis:
                 replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes
             )
         else:
-            answers = await self._fetch_for_consumer(readable, body["max_wait_ms"], body["min_bytes"], max_bytes)
+            read_committed = version >= 4 and body.get("isolation_level", 0) == READ_COMMITTED
+            answers = await self._fetch_for_consumer(
+                readable, body["max_wait_ms"], body["min_bytes"], max_bytes, read_committed
+            )
         result = context.respond(answers + erroneous)
         response: Body = {
             "throttle_time_ms": 0,
@@ -172,21 +177,23 @@ class FetchApis:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        read_committed: bool,
     ) -> Answers:
-        """Committed data; long-polls until `min_bytes` or `max_wait_ms` (an error answers at once)."""
+        """Committed data (`read_committed`: below the LSO, with the aborted transactions);
+        long-polls until `min_bytes` or `max_wait_ms` (an error answers at once)."""
         rm = self.broker.replica_manager
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
         keys = [(tp.topic, tp.partition) for tp, _ in readable]
         while True:
-            answers, total = self._read_committed(readable, max_bytes)
+            answers, total = self._read_committed(readable, max_bytes, read_committed)
             remaining = deadline - loop.time()
             if total >= min_bytes or remaining <= 0 or total < 0:
                 return answers
             await rm.wait_for_change(keys, remaining)  # type: ignore[arg-type]
 
     def _read_committed(
-        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int
+        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int, read_committed: bool
     ) -> tuple[Answers, int]:
         """One pass over the partitions: (answers, bytes, or -1 if an answer is an error)."""
         rm = self.broker.replica_manager
@@ -206,11 +213,20 @@ class FetchApis:
                     min(request.max_bytes, budget),
                     committed_only=True,
                     min_one_message=total == 0,
+                    stable_only=read_committed,
                 )
-                entry["high_watermark"] = entry["last_stable_offset"] = partition.high_watermark
+                entry["high_watermark"] = partition.high_watermark
+                entry["last_stable_offset"] = partition.last_stable_offset
                 entry["log_start_offset"] = partition.log_start_offset
                 if piece.size:
                     entry["records"] = piece
+                    if read_committed:
+                        # The consumer drops these producers' records from their first offset
+                        # up to the ABORT marker (per batch, from the .txnindex).
+                        entry["aborted_transactions"] = [
+                            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                            for a in partition.log.collect_aborted_transactions(request.fetch_offset, piece.next_offset)
+                        ]
                     total += piece.size
                     budget -= piece.size
             except KafkaError as exc:

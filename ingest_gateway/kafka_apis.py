@@ -33,7 +33,7 @@ from loglake.protocol import (
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.config_apis import describe_topic_configs
-from ingest_gateway.fetch_apis import FetchApis
+from ingest_gateway.fetch_apis import READ_COMMITTED, FetchApis
 from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
@@ -331,6 +331,7 @@ class KafkaApis:
     async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
         version = header.request_api_version
+        read_committed = version >= 2 and body.get("isolation_level", 0) == READ_COMMITTED
 
         def answer(topic: str, lp: Body, entry: Body) -> None:
             ts = lp["timestamp"]
@@ -340,7 +341,7 @@ class KafkaApis:
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
             entry["leader_epoch"] = partition.leader_epoch
             if ts == LATEST_TIMESTAMP:
-                entry["offset"] = partition.high_watermark
+                entry["offset"] = partition.last_stable_offset if read_committed else partition.high_watermark
             elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 entry["offset"] = partition.log_start_offset
             elif ts == LATEST_TIERED_TIMESTAMP:
@@ -500,19 +501,16 @@ class KafkaApis:
 
     def _coordinator_for(self, key: str, key_type: int) -> Body:
         entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
-        if key_type == COORDINATOR_KEY_TRANSACTION:
-            # No transaction coordinator: librdkafka and the Java client treat this error as
-            # fatal, so init_transactions() fails at once instead of retrying until it times out.
-            entry["error_code"] = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            entry["error_message"] = "transactions are not supported by this broker"
-            return entry
-        if key_type != COORDINATOR_KEY_GROUP:
+        if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
             # Share groups (2, KIP-932) or an unknown type: not served; non-retriable.
             entry["error_code"] = ErrorCode.INVALID_REQUEST
             entry["error_message"] = f"coordinator key type {key_type} is not supported"
             return entry
         try:
-            endpoint = self.broker.group_coordinator_endpoint(key)
+            if key_type == COORDINATOR_KEY_TRANSACTION:
+                endpoint = self.broker.transaction_coordinator_endpoint(key)
+            else:
+                endpoint = self.broker.group_coordinator_endpoint(key)
             entry.update(node_id=endpoint.broker_id, host=endpoint.host, port=endpoint.port)
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = exc.code, exc.message
@@ -520,13 +518,7 @@ class KafkaApis:
 
     async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
         if body["transactional_id"] is not None:
-            # Fatal for clients (librdkafka, the Java producer), unlike a retriable error.
-            return {
-                "throttle_time_ms": 0,
-                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            return await self.broker.txn_apis.init_producer_id(body)
         producer_id, epoch = self.broker.producer_ids.init_producer_id(
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )

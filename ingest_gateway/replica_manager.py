@@ -253,9 +253,14 @@ class ReplicaManager:
         return p
 
     async def append_records(
-        self, entries: dict[TopicPartition, bytes | bytearray | memoryview], required_acks: int, timeout_ms: int
+        self,
+        entries: dict[TopicPartition, bytes | bytearray | memoryview],
+        required_acks: int,
+        timeout_ms: int,
+        from_coordinator: bool = False,
     ) -> dict[TopicPartition, ProduceResult]:
-        """Append each partition's batches; with acks=all wait until the ISR has them."""
+        """Append each partition's batches; with acks=all wait until the ISR has them
+        (`from_coordinator`: transaction markers)."""
         if required_acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1 (all), 0 or 1, not {required_acks}")
         results: dict[TopicPartition, ProduceResult] = {}
@@ -264,7 +269,7 @@ class ReplicaManager:
         for key, records in entries.items():
             try:
                 partition = self.leader_partition(*key)
-                info = partition.append_records_to_leader(records, required_acks)
+                info = partition.append_records_to_leader(records, required_acks, from_coordinator)
             except KafkaError as exc:
                 results[key] = ProduceResult(error=exc)
                 continue

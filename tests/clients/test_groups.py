@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, Producer
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.error import KafkaError
 
 from client_helpers import create_topic, produce_values, raw_request, unique_name
 from loglake.groups import Subscription, encode_subscription
@@ -18,7 +17,6 @@ from loglake.protocol.release import release_versions
 
 NONE = 0
 INVALID_REQUEST = 42
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 INCONSISTENT_GROUP_PROTOCOL = 23
 MEMBER_ID_REQUIRED = 79
 FENCED_INSTANCE_ID = 82
@@ -218,8 +216,8 @@ def test_find_coordinator_key_types(broker, version):
     group = ask(0)
     assert group["error_code"] == NONE and group["node_id"] >= 0 and group["port"] > 0
     if version >= 1:
-        # Until transactions exist: an error clients treat as fatal, not a retriable one.
-        assert ask(1)["error_code"] == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        txn = ask(1)
+        assert txn["error_code"] == NONE and txn["node_id"] >= 0 and txn["port"] > 0
         assert ask(2)["error_code"] == INVALID_REQUEST  # share groups (KIP-932)
     if version >= 4:
         batch = raw_request(
@@ -392,16 +390,6 @@ def test_confluent_admin_groups_and_offset_delete(broker, shared_topic):
     remaining = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(timeout=30)
     assert {tp.partition: tp.offset for tp in remaining.topic_partitions} == {1: 11, 2: 12, 3: 13}
     kp_admin.close()
-
-
-def test_confluent_init_transactions_fails_fast(broker):
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_name("txn")})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as failure:
-        producer.init_transactions(60)
-    assert time.monotonic() - started < 20
-    error: KafkaError = failure.value.args[0]
-    assert not error.retriable()
 
 
 def test_kafka_python_static_member_at_3_9(broker, shared_topic):

@@ -240,8 +240,11 @@ class Partition:
 
     # Leader: appends, follower fetches, HW and ISR ----------------------------------------
 
-    def append_records_to_leader(self, records: bytes | bytearray | memoryview, required_acks: int) -> LogAppendInfo:
-        """Validate, assign offsets and append one request's batches for this partition."""
+    def append_records_to_leader(
+        self, records: bytes | bytearray | memoryview, required_acks: int, from_coordinator: bool = False
+    ) -> LogAppendInfo:
+        """Validate, assign offsets and append one request's batches for this partition
+        (`from_coordinator`: transaction markers, WriteTxnMarkers)."""
         with self._lock:
             if not self.is_leader:
                 raise KafkaError(
@@ -255,7 +258,7 @@ class Partition:
                     f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas; "
                     f"min.insync.replicas is {min_isr}",
                 )
-            info = self.log.append_as_leader(records, self.leader_epoch)
+            info = self.log.append_as_leader(records, self.leader_epoch, from_coordinator=from_coordinator)
             self._maybe_increment_high_watermark()
             return info
 
@@ -396,9 +399,24 @@ class Partition:
 
     # Reads -------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, committed_only: bool = True, min_one_message: bool = True):
-        """Whole batches from `offset`; consumers stop at the HW, replicas at the log end."""
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it."""
+        return self.log.last_stable_offset(self._high_watermark)
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        committed_only: bool = True,
+        min_one_message: bool = True,
+        stable_only: bool = False,
+    ):
+        """Whole batches from `offset`; consumers stop at the HW (read_committed ones,
+        `stable_only`, at the LSO), replicas at the log end."""
         max_offset = self._high_watermark if committed_only else None
+        if stable_only:
+            max_offset = self.last_stable_offset
         return self.log.read(offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:

@@ -21,8 +21,14 @@ choice unchanged) and keeps its assignment; a request naming an instance id held
 another member id gets FENCED_INSTANCE_ID; a static member that has not rejoined is not
 dropped at the end of a join phase, only when its session times out or it leaves.
 
-Deliberately left out: group.max.size, transactional offset commits and KIP-848's
-consumer protocol.
+Transactional offset commits (TxnOffsetCommit) are held per producer id and become the
+group's offsets only when the transaction's COMMIT marker reaches the group's
+`__consumer_offsets` partition (`complete_txn`); an ABORT drops them. They are held in
+memory until then (Kafka writes them to the log as transactional records): a coordinator
+that fails over before the marker loses them, and the committed transaction then moves
+no offsets.
+
+Deliberately left out: group.max.size and KIP-848's consumer protocol.
 """
 
 from __future__ import annotations
@@ -154,6 +160,8 @@ class GroupCoordinator:
         self._active = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
+        # Producer id -> group id -> offsets of its open transaction (TxnOffsetCommit).
+        self._pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetCommitData]]] = {}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -180,8 +188,9 @@ class GroupCoordinator:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def load_partition(self, partition: int) -> None:
-        """Become coordinator for the groups of `partition`: replay it, then serve them.
+    async def load_partition(self, partition: int, leader_epoch: int = 0) -> None:
+        """Become coordinator for the groups of `partition`: replay it, then serve them
+        (`leader_epoch` is not needed: group records carry no coordinator epoch).
 
         Meanwhile their requests answer COORDINATOR_LOAD_IN_PROGRESS. An unload during
         the replay abandons it. A record that does not decode is logged and skipped (one bad
@@ -403,16 +412,9 @@ class GroupCoordinator:
         static); a "simple" commit (generation -1) is allowed while the group has no members,
         and creates the group if needed. Durable in __consumer_offsets when it returns NONE.
         """
-        error = self._validate(group_id, allow_empty_id=True)
-        if error is not None:
-            return {tp: error for tp in offsets}
-        group = self._groups.get(group_id)
+        group, error = self._group_to_commit(group_id, generation_id)
         if group is None:
-            if generation_id >= 0:
-                # A member of a generation this coordinator never had (e.g. an old one).
-                return {tp: ErrorCode.ILLEGAL_GENERATION for tp in offsets}
-            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
-            self._groups[group_id] = group
+            return {tp: error for tp in offsets}
         error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return {tp: error for tp in offsets}
@@ -422,6 +424,69 @@ class GroupCoordinator:
             # accepted, the next heartbeat tells the member to rejoin.
             self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
         return await self._store_offsets(group, offsets)
+
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetCommitData],
+        *,
+        group_instance_id: str | None = None,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: hold the offsets for the producer's transaction; its COMMIT
+        marker makes them the group's (`complete_txn`). The transaction coordinator has
+        checked the producer; the member and generation are checked as for OffsetCommit
+        (generation -1: a producer outside the group, KIP-447's older clients)."""
+        group, error = self._group_to_commit(group_id, generation_id)
+        if group is None:
+            return {tp: error for tp in offsets}
+        if generation_id >= 0 or member_id:
+            error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            if error is not None:
+                return {tp: error for tp in offsets}
+        max_length = self._config.offset_metadata_max_bytes
+        result = {}
+        held = self._pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
+        for tp, data in offsets.items():
+            if _utf16_length(data.metadata or "") > max_length:
+                result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                held[tp] = data
+                result[tp] = ErrorCode.NONE
+        return result
+
+    async def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        """The producer's COMMIT/ABORT marker was written on `__consumer_offsets-partition`:
+        its held offsets of the groups there become the groups' (written as ordinary offset
+        commits) or are dropped."""
+        by_group = self._pending_txn_offsets.get(producer_id, {})
+        for group_id in [g for g in by_group if self.partition_for(g) == partition]:
+            offsets = by_group.pop(group_id)
+            group = self._groups.get(group_id)
+            if commit and group is not None:
+                errors = await self._store_offsets(group, offsets)
+                failed = {tp: e.name for tp, e in errors.items() if e is not ErrorCode.NONE}
+                if failed:
+                    log.warning("group %s: committing transactional offsets failed: %s", group_id, failed)
+        if not by_group:
+            self._pending_txn_offsets.pop(producer_id, None)
+
+    def _group_to_commit(self, group_id: str, generation_id: int) -> tuple[GroupMetadata | None, ErrorCode]:
+        """The group an offset commit goes to, created for a "simple" commit (generation
+        -1); or None and why not."""
+        error = self._validate(group_id, allow_empty_id=True)
+        if error is not None:
+            return None, error
+        group = self._groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation this coordinator never had (e.g. an old one).
+                return None, ErrorCode.ILLEGAL_GENERATION
+            group = GroupMetadata(group_id, GroupState.EMPTY, self.now_ms())
+            self._groups[group_id] = group
+        return group, ErrorCode.NONE
 
     async def fetch_offsets(
         self,
@@ -446,13 +511,16 @@ class GroupCoordinator:
         result = {}
         for tp in wanted:
             committed = group.offsets.get(tp)
-            if require_stable and group.pending_offset_commits[tp]:
+            if require_stable and (group.pending_offset_commits[tp] or self._has_pending_txn_offset(group_id, tp)):
                 result[tp] = PartitionOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
             elif committed is None:
                 result[tp] = PartitionOffset(-1, -1, "")
             else:
                 result[tp] = PartitionOffset(committed.offset, committed.leader_epoch, committed.metadata)
         return OffsetFetchResult(ErrorCode.NONE, result)
+
+    def _has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn_offsets.values())
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
         """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`),

@@ -1477,6 +1477,52 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "DescribeTransactionsRequest": {
+        "apiKey": 65, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "transactional_ids", "type": "[]string", "versions": "0+"},
+        ),
+    },
+    "DescribeTransactionsResponse": {
+        "apiKey": 65, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "transaction_states", "type": "[]TransactionState", "versions": "0+", "fields": (
+                {"name": "error_code", "type": "int16", "versions": "0+"},
+                {"name": "transactional_id", "type": "string", "versions": "0+"},
+                {"name": "transaction_state", "type": "string", "versions": "0+"},
+                {"name": "transaction_timeout_ms", "type": "int32", "versions": "0+"},
+                {"name": "transaction_start_time_ms", "type": "int64", "versions": "0+"},
+                {"name": "producer_id", "type": "int64", "versions": "0+"},
+                {"name": "producer_epoch", "type": "int16", "versions": "0+"},
+                {"name": "topics", "type": "[]TopicData", "versions": "0+", "fields": (
+                    {"name": "topic", "type": "string", "versions": "0+"},
+                    {"name": "partitions", "type": "[]int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "ListTransactionsRequest": {
+        "apiKey": 66, "type": "request", "validVersions": "0-1", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "state_filters", "type": "[]string", "versions": "0+"},
+            {"name": "producer_id_filters", "type": "[]int64", "versions": "0+"},
+            {"name": "duration_filter", "type": "int64", "versions": "1+", "default": -1},
+        ),
+    },
+    "ListTransactionsResponse": {
+        "apiKey": 66, "type": "response", "validVersions": "0-1", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "unknown_state_filters", "type": "[]string", "versions": "0+"},
+            {"name": "transaction_states", "type": "[]TransactionState", "versions": "0+", "fields": (
+                {"name": "transactional_id", "type": "string", "versions": "0+"},
+                {"name": "producer_id", "type": "int64", "versions": "0+"},
+                {"name": "transaction_state", "type": "string", "versions": "0+"},
+            )},
+        ),
+    },
 }
 
 
@@ -1526,3 +1572,5 @@ class ApiKey(IntEnum):
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66

@@ -1,0 +1,367 @@
+"""The transaction APIs of the Kafka protocol, over `loglake.transactions.TransactionCoordinator`.
+
+InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions and ListTransactions go to the coordinator; TxnOffsetCommit to the
+group coordinator (after the transaction coordinator's producer check is mirrored here:
+the partition must be in the transaction, see `_check_txn_offset_commit`); WriteTxnMarkers
+(from a transaction coordinator, this broker's own included) writes COMMIT/ABORT control
+batches on the partitions this broker leads. `BrokerMarkerChannel` is the coordinator's
+way to those leaders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from ingest_gateway.kafka_client import KafkaClient
+from loglake.errors import ErrorCode
+from loglake.groups import OffsetCommitData, TopicPartition
+from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
+from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.release import release_versions
+from loglake.record.control import EndTransactionMarker, encode_marker_batch
+from loglake.transactions import TransactionCoordinator, TransactionState
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+    from ingest_gateway.kafka_apis import KafkaApis
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+_TXN_APIS = (
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.ADD_OFFSETS_TO_TXN,
+    ApiKey.END_TXN,
+    ApiKey.WRITE_TXN_MARKERS,
+    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.DESCRIBE_TRANSACTIONS,
+    ApiKey.LIST_TRANSACTIONS,
+)
+TXN_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _TXN_APIS}
+# AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
+_ADD_PARTITIONS_BATCHED_VERSION = 4
+_MARKER_TIMEOUT_MS = 5000
+_WRITE_TXN_MARKERS_VERSION = 1
+
+
+def _topic_partitions(topics: list[Body]) -> list[TopicPartition]:
+    return [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
+
+
+def _results_by_topic(partitions: Collection[TopicPartition], error: ErrorCode, name_key: str = "name") -> list[Body]:
+    by_topic: dict[str, list[Body]] = defaultdict(list)
+    for tp in partitions:
+        by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": error})
+    return [{name_key: topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
+
+
+class MarkerWriter:
+    """Writes transaction markers on the partitions this broker leads (WriteTxnMarkers)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def write(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        now_ms = int(time.time() * 1000)
+        batch = encode_marker_batch(
+            producer_id, producer_epoch, EndTransactionMarker(commit, coordinator_epoch), now_ms
+        )
+        results = await self._broker.replica_manager.append_records(
+            {(tp.topic, tp.partition): batch for tp in partitions}, -1, _MARKER_TIMEOUT_MS, from_coordinator=True
+        )
+        errors = {}
+        for tp in partitions:
+            result = results[(tp.topic, tp.partition)]
+            errors[tp] = ErrorCode.NONE if result.error is None else result.error.code
+            if result.error is None and tp.topic == OFFSETS_TOPIC:
+                # The marker on the group's partition makes its transactional offsets visible.
+                await self._broker.group_coordinator.complete_txn(producer_id, commit, tp.partition)
+        return errors
+
+
+class BrokerMarkerChannel:
+    """The coordinator's `MarkerChannel`: each partition's marker goes to its leader, this
+    broker's own partitions directly, the others' over WriteTxnMarkers."""
+
+    def __init__(self, broker: Broker, writer: MarkerWriter) -> None:
+        self._broker = broker
+        self._writer = writer
+        self._clients: dict[int, KafkaClient] = {}
+
+    async def write_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        image = self._broker.image
+        errors: dict[TopicPartition, ErrorCode] = {}
+        by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in partitions:
+            state = image.partition_states.get(tp.topic, {}).get(tp.partition)
+            if tp.topic not in image.topics or state is None:
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif state.leader not in image.brokers:
+                errors[tp] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                by_leader[state.leader].append(tp)
+        args = (producer_id, producer_epoch, commit, coordinator_epoch)
+        sends = [self._send(leader, tps, *args) for leader, tps in by_leader.items()]
+        for answer in await asyncio.gather(*sends):
+            errors.update(answer)
+        return errors
+
+    async def _send(
+        self,
+        leader: int,
+        partitions: list[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> dict[TopicPartition, ErrorCode]:
+        if leader == self._broker.config.broker_id:
+            return await self._writer.write(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
+        endpoint = self._broker.image.brokers[leader]
+        client = self._clients.get(leader)
+        if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
+            client = self._clients[leader] = KafkaClient(endpoint.host, endpoint.port)
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in partitions:
+            by_topic[tp.topic].append(tp.partition)
+        marker = {
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "transaction_result": commit,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+            "coordinator_epoch": coordinator_epoch,
+        }
+        try:
+            response = await client.request(ApiKey.WRITE_TXN_MARKERS, _WRITE_TXN_MARKERS_VERSION, {"markers": [marker]})
+        except (ConnectionError, TimeoutError) as exc:
+            log.warning("WriteTxnMarkers to broker %d failed: %s", leader, exc)
+            return {tp: ErrorCode.NOT_LEADER_OR_FOLLOWER for tp in partitions}
+        return {
+            TopicPartition(t["name"], p["partition_index"]): ErrorCode(p["error_code"])
+            for m in response["markers"]
+            for t in m["topics"]
+            for p in t["partitions"]
+        }
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+
+class TxnApis:
+    def __init__(self, broker: Broker, coordinator: TransactionCoordinator, writer: MarkerWriter) -> None:
+        self._broker = broker
+        self.coordinator = coordinator
+        self._writer = writer
+
+    async def init_producer_id(self, body: Body) -> Body:
+        """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
+        result = await self.coordinator.init_producer_id(
+            body["transactional_id"],
+            body["transaction_timeout_ms"],
+            body.get("producer_id", -1),
+            body.get("producer_epoch", -1),
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "producer_id": result.producer_id,
+            "producer_epoch": result.producer_epoch,
+        }
+
+    async def add_partitions_to_txn(self, header: RequestHeader, body: Body) -> Body:
+        if header.request_api_version < _ADD_PARTITIONS_BATCHED_VERSION:
+            partitions = _topic_partitions(body["v3_and_below_topics"])
+            error = await self._add_partitions(
+                body["v3_and_below_transactional_id"],
+                body["v3_and_below_producer_id"],
+                body["v3_and_below_producer_epoch"],
+                partitions,
+                verify_only=False,
+            )
+            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(partitions, error)}
+        results = []
+        for txn in body["transactions"]:
+            partitions = _topic_partitions(txn["topics"])
+            error = await self._add_partitions(
+                txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], partitions, txn["verify_only"]
+            )
+            results.append(
+                {"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(partitions, error)}
+            )
+        return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": results}
+
+    async def _add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        verify_only: bool,
+    ) -> ErrorCode:
+        image = self._broker.image
+        for tp in partitions:
+            if tp.topic in INTERNAL_TOPICS:
+                return ErrorCode.INVALID_REQUEST  # internal topics join only through AddOffsetsToTxn
+            if tp.partition not in image.partition_states.get(tp.topic, {}):
+                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if verify_only:
+            descriptions = self.coordinator.describe_transactions([transactional_id])
+            d = descriptions[0]
+            if d.error is not ErrorCode.NONE:
+                return d.error
+            return ErrorCode.NONE if set(partitions) <= set(d.partitions) else ErrorCode.INVALID_TXN_STATE
+        return await self.coordinator.add_partitions_to_txn(transactional_id, producer_id, producer_epoch, partitions)
+
+    async def add_offsets_to_txn(self, header: RequestHeader, body: Body) -> Body:
+        error = await self.coordinator.add_offsets_to_txn(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"]
+        )
+        return {"throttle_time_ms": 0, "error_code": error}
+
+    async def end_txn(self, header: RequestHeader, body: Body) -> Body:
+        error = await self.coordinator.end_txn(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"]
+        )
+        return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
+
+    async def txn_offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        offsets = {
+            TopicPartition(t["name"], p["partition_index"]): OffsetCommitData(
+                p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+            )
+            for t in body["topics"]
+            for p in t["partitions"]
+        }
+        error = self._check_txn_offset_commit(body)
+        if error is not ErrorCode.NONE:
+            errors = dict.fromkeys(offsets, error)
+        else:
+            errors = await self._broker.group_coordinator.commit_txn_offsets(
+                body["group_id"],
+                body["producer_id"],
+                body.get("member_id", ""),
+                body.get("generation_id", -1),
+                offsets,
+                group_instance_id=body.get("group_instance_id"),
+            )
+        by_topic: dict[str, list[Body]] = defaultdict(list)
+        for tp, code in errors.items():
+            by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
+        return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
+        """The producer must own the transaction, which must hold the group's offsets
+        partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
+        described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
+        if described.error is ErrorCode.NOT_COORDINATOR:
+            # The transaction coordinator may be another broker: the group's check stands.
+            return ErrorCode.NONE
+        if described.error is not ErrorCode.NONE or described.producer_id != body["producer_id"]:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if described.producer_epoch != body["producer_epoch"]:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        group_partition = self._broker.group_coordinator.partition_for(body["group_id"])
+        if TopicPartition(OFFSETS_TOPIC, group_partition) not in described.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    async def write_txn_markers(self, header: RequestHeader, body: Body) -> Body:
+        markers = []
+        for m in body["markers"]:
+            partitions = [TopicPartition(t["name"], p) for t in m["topics"] for p in t["partition_indexes"]]
+            errors = await self._writer.write(
+                m["producer_id"], m["producer_epoch"], m["transaction_result"], m["coordinator_epoch"], partitions
+            )
+            by_topic: dict[str, list[Body]] = defaultdict(list)
+            for tp, code in errors.items():
+                by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
+            markers.append(
+                {
+                    "producer_id": m["producer_id"],
+                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                }
+            )
+        return {"markers": markers}
+
+    async def describe_transactions(self, header: RequestHeader, body: Body) -> Body:
+        states = []
+        for d in self.coordinator.describe_transactions(body["transactional_ids"]):
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in d.partitions:
+                by_topic[tp.topic].append(tp.partition)
+            states.append(
+                {
+                    "error_code": d.error,
+                    "transactional_id": d.transactional_id,
+                    "transaction_state": d.state,
+                    "transaction_timeout_ms": d.txn_timeout_ms,
+                    "transaction_start_time_ms": d.txn_start_timestamp,
+                    "producer_id": d.producer_id,
+                    "producer_epoch": d.producer_epoch,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                }
+            )
+        return {"throttle_time_ms": 0, "transaction_states": states}
+
+    async def list_transactions(self, header: RequestHeader, body: Body) -> Body:
+        known = {s.display_name for s in TransactionState}
+        states = body["state_filters"]
+        error, listings = self.coordinator.list_transactions(states, body["producer_id_filters"])
+        duration = body.get("duration_filter", -1)
+        if duration >= 0:
+            described = {
+                d.transactional_id: d
+                for d in self.coordinator.describe_transactions([t.transactional_id for t in listings])
+            }
+            now = self.coordinator.now_ms()
+            listings = [t for t in listings if 0 <= described[t.transactional_id].txn_start_timestamp <= now - duration]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "unknown_state_filters": [s for s in states if s not in known],
+            "transaction_states": [
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "transaction_state": t.state}
+                for t in listings
+            ],
+        }
+
+
+def register_txn_apis(
+    apis: KafkaApis, broker: Broker, coordinator: TransactionCoordinator, writer: MarkerWriter
+) -> TxnApis:
+    txn_apis = TxnApis(broker, coordinator, writer)
+    handlers = {
+        ApiKey.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
+        ApiKey.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
+        ApiKey.END_TXN: txn_apis.end_txn,
+        ApiKey.WRITE_TXN_MARKERS: txn_apis.write_txn_markers,
+        ApiKey.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
+        ApiKey.DESCRIBE_TRANSACTIONS: txn_apis.describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: txn_apis.list_transactions,
+    }
+    for key, handler in handlers.items():
+        apis.register(key, TXN_API_VERSIONS[key], handler)
+    return txn_apis

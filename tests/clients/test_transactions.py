@@ -1,0 +1,206 @@
+"""Transactions on a single node with confluent-kafka (librdkafka): a transactional
+producer across partitions of two topics with offsets sent to the transaction, committed
+and aborted transactions seen by read_committed and read_uncommitted consumers, zombie
+fencing, and the coordinator's errors for bad requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from client_helpers import create_topic, make_broker, raw_request, serve
+from ingest_gateway.process import BrokerProcess
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # Few __transaction_state partitions keep the first FindCoordinator quick.
+    yield from serve(
+        make_broker(tmp_path_factory.mktemp("broker") / "logs", **{"transaction.state.log.num.partitions": "4"})
+    )
+
+
+def _producer(bootstrap: str, transactional_id: str) -> Producer:
+    return Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, "acks": "all"}
+    )
+
+
+def _read(bootstrap: str, tps: list[tuple[str, int]], isolation: str, timeout: float = 30.0) -> list[tuple]:
+    """Every record of the partitions up to their end (the LSO for read_committed), as
+    (topic, partition, offset, value)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "txn-reader-unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "fetch.wait.max.ms": 50,
+        }
+    )
+    try:
+        c.assign([TopicPartition(t, p, 0) for t, p in tps])
+        out = []
+        at_end: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < len(tps):
+            assert time.monotonic() < deadline, f"only {sorted(at_end)} reached their end"
+            msg = c.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add((msg.topic(), msg.partition()))
+                continue
+            out.append((msg.topic(), msg.partition(), msg.offset(), msg.value()))
+        return out
+    finally:
+        c.close()
+
+
+def _committed(bootstrap: str, group: str, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = c.committed([TopicPartition(t, p) for t, p in tps], timeout=10)
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+    finally:
+        c.close()
+
+
+def test_commit_and_abort_across_topics(broker, request):
+    name = request.node.name
+    a, b, group = f"{name}-a", f"{name}-b", f"{name}-group"
+    create_topic(broker.bootstrap, a, partitions=2)
+    create_topic(broker.bootstrap, b, partitions=1)
+    tps = [(a, 0), (a, 1), (b, 0)]
+    p = _producer(broker.bootstrap, f"{name}-txn")
+    p.init_transactions(30)
+
+    def transaction(tag: bytes, commit: bool, offset: int) -> None:
+        p.begin_transaction()
+        for i in range(10):
+            for topic, partition in tps:
+                p.produce(topic, value=b"%s-%d" % (tag, i), partition=partition)
+        meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
+        p.send_offsets_to_transaction([TopicPartition(a, 0, offset)], meta, 30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+    transaction(b"one", commit=True, offset=10)
+    transaction(b"two", commit=False, offset=20)
+    transaction(b"three", commit=True, offset=30)
+
+    committed = _read(broker.bootstrap, tps, "read_committed")
+    everything = _read(broker.bootstrap, tps, "read_uncommitted")
+    for topic, partition in tps:
+        mine = [(o, v) for t, p_, o, v in committed if (t, p_) == (topic, partition)]
+        assert [v for _, v in mine] == [b"one-%d" % i for i in range(10)] + [b"three-%d" % i for i in range(10)]
+        assert [o for o, _ in mine] == sorted(o for o, _ in mine)
+        all_here = [(o, v) for t, p_, o, v in everything if (t, p_) == (topic, partition)]
+        assert [v for _, v in all_here] == [
+            b"%s-%d" % (tag, i) for tag in (b"one", b"two", b"three") for i in range(10)
+        ]
+        offsets = [o for o, _ in all_here]
+        # Each transaction's marker takes one offset that no consumer sees.
+        assert offsets == list(range(10)) + list(range(11, 21)) + list(range(22, 32))
+    # Only the committed transactions moved the group's offset.
+    assert _committed(broker.bootstrap, group, [(a, 0)]) == {(a, 0): 30}
+
+
+def test_zombie_fencing(broker, request):
+    name = request.node.name
+    topic, txn_id = f"{name}-t", f"{name}-txn"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    old = _producer(broker.bootstrap, txn_id)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(topic, value=b"zombie-1")
+    assert old.flush(30) == 0
+    new = _producer(broker.bootstrap, txn_id)
+    new.init_transactions(30)  # fences `old` and aborts its open transaction
+    new.begin_transaction()
+    new.produce(topic, value=b"new-1")
+    new.commit_transaction(30)
+    old.produce(topic, value=b"zombie-2")
+    with pytest.raises(KafkaException) as info:
+        old.commit_transaction(30)
+    assert info.value.args[0].code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+    assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed")] == [b"new-1"]
+
+
+def _init(broker, txn_id: str) -> dict:
+    answer = raw_request(broker.bootstrap, ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": [txn_id]})
+    assert answer["coordinators"][0]["error_code"] == 0
+    deadline = time.monotonic() + 30
+    while True:
+        answer = raw_request(
+            broker.bootstrap,
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            {"transactional_id": txn_id, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1},
+        )
+        if answer["error_code"] not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR):
+            return answer
+        assert time.monotonic() < deadline, answer
+        time.sleep(0.05)  # the coordinator's partition is loading: poll until it serves
+
+
+def test_bad_requests_get_kafkas_error_codes(broker, request):
+    name = request.node.name
+    txn_id = f"{name}-txn"
+    init = _init(broker, txn_id)
+    assert init["error_code"] == 0
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+
+    def end(transactional_id: str, producer_id: int, producer_epoch: int) -> int:
+        body = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "committed": True,
+        }
+        return raw_request(broker.bootstrap, ApiKey.END_TXN, 3, body)["error_code"]
+
+    # EndTxn without a transaction, with a wrong epoch, and for an unknown id.
+    assert end(txn_id, pid, epoch) == ErrorCode.INVALID_TXN_STATE
+    assert end(txn_id, pid, epoch - 1 if epoch > 0 else epoch + 5) == ErrorCode.PRODUCER_FENCED
+    assert end(txn_id, pid + 1000, epoch) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    # An id whose partition this broker leads but that was never initialised.
+    unknown = raw_request(broker.bootstrap, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [f"{name}-unknown"]})
+    assert unknown["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    add = raw_request(
+        broker.bootstrap,
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": txn_id,
+            "v3_and_below_producer_id": pid,
+            "v3_and_below_producer_epoch": epoch,
+            "v3_and_below_topics": [{"name": f"{name}-missing", "partitions": [0]}],
+        },
+    )
+    [topic_result] = add["results_by_topic_v3_and_below"]
+    assert topic_result["results_by_partition"][0]["partition_error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    described = raw_request(broker.bootstrap, ApiKey.DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [txn_id]})
+    state = described["transaction_states"][0]
+    assert (state["error_code"], state["transaction_state"], state["producer_id"]) == (0, "Empty", pid)
+    listed = raw_request(
+        broker.bootstrap,
+        ApiKey.LIST_TRANSACTIONS,
+        1,
+        {"state_filters": ["Empty", "Bogus"], "producer_id_filters": [pid]},
+    )
+    assert listed["unknown_state_filters"] == ["Bogus"]
+    assert [t["transactional_id"] for t in listed["transaction_states"]] == [txn_id]
