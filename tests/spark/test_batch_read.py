@@ -222,6 +222,10 @@ def test_log_start_moving_after_planning(broker, topic) -> None:
         ({"subscribe": "{topic}", "startingOffsets": "latest"}, "startingOffsets: latest is not allowed in batch"),
         ({"subscribe": "{topic}", "minPartitions": "0"}, "minPartitions must be a positive integer"),
         ({"subscribe": "{topic}", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
+        (
+            {"subscribe": "{topic}", "kafka.isolation.level": "dirty"},
+            "kafka.isolation.level must be read_committed or read_uncommitted",
+        ),
         ({"subscribe": "{topic}", "kafka.bootstrap.servers": "127.0.0.1:1"}, "kafka.bootstrap.servers: no broker"),
     ],
 )

@@ -5,16 +5,16 @@ per megabyte), the records sections are inflated and joined into one buffer, and
 field of every record is then read with numpy over that buffer (`loglake.record.columns`).
 Where each record starts comes from the record walk the broker also uses to check produced
 batches (`loglake.record.walk`): runs of equal-length records are found with numpy, other
-records one by one. Keys, values and header fields are cut
-out of the joined buffer by Arrow's `take` over (start, end) pairs, in C++.
+records one by one. Keys, values and header fields are cut out of the joined buffer by Arrow's `take` over (start, end) pairs, in C++.
 
-This is the one place that sees batch attributes, so it is where aborted transactions
-will be filtered out once the broker has transactions (control batches are already
-skipped here).
+This is the one place that sees batch attributes, so it is where control batches are
+skipped and, for read_committed, the batches of aborted transactions (the Fetch answer
+lists them) are left out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +68,7 @@ class _Sections:
     next_offset: int
 
 
-def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
+def _collect_sections(buf: memoryview, start: int, end: int, aborted: Sequence[tuple[int, int]]) -> _Sections:
     parts: list[bytes | memoryview] = []
     section_ends: list[int] = []
     counts: list[int] = []
@@ -78,6 +78,10 @@ def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
     next_offset = start
     size_so_far = 0
     pos = 0
+    # read_committed, as Kafka's consumer does it: a producer's transactional batches are
+    # skipped from its aborted transaction's first offset to its ABORT marker.
+    pending_aborts = sorted(aborted, key=lambda a: a[1])
+    aborting: set[int] = set()
     while len(buf) - pos >= 12:
         size = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) + 12
         if size > len(buf) - pos:
@@ -87,7 +91,14 @@ def _collect_sections(buf: memoryview, start: int, end: int) -> _Sections:
         if header.base_offset >= end:
             break
         next_offset = header.next_offset
-        if header.next_offset <= start or header.is_control or header.record_count == 0:
+        while pending_aborts and pending_aborts[0][1] <= header.last_offset:
+            aborting.add(pending_aborts.pop(0)[0])
+        if header.is_control:
+            aborting.discard(header.producer_id)  # its transaction's end (only an ABORT can be pending)
+            continue
+        if header.is_transactional and header.producer_id in aborting:
+            continue
+        if header.next_offset <= start or header.record_count == 0:
             continue
         body = buf[pos - header.size + HEADER_SIZE : pos]
         section = decompress(header.compression, body) if header.compression else body
@@ -150,10 +161,18 @@ def _headers(
 
 
 def decode_fetch(
-    records: memoryview, topic: str, partition: int, start: int, end: int, include_headers: bool
+    records: memoryview,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    aborted: Sequence[tuple[int, int]] = (),
 ) -> DecodedFetch:
-    """The records of a fetch answer with offsets in [start, end), as Spark's Kafka columns."""
-    sections = _collect_sections(records, start, end)
+    """The records of a fetch answer with offsets in [start, end), as Spark's Kafka columns.
+    `aborted`: the answer's aborted transactions (producer id, first offset), whose records
+    are left out (read_committed); control batches never show."""
+    sections = _collect_sections(records, start, end, aborted)
     data = sections.data
     fields = read_record_columns(data, sections.section_ends, sections.record_counts)
     schema = arrow_schema(include_headers)

@@ -12,7 +12,6 @@ from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.lake import LakeRangePartition, lake_part_at, read_lake_range, split_at_lakes
 from loglake.spark.offset_ranges import DataLossError, OffsetRange, connect, plan_batch
 from loglake.spark.options import ReadOptions
-from loglake.spark.protocol_client import ProtocolClient
 from loglake.spark.range_reader import read_range
 
 
@@ -62,7 +61,7 @@ def read_and_commit(options: ReadOptions, partition: InputPartition) -> Iterator
     if isinstance(partition, OffsetRangePartition):
         assert options.group_id is not None
         r = partition.offset_range
-        with ProtocolClient(options.bootstrap_servers, request_timeout_ms=options.request_timeout_ms) as client:
+        with options.client() as client:
             commit_offsets(client, options.group_id, {r.topic_partition: r.end})
 
 

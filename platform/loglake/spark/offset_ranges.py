@@ -61,7 +61,7 @@ def report_data_loss(fail_on_data_loss: bool, message: str) -> None:
 
 def connect(options: ReadOptions) -> ProtocolClient:
     """A client that has reached the cluster (OptionError naming kafka.bootstrap.servers if not)."""
-    client = ProtocolClient(options.bootstrap_servers, request_timeout_ms=options.request_timeout_ms)
+    client = options.client()
     try:
         client.metadata([])
     except BrokerUnavailable as exc:

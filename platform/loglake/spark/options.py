@@ -9,12 +9,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition, parse_bootstrap_servers
+from loglake.spark.protocol_client import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ProtocolClient,
+    TopicPartition,
+    parse_bootstrap_servers,
+)
 
 # Spark's Kafka source sets no such bound; a loglake default keeps any one input partition
 # (one Python worker's task) to a few hundred megabytes at most.
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 DEFAULT_MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
+
+
+_ISOLATION_LEVELS = {"read_committed": READ_COMMITTED, "read_uncommitted": READ_UNCOMMITTED}
 
 
 class OptionError(ValueError):
@@ -69,6 +80,14 @@ class ReadOptions:
     max_offsets_per_trigger: int | None
     group_id: str | None
     commit_offsets: bool
+    # kafka.isolation.level: READ_COMMITTED (the default) or READ_UNCOMMITTED
+    isolation_level: int = READ_COMMITTED
+
+    def client(self) -> ProtocolClient:
+        """A protocol client for these options (bootstrap servers, timeout, isolation level)."""
+        return ProtocolClient(
+            self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms, isolation_level=self.isolation_level
+        )
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -216,6 +235,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     commit_offsets = _bool(opts, "commitOffsets", False)
     if commit_offsets and group_id is None:
         raise OptionError("commitOffsets=true needs kafka.group.id")
+    isolation = opts.get("kafka.isolation.level", "read_committed").strip().lower()
+    if isolation not in _ISOLATION_LEVELS:
+        raise OptionError(f"kafka.isolation.level must be read_committed or read_uncommitted, not {isolation!r}")
     return ReadOptions(
         bootstrap_servers=servers,
         selection=selection,
@@ -233,4 +255,5 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger", None),
         group_id=group_id,
         commit_offsets=commit_offsets,
+        isolation_level=_ISOLATION_LEVELS[isolation],
     )

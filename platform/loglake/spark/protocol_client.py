@@ -72,14 +72,21 @@ class ClusterMetadata:
     internal_topics: set[str] = field(default_factory=set)
 
 
+# Fetch and ListOffsets isolation levels.
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
 @dataclass(slots=True)
 class PartitionFetch:
-    """One partition of a Fetch answer."""
+    """One partition of a Fetch answer. `visible_end`: what the isolation level lets a reader
+    see up to (the high watermark, or the last stable offset for read_committed);
+    `aborted`: (producer id, first offset) of the aborted transactions among the records."""
 
     error: ErrorCode
-    high_watermark: int
+    visible_end: int
     log_start_offset: int
     records: memoryview
+    aborted: list[tuple[int, int]] = field(default_factory=list)
 
 
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
@@ -147,10 +154,18 @@ class ProtocolClient:
     """Connections to a cluster: metadata, offsets and fetches, routed to partition leaders."""
 
     def __init__(
-        self, bootstrap_servers: str, *, client_id: str = "loglake-spark", request_timeout_ms: int = 30_000
+        self,
+        bootstrap_servers: str,
+        *,
+        client_id: str = "loglake-spark",
+        request_timeout_ms: int = 30_000,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
+        # Of ListOffsets (latest: the LSO for read_committed) and Fetch (up to the LSO, with
+        # the aborted transactions).
+        self.isolation_level = isolation_level
         self.timeout_s = request_timeout_ms / 1000
         self._connections: dict[tuple[str, int], BrokerConnection] = {}
         self.metadata_cache: ClusterMetadata | None = None
@@ -228,7 +243,7 @@ class ProtocolClient:
     def list_offsets_from(
         self, address: tuple[str, int], timestamps: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[ErrorCode, int]]:
-        """ListOffsets (read_uncommitted) on one broker: (error, offset) per partition."""
+        """ListOffsets on one broker, at the client's isolation level: (error, offset) per partition."""
         by_topic: dict[str, list[dict]] = {}
         for tp, ts in timestamps.items():
             by_topic.setdefault(tp.topic, []).append(
@@ -236,7 +251,7 @@ class ProtocolClient:
             )
         body = {
             "replica_id": -1,
-            "isolation_level": 0,
+            "isolation_level": self.isolation_level,
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         }
         response = self.request_to(address, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
@@ -249,13 +264,14 @@ class ProtocolClient:
     def fetch_from(
         self, address: tuple[str, int], tp: TopicPartition, offset: int, max_bytes: int, max_wait_ms: int = 0
     ) -> PartitionFetch:
-        """A sessionless Fetch of one partition (read_uncommitted: never past the high watermark)."""
+        """A sessionless Fetch of one partition at the client's isolation level (never past the
+        high watermark; for read_committed, never past the last stable offset)."""
         body = {
             "replica_id": -1,
             "max_wait_ms": max_wait_ms,
             "min_bytes": 1,
             "max_bytes": max_bytes,
-            "isolation_level": 0,
+            "isolation_level": self.isolation_level,
             "session_id": 0,
             "session_epoch": -1,
             "topics": [
@@ -282,11 +298,13 @@ class ProtocolClient:
         (topic,) = response["responses"]
         (p,) = topic["partitions"]
         records = p["records"]
+        committed = self.isolation_level == READ_COMMITTED
         return PartitionFetch(
             ErrorCode(p["error_code"]),
-            p["high_watermark"],
+            p["last_stable_offset"] if committed else p["high_watermark"],
             p["log_start_offset"],
             memoryview(b"") if records is None else memoryview(records),
+            [(a["producer_id"], a["first_offset"]) for a in p["aborted_transactions"] or ()] if committed else [],
         )
 
     def find_coordinator(self, group_id: str) -> tuple[ErrorCode, tuple[str, int] | None]:

@@ -16,7 +16,6 @@ from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
     RETRIABLE_PARTITION_ERRORS,
     BrokerUnavailable,
-    ProtocolClient,
 )
 
 _RETRY_BACKOFF_S = 0.1
@@ -50,7 +49,7 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
     where = f"{tp.topic}-{tp.partition}"
     max_bytes = options.max_partition_fetch_bytes
     offset = offset_range.start
-    with ProtocolClient(options.bootstrap_servers, request_timeout_ms=options.request_timeout_ms) as client:
+    with options.client() as client:
         deadline = _RetryDeadline(client.timeout_s)
         while offset < offset_range.end:
             address = client.leader_address(tp)
@@ -85,7 +84,13 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
                 raise RuntimeError(f"Fetch of {where} at offset {offset} failed: {error.name}")
             assert fetched is not None
             decoded = decode_fetch(
-                fetched.records, tp.topic, tp.partition, offset, offset_range.end, options.include_headers
+                fetched.records,
+                tp.topic,
+                tp.partition,
+                offset,
+                offset_range.end,
+                options.include_headers,
+                fetched.aborted,
             )
             if decoded.batch.num_rows:
                 yield decoded.batch
@@ -95,14 +100,14 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
             elif len(fetched.records):
                 max_bytes *= 2  # the next batch is larger than the fetch size
             elif deadline.expired():
-                if fetched.high_watermark > offset:
+                if fetched.visible_end > offset:
                     raise TimeoutError(f"{where}: no records at offset {offset}, below the high watermark")
                 # The range was planned below the high watermark, which has gone back for
                 # good: an unclean leader election truncated the log.
                 report_data_loss(
                     options.fail_on_data_loss,
                     f"Cannot fetch offsets {offset}..{offset_range.end - 1} of {where}: the log now ends at "
-                    f"{fetched.high_watermark}",
+                    f"{fetched.visible_end}",
                 )
                 return
             # else: a new leader's high watermark can lag the old one's for a moment; retry.
