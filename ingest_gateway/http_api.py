@@ -26,8 +26,10 @@ from ingest_gateway.rest_records import (
     embedded_format,
     parse_records,
     partition_records,
+    parse_isolation,
     read_records,
     render_records,
+    visible_end,
 )
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner
@@ -267,13 +269,17 @@ def create_app(broker: Broker) -> FastAPI:
         offset: int | None = None,
         max_bytes: int = 1048576,
         timeout_ms: int = 0,
+        isolation: str = "read_committed",
     ) -> Response:
-        """Records from `offset` (default: the log start), never past the high watermark.
+        """Records from `offset` (default: the log start). `isolation=read_committed` (the
+        default) reads up to the last stable offset and leaves out aborted transactions'
+        records; `read_uncommitted` reads up to the high watermark.
 
         When nothing is there yet, waits up to `timeout_ms` for new records.
         """
         if max_bytes <= 0:
             raise BadRequest(422, "max_bytes must be positive", 2)
+        read_committed = parse_isolation(isolation, "isolation")
         fmt = accept_format(request.headers.get("accept"))
         p = broker.replica_manager.leader_partition(topic, partition)
         if offset is None:
@@ -284,14 +290,14 @@ def create_app(broker: Broker) -> FastAPI:
                 f"offset {offset} is outside [{p.log_start_offset}, {p.log_end_offset}] for {topic}-{partition}",
             )
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
-        while p.high_watermark <= offset:
+        while visible_end(p, read_committed) <= offset:
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 break
             await broker.replica_manager.wait_for_change([(topic, partition)], remaining)
-        if p.high_watermark <= offset:
+        if visible_end(p, read_committed) <= offset:
             return JSONBytesResponse([])
-        records, _ = read_records(p, offset, max_bytes)
+        records, _ = read_records(p, offset, max_bytes, read_committed)
         out = render_records(topic, partition, records, fmt)
         return JSONBytesResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
 

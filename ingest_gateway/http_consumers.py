@@ -35,7 +35,7 @@ from loglake.groups import (
 from loglake.groups.assignors import encode_subscription
 from loglake.record.batch import Record
 
-from ingest_gateway.rest_records import read_records
+from ingest_gateway.rest_records import read_records, visible_end
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -56,6 +56,7 @@ class ConsumerInstance:
     format: str
     auto_offset_reset: str
     auto_commit: bool
+    read_committed: bool = True
     topics: tuple[str, ...] = ()
     member_id: str = ""
     generation_id: int = -1
@@ -77,14 +78,20 @@ class ConsumerManager:
         self._reaper: asyncio.Task | None = None
 
     def create(
-        self, group_id: str, name: str | None, fmt: str, auto_offset_reset: str, auto_commit: bool
+        self,
+        group_id: str,
+        name: str | None,
+        fmt: str,
+        auto_offset_reset: str,
+        auto_commit: bool,
+        read_committed: bool = True,
     ) -> ConsumerInstance:
         name = name or f"rest-consumer-{uuid.uuid4()}"
         if (group_id, name) in self._instances:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST, f"consumer instance {name!r} already exists in group {group_id!r}"
             )
-        instance = ConsumerInstance(group_id, name, fmt, auto_offset_reset, auto_commit)
+        instance = ConsumerInstance(group_id, name, fmt, auto_offset_reset, auto_commit, read_committed)
         self._instances[(group_id, name)] = instance
         if self._reaper is None:
             self._reaper = asyncio.create_task(self._reap_idle())
@@ -153,7 +160,7 @@ class ConsumerManager:
                     continue
                 partition = rm.leader_partition(tp.topic, tp.partition)
                 position = max(position, partition.log_start_offset)
-                records, size = read_records(partition, position, budget)
+                records, size = read_records(partition, position, budget, instance.read_committed)
                 budget -= size
                 out.extend((tp, record) for record in records)
                 if records:
@@ -275,7 +282,11 @@ class ConsumerManager:
             offset = committed.get(tp, -1)
             if offset < 0:
                 p = rm.leader_partition(tp.topic, tp.partition)
-                offset = p.log_start_offset if instance.auto_offset_reset == "earliest" else p.high_watermark
+                offset = (
+                    p.log_start_offset
+                    if instance.auto_offset_reset == "earliest"
+                    else visible_end(p, instance.read_committed)
+                )
             positions[tp] = offset
         instance.assignment = tuple(sorted(partitions))
         instance.positions = positions

@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from ingest_gateway.http_errors import BadRequest, JSONBytesResponse
-from ingest_gateway.rest_records import BINARY_V2, JSON_V2, render_records
+from ingest_gateway.rest_records import BINARY_V2, JSON_V2, parse_isolation, render_records
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import CONSUMER_PROTOCOL_TYPE, GroupState, OffsetCommitData, TopicPartition, decode_assignment
 
@@ -54,7 +54,7 @@ def group_routes(broker: Broker) -> APIRouter:
     @router.post("/consumers/{group_id}")
     async def create_consumer(group_id: str, request: Request) -> dict[str, Any]:
         """Create a consumer instance: {"name", "format": "binary"|"json", "auto.offset.reset",
-        "auto.commit.enable"}."""
+        "auto.commit.enable", "isolation.level": "read_committed" (default)|"read_uncommitted"}."""
         doc = await _optional_json(request)
         fmt = doc.get("format", "binary")
         if fmt not in ("binary", "json"):
@@ -63,8 +63,9 @@ def group_routes(broker: Broker) -> APIRouter:
         if reset not in ("earliest", "latest"):
             raise BadRequest(422, "auto.offset.reset must be 'earliest' or 'latest'", 2)
         auto_commit = str(doc.get("auto.commit.enable", "true")).lower() == "true"
+        read_committed = parse_isolation(doc.get("isolation.level", "read_committed"), "isolation.level")
         broker.group_coordinator_endpoint(group_id)
-        instance = consumers.create(group_id, doc.get("name"), fmt, reset, auto_commit)
+        instance = consumers.create(group_id, doc.get("name"), fmt, reset, auto_commit, read_committed)
         base = str(request.base_url).rstrip("/")
         return {"instance_id": instance.name, "base_uri": f"{base}/consumers/{group_id}/instances/{instance.name}"}
 

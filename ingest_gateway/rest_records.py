@@ -20,6 +20,7 @@ from ingest_gateway.http_errors import BadRequest
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
 from loglake.cluster.partition import Partition
+from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.batch import Record, RecordRow, decode_batches, encode_batches
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -175,18 +176,35 @@ def accept_format(accept: str | None) -> str:
     return "json" if JSON_V2 in accept else "binary"
 
 
-def read_records(partition: Partition, offset: int, max_bytes: int) -> tuple[list[Record], int]:
-    """Data records from `offset` up to the high watermark, within about `max_bytes`
-    (the first batch always), and the bytes read."""
-    data = partition.read(offset, max_bytes).read_bytes()
+def read_records(
+    partition: Partition, offset: int, max_bytes: int, read_committed: bool = True
+) -> tuple[list[Record], int]:
+    """Data records from `offset` within about `max_bytes` (the first batch always), and the
+    bytes read: up to the last stable offset without the aborted transactions' records
+    (read_committed), or up to the high watermark."""
+    data = partition.read(offset, max_bytes, stable_only=read_committed).read_bytes()
+    batches = list(decode_batches(data))
+    aborted = []
+    if read_committed and batches:
+        found = partition.log.collect_aborted_transactions(offset, batches[-1][0].next_offset)
+        aborted = [(a.producer_id, a.first_offset) for a in found]
+    skipped = AbortedTransactionFilter(aborted)
     records = [
-        record
-        for header, batch in decode_batches(data)
-        if not header.is_control
-        for record in batch
-        if record.offset >= offset
+        record for header, batch in batches if not skipped.skips(header) for record in batch if record.offset >= offset
     ]
     return records, len(data)
+
+
+def visible_end(partition: Partition, read_committed: bool) -> int:
+    """Where a reader at that isolation level stops: the last stable offset or the high watermark."""
+    return partition.last_stable_offset if read_committed else partition.high_watermark
+
+
+def parse_isolation(value: str, name: str) -> bool:
+    """True for read_committed; a 422 naming `name` for anything but the two levels."""
+    if value not in ("read_committed", "read_uncommitted"):
+        raise BadRequest(422, f"{name} must be 'read_committed' or 'read_uncommitted'", 2)
+    return value == "read_committed"
 
 
 def _b64_text(data: bytes | None) -> str | None:

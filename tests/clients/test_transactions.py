@@ -5,9 +5,11 @@ fencing, and the coordinator's errors for bad requests."""
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -113,6 +115,60 @@ def test_commit_and_abort_across_topics(broker, request):
         assert offsets == list(range(10)) + list(range(11, 21)) + list(range(22, 32))
     # Only the committed transactions moved the group's offset.
     assert _committed(broker.bootstrap, group, [(a, 0)]) == {(a, 0): 30}
+
+
+def test_http_reads_by_isolation_level(broker, request):
+    """GET .../records and HTTP consumer instances: read_committed by default (up to the LSO,
+    no aborted records), read_uncommitted when asked; a bad level is a 422."""
+    name = request.node.name
+    topic = f"{name}-t"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    p = _producer(broker.bootstrap, f"{name}-txn")
+    p.init_transactions(30)
+    for tag, commit in ((b"c1", True), (b"a1", False), (b"c2", True), (b"open", None)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, value=b"%s-%d" % (tag, i), partition=0)
+        p.flush(30)
+        if commit is True:
+            p.commit_transaction(30)
+        elif commit is False:
+            p.abort_transaction(30)
+    committed = [b"%s-%d" % (tag, i) for tag in (b"c1", b"c2") for i in range(3)]
+    every = [b"%s-%d" % (tag, i) for tag in (b"c1", b"a1", b"c2", b"open") for i in range(3)]
+    accept = {"accept": "application/vnd.kafka.binary.v2+json"}
+
+    def fetched(**params: str) -> list[bytes]:
+        url = f"{broker.http_url}/topics/{topic}/partitions/0/records"
+        r = httpx.get(url, params={"offset": 0, **params}, headers=accept, timeout=10)
+        r.raise_for_status()
+        return [base64.b64decode(rec["value"]) for rec in r.json()]
+
+    assert fetched() == committed
+    assert fetched(isolation="read_uncommitted") == every
+    bad = httpx.get(f"{broker.http_url}/topics/{topic}/partitions/0/records", params={"isolation": "dirty"})
+    assert bad.status_code == 422 and "isolation" in bad.text
+
+    def consumed(level: str | None) -> list[bytes]:
+        group = f"{name}-{level}"
+        body = {"format": "binary", "auto.offset.reset": "earliest"} | ({"isolation.level": level} if level else {})
+        with httpx.Client(base_url=broker.http_url, timeout=30) as http:
+            created = http.post(f"/consumers/{group}", json=body).raise_for_status().json()
+            base = f"/consumers/{group}/instances/{created['instance_id']}"
+            http.post(f"{base}/subscription", json={"topics": [topic]}).raise_for_status()
+            out: list[bytes] = []
+            deadline = time.monotonic() + 30
+            want = len(committed) if level != "read_uncommitted" else len(every)
+            while len(out) < want and time.monotonic() < deadline:
+                r = http.get(f"{base}/records", params={"timeout": 500}, headers=accept).raise_for_status()
+                out += [base64.b64decode(rec["value"]) for rec in r.json()]
+            http.delete(base)
+            return out
+
+    assert consumed(None) == committed
+    assert consumed("read_uncommitted") == every
+    p.commit_transaction(30)
+    assert fetched() == committed + [b"open-%d" % i for i in range(3)]
 
 
 def test_zombie_fencing(broker, request):

@@ -23,6 +23,7 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, validate_batch
+from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.columns import PADDING, byte_ranges, check_within, read_record_columns, read_varints
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -78,10 +79,7 @@ def _collect_sections(buf: memoryview, start: int, end: int, aborted: Sequence[t
     next_offset = start
     size_so_far = 0
     pos = 0
-    # read_committed, as Kafka's consumer does it: a producer's transactional batches are
-    # skipped from its aborted transaction's first offset to its ABORT marker.
-    pending_aborts = sorted(aborted, key=lambda a: a[1])
-    aborting: set[int] = set()
+    skipped = AbortedTransactionFilter(aborted)
     while len(buf) - pos >= 12:
         size = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True) + 12
         if size > len(buf) - pos:
@@ -91,14 +89,7 @@ def _collect_sections(buf: memoryview, start: int, end: int, aborted: Sequence[t
         if header.base_offset >= end:
             break
         next_offset = header.next_offset
-        while pending_aborts and pending_aborts[0][1] <= header.last_offset:
-            aborting.add(pending_aborts.pop(0)[0])
-        if header.is_control:
-            aborting.discard(header.producer_id)  # its transaction's end (only an ABORT can be pending)
-            continue
-        if header.is_transactional and header.producer_id in aborting:
-            continue
-        if header.next_offset <= start or header.record_count == 0:
+        if skipped.skips(header) or header.next_offset <= start or header.record_count == 0:
             continue
         body = buf[pos - header.size + HEADER_SIZE : pos]
         section = decompress(header.compression, body) if header.compression else body
