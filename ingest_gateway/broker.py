@@ -312,7 +312,7 @@ class Broker:
             return None
         tiered = 0
         if hosted.log.config.remote_storage_enable:
-            tiered = self.store.tiered_offsets(topic).get(partition, 0)
+            tiered = self.store.tiered_offset(topic, partition) or 0
         return hosted.high_watermark, tiered
 
     def _high_watermark_of(self, log_: Log) -> int | None:

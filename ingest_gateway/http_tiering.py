@@ -35,13 +35,13 @@ def tiering_routes(broker: Broker) -> APIRouter:
         log's bytes, is the log's part of the history that retention.bytes bounds."""
         p = leader_with_remote_storage(topic, partition)
         log = p.log
-        tiered = await asyncio.to_thread(broker.store.tiered_offsets, topic)
+        tiered = await asyncio.to_thread(broker.store.tiered_offset, topic, partition)
         return {
             "log_start_offset": log.log_start_offset,
             "tierable_end": min(log.active_segment.base_offset, p.high_watermark),
             "high_watermark": p.high_watermark,
             "size": log.size,
-            "tiered_offset": tiered.get(partition, 0),
+            "tiered_offset": tiered or 0,
         }
 
     @router.post("/topics/{topic}/partitions/{partition}/tiered-offset")

@@ -497,15 +497,15 @@ def test_tiered_offsets_only_rise_and_every_store_reads_them(make_store) -> None
     store, other = make_store(), make_store()
     topic = TopicDescription("tiered", "3f0c6c8e-0000-4000-8000-000000000002", {0: (1, 2), 1: (2, 1)})
     store.create_topic(topic, {0: PartitionState(1, 0, (1, 2), 1), 1: PartitionState(2, 0, (2, 1), 1)})
-    assert store.tiered_offsets("tiered") == {}  # never tiered: absent, not 0
+    assert store.tiered_offset("tiered", 0) is store.tiered_offset("tiered", 1) is None  # never tiered: not 0
 
     assert store.record_tiered_offset("tiered", 0, 120) == 120
     assert raw(store, "/brokers/topics/tiered/partitions/0/loglake_tiered_offset") == {"version": 1, "offset": 120}
     # A later leader (another broker's store) knows it; a lower value never lowers it.
-    assert other.tiered_offsets("tiered") == {0: 120}
+    assert (other.tiered_offset("tiered", 0), other.tiered_offset("tiered", 1)) == (120, None)
     assert other.record_tiered_offset("tiered", 0, 80) == 120
     assert other.record_tiered_offset("tiered", 1, 7) == 7
-    assert store.tiered_offsets("tiered") == {0: 120, 1: 7}
+    assert (store.tiered_offset("tiered", 0), store.tiered_offset("tiered", 1)) == (120, 7)
 
     # Racing raises from two stores end at the highest, whatever the interleaving (CAS).
     values = list(range(121, 161))
@@ -517,13 +517,13 @@ def test_tiered_offsets_only_rise_and_every_store_reads_them(make_store) -> None
         t.start()
     for t in threads:
         t.join()
-    assert store.tiered_offsets("tiered")[0] == other.tiered_offsets("tiered")[0] == 160
+    assert store.tiered_offset("tiered", 0) == other.tiered_offset("tiered", 0) == 160
 
     with pytest.raises(KafkaError) as e:
         store.record_tiered_offset("tiered", 5, 1)
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     store.delete_topic("tiered")
-    assert other.tiered_offsets("tiered") == {}
+    assert other.tiered_offset("tiered", 0) is None
     with pytest.raises(KafkaError) as e:
         other.record_tiered_offset("tiered", 0, 200)
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

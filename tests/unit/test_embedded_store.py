@@ -102,14 +102,15 @@ def test_tiered_offsets_only_rise_survive_a_reload_and_go_with_the_topic(tmp_pat
     store = EmbeddedMetadataStore(tmp_path)
     states = {p: PartitionState(0, 0, (0,), 0) for p in (0, 1)}
     store.create_topic(TopicDescription("t", "id", {0: (0,), 1: (0,)}), states)
-    assert store.tiered_offsets("t") == {}
+    assert store.tiered_offset("t", 0) is None and store.tiered_offset("t", 1) is None
     assert store.record_tiered_offset("t", 0, 100) == 100
     assert store.record_tiered_offset("t", 0, 50) == 100  # never lowered
-    assert EmbeddedMetadataStore(tmp_path).tiered_offsets("t") == {0: 100}
+    reread = EmbeddedMetadataStore(tmp_path)
+    assert (reread.tiered_offset("t", 0), reread.tiered_offset("t", 1)) == (100, None)
     try:
         store.record_tiered_offset("t", 7, 1)
         raise AssertionError("a missing partition was accepted")
     except KafkaError as exc:
         assert exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     store.delete_topic("t")
-    assert store.tiered_offsets("t") == {}
+    assert store.tiered_offset("t", 0) is None

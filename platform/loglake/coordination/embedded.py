@@ -270,9 +270,9 @@ class EmbeddedMetadataStore(MetadataStore):
             self._save()
             return first
 
-    def tiered_offsets(self, topic: str) -> dict[int, int]:
+    def tiered_offset(self, topic: str, partition: int) -> int | None:
         with self._lock:
-            return dict(self._tiered.get(topic, {}))
+            return self._tiered.get(topic, {}).get(partition)
 
     def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:
         with self._lock:

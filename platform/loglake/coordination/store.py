@@ -101,9 +101,9 @@ class MetadataStore(ABC):
     # Tiered storage ----------------------------------------------------------------------------
 
     @abstractmethod
-    def tiered_offsets(self, topic: str) -> dict[int, int]:
-        """Each partition's tiered offset: every offset below it is in the lake (the topic's
-        remote storage), so replicas may delete it locally. Partitions never tiered are absent."""
+    def tiered_offset(self, topic: str, partition: int) -> int | None:
+        """The partition's tiered offset: every offset below it is in the lake (the topic's
+        remote storage), so replicas may delete it locally. None if never tiered."""
 
     @abstractmethod
     def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:

@@ -740,22 +740,14 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     # Dynamic broker configs ------------------------------------------------------------------
 
-    def tiered_offsets(self, topic: str) -> dict[int, int]:
-        return self._retry(self._read_tiered_offsets, topic)
+    def tiered_offset(self, topic: str, partition: int) -> int | None:
+        return self._retry(self._read_tiered_offset, topic, partition)
 
-    def _read_tiered_offsets(self, topic: str) -> dict[int, int]:
+    def _read_tiered_offset(self, topic: str, partition: int) -> int | None:
         try:
-            children = self._client.get_children(f"{topic_path(topic)}/partitions")
+            return json.loads(self._client.get(tiered_offset_path(topic, partition))[0])["offset"]
         except NoNodeError:
-            return {}
-        replies = {int(p): self._client.get_async(tiered_offset_path(topic, int(p))) for p in children if p.isdigit()}
-        offsets = {}
-        for p, reply in replies.items():
-            try:
-                offsets[p] = json.loads(reply.get()[0])["offset"]
-            except NoNodeError:
-                continue
-        return offsets
+            return None
 
     def record_tiered_offset(self, topic: str, partition: int, offset: int) -> int:
         path = tiered_offset_path(topic, partition)
