@@ -19,6 +19,9 @@ import functools
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import IsolationLevel, RequestHeader
+
 from ingest_gateway.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     DEFAULT_EVICTION_MS,
@@ -30,8 +33,6 @@ from ingest_gateway.fetch_session import (
     TopicIdPartition,
 )
 from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult
-from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import RequestHeader
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -40,8 +41,6 @@ Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]
 
 NO_MAX_BYTES = 0x7FFFFFFF
-# Fetch/ListOffsets isolation_level (v4+/v2+): 0 read_uncommitted, 1 read_committed.
-READ_COMMITTED = 1
 # Errors whose answer names the current leader from v16 on (KIP-951).
 _LEADER_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
@@ -156,7 +155,7 @@ class FetchApis:
                 replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes
             )
         else:
-            read_committed = version >= 4 and body.get("isolation_level", 0) == READ_COMMITTED
+            read_committed = version >= 4 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
             answers = await self._fetch_for_consumer(
                 readable, body["max_wait_ms"], body["min_bytes"], max_bytes, read_committed
             )

@@ -18,11 +18,10 @@ from loglake.config import validate_topic_name
 from loglake.coordination.model import topic_uuid
 from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
-from loglake.protocol.release import release_versions
-from loglake.record.batch import validate_client_records
 from loglake.protocol import (
     ApiKey,
     Chunk,
+    IsolationLevel,
     ProtocolDecodeError,
     RequestHeader,
     UnsupportedVersionError,
@@ -30,16 +29,19 @@ from loglake.protocol import (
     decode_request_header,
     encode_response,
 )
+from loglake.protocol.release import release_versions
+from loglake.record.batch import validate_client_records
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.config_apis import describe_topic_configs
-from ingest_gateway.fetch_apis import READ_COMMITTED, FetchApis
+from ingest_gateway.fetch_apis import FetchApis
 from ingest_gateway.kafka_server import CloseConnection
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
     from loglake.cluster.metadata_image import MetadataImage
     from loglake.coordination.model import BrokerEndpoint
+
+    from ingest_gateway.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +333,7 @@ class KafkaApis:
     async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
         version = header.request_api_version
-        read_committed = version >= 2 and body.get("isolation_level", 0) == READ_COMMITTED
+        read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
 
         def answer(topic: str, lp: Body, entry: Body) -> None:
             ts = lp["timestamp"]

@@ -8,6 +8,7 @@ scripts/gen_protocol.py.
 from loglake.protocol.api import (
     SPEC_VERSIONS,
     ApiKey,
+    IsolationLevel,
     api_name,
     is_flexible,
     request_header_version,
@@ -32,6 +33,7 @@ from loglake.protocol.types import RecordsRef
 __all__ = [
     "SPEC_VERSIONS",
     "ApiKey",
+    "IsolationLevel",
     "api_name",
     "is_flexible",
     "request_header_version",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import enum
+
 from loglake.protocol.messages import MESSAGES, ApiKey
 
 __all__ = [
     "ApiKey",
+    "IsolationLevel",
     "VersionRange",
     "parse_versions",
     "api_name",
@@ -14,6 +17,14 @@ __all__ = [
     "request_header_version",
     "response_header_version",
 ]
+
+
+class IsolationLevel(enum.IntEnum):
+    """The `isolation_level` of Fetch (v4+) and ListOffsets (v2+)."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
 
 # Kafka's "N+" has no upper bound; versions are int16 on the wire.
 MAX_VERSION = 0x7FFF

@@ -9,11 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from loglake.protocol import IsolationLevel
 from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
     ProtocolClient,
     TopicPartition,
     parse_bootstrap_servers,
@@ -25,7 +24,10 @@ DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 DEFAULT_MAX_PARTITION_FETCH_BYTES = 4 * 1024 * 1024
 
 
-_ISOLATION_LEVELS = {"read_committed": READ_COMMITTED, "read_uncommitted": READ_UNCOMMITTED}
+_ISOLATION_LEVELS = {
+    "read_committed": IsolationLevel.READ_COMMITTED,
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+}
 
 
 class OptionError(ValueError):
@@ -80,8 +82,8 @@ class ReadOptions:
     max_offsets_per_trigger: int | None
     group_id: str | None
     commit_offsets: bool
-    # kafka.isolation.level: READ_COMMITTED (the default) or READ_UNCOMMITTED
-    isolation_level: int = READ_COMMITTED
+    # kafka.isolation.level: read_committed by default
+    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
 
     def client(self) -> ProtocolClient:
         """A protocol client for these options (bootstrap servers, timeout, isolation level)."""

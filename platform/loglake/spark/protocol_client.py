@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from loglake.errors import ErrorCode
-from loglake.protocol import ApiKey, decode_response, encode_request, read_frame_size
+from loglake.protocol import ApiKey, IsolationLevel, decode_response, encode_request, read_frame_size
 
 # Versions every Kafka since 2.6 and loglake (Kafka 3.9.0's ranges) serve.
 METADATA_VERSION = 9
@@ -70,10 +70,6 @@ class ClusterMetadata:
     # topics the cluster answered with an error, and the error
     topic_errors: dict[str, ErrorCode] = field(default_factory=dict)
     internal_topics: set[str] = field(default_factory=set)
-
-
-# Fetch and ListOffsets isolation levels.
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 @dataclass(slots=True)
@@ -159,7 +155,7 @@ class ProtocolClient:
         *,
         client_id: str = "loglake-spark",
         request_timeout_ms: int = 30_000,
-        isolation_level: int = READ_UNCOMMITTED,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
         self.client_id = client_id
@@ -298,7 +294,7 @@ class ProtocolClient:
         (topic,) = response["responses"]
         (p,) = topic["partitions"]
         records = p["records"]
-        committed = self.isolation_level == READ_COMMITTED
+        committed = self.isolation_level == IsolationLevel.READ_COMMITTED
         return PartitionFetch(
             ErrorCode(p["error_code"]),
             p["last_stable_offset"] if committed else p["high_watermark"],
