@@ -1,10 +1,47 @@
-"""Helpers of the loglake source tests: producing, deleting records, reading back."""
+"""Helpers of the loglake source tests: producing, deleting records, reading back, running
+Spark jobs as child processes and killing them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 from ingest_gateway.process import BrokerProcess
+from loglake.spark.faults import FAULT_ENV
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def job_environment(fault: str | None) -> dict[str, str]:
+    """This process's environment for a job child, with LOGLAKE_FAULT set to `fault` (or unset)."""
+    env = {key: value for key, value in os.environ.items() if key != FAULT_ENV}
+    return env | {FAULT_ENV: fault} if fault else env
+
+
+def kill_job_at_random(
+    argv: list[str], rng: random.Random, seconds: tuple[float, float], meanwhile: Callable[[], None] | None = None
+) -> None:
+    """Start a job and SIGKILL its whole process group (driver and JVM) at a random moment
+    within `seconds`, calling `meanwhile` (a burst of records) every half second until then."""
+    child = subprocess.Popen(
+        argv, cwd=REPO, env=job_environment(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + rng.uniform(*seconds)
+    while time.monotonic() < deadline and child.poll() is None:
+        if meanwhile is not None:
+            meanwhile()
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):  # it may have finished its run already
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def produce(broker: BrokerProcess, topic: str, records: list[dict], **config: object) -> None:

@@ -4,13 +4,10 @@ or the target topic holds every record of the source exactly once, and the group
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +17,9 @@ from test_group_commits import committed
 
 from clients.client_helpers import create_topic, unique_name
 from jobs.consume_group import FAULT_AFTER_TARGET_WRITE
-from loglake.spark.faults import FAULT_ENV
 from loglake.spark.run_targets import FAULT_MID_TOPIC_WRITE, RUN_HEADER, SEQ_HEADER
+from source_helpers import REPO, job_environment, kill_job_at_random
 
-REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 3
 
 pytestmark = pytest.mark.slow
@@ -59,28 +55,14 @@ class Job:
             "--topics", topic, *target,
         ]  # fmt: skip
 
-    @staticmethod
-    def env(fault: str | None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-        return env | {FAULT_ENV: fault} if fault else env
-
     def run(self, fault: str | None = None, expect: int = 0) -> None:
-        done = subprocess.run(self.argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            self.argv, cwd=REPO, env=job_environment(fault), capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == expect, done.stdout[-3000:] + done.stderr[-6000:]
 
     def kill_while_producing(self, source: Source, rng: random.Random) -> None:
-        """SIGKILL the job's whole process group (driver and JVM) at a random moment."""
-        child = subprocess.Popen(
-            self.argv, cwd=REPO, env=self.env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + rng.uniform(4.0, 16.0)
-        while time.monotonic() < deadline and child.poll() is None:
-            source.burst()
-            time.sleep(0.5)
-        with contextlib.suppress(ProcessLookupError):  # it may have finished already
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        kill_job_at_random(self.argv, rng, (4.0, 16.0), source.burst)
 
 
 @pytest.mark.timeout(900)
@@ -171,7 +153,7 @@ def test_runs_under_spark_submit(loglake_spark, broker, tmp_path) -> None:
     source.burst()
     venv_bin = Path(sys.executable).parent
     # As in an activated virtual environment: spark-submit runs the driver with its python3.
-    env = Job.env(None) | {"PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    env = job_environment(None) | {"PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
     out = tmp_path / "out"
     argv = [str(venv_bin / "spark-submit"), "--master", "local[2]", "jobs/consume_group.py"]
     argv += ["--bootstrap-servers", broker.bootstrap, "--group", group, "--topics", topic, "--parquet", str(out)]

@@ -7,14 +7,11 @@ commit; new files arrive between runs as a producer would keep producing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,9 +21,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from kafka_frames import concat, kafka_records
 from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, committed_version
-from loglake.spark.faults import FAULT_ENV
+from source_helpers import REPO, job_environment, kill_job_at_random
 
-REPO = Path(__file__).resolve().parents[2]
 TABLE_ORDER = ["topic", "partition", "offset"]
 TOPIC = "orders"
 
@@ -69,30 +65,13 @@ class SinkJob:
         )
 
     def kill_at_random(self, rng: random.Random) -> None:
-        """SIGKILL the job (driver and JVM: its whole process group) at a random moment."""
-        child = subprocess.Popen(
-            self.command(),
-            cwd=REPO,
-            env=job_environment(None),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        time.sleep(rng.uniform(5.0, 25.0))
-        with contextlib.suppress(ProcessLookupError):  # it may have finished its available-now run
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        kill_job_at_random(self.command(), rng, (5.0, 25.0))
 
     def last_spark_commit(self) -> int:
         return max(int(name) for name in os.listdir(self.checkpoint / "commits") if name.isdigit())
 
     def query_id(self) -> str:
         return json.loads((self.checkpoint / "metadata").read_text())["id"]
-
-
-def job_environment(fault: str | None) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if key != FAULT_ENV}
-    return env | {FAULT_ENV: fault} if fault else env
 
 
 def skipped_replays(result: subprocess.CompletedProcess[str]) -> int:

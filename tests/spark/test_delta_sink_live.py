@@ -4,14 +4,10 @@ lands in the Delta table exactly once, with its key and value, and nothing else 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +16,8 @@ from deltalake import DeltaTable
 
 from clients.client_helpers import create_topic
 from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT
-from loglake.spark.faults import FAULT_ENV
+from source_helpers import REPO, job_environment, kill_job_at_random
 
-REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 3
 
 pytestmark = pytest.mark.slow
@@ -70,32 +65,19 @@ class SinkJob:
             "--max-offsets-per-trigger", "60", "--trigger", "available-now",
         ]  # fmt: skip
 
-    def env(self, fault: str | None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != FAULT_ENV}
-        return env | {FAULT_ENV: fault} if fault else env
-
     def run(self, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         argv = [a for a in self.argv if a not in ("--trigger", "available-now")] + list(extra) if extra else self.argv
         try:
-            return subprocess.run(argv, cwd=REPO, env=self.env(fault), capture_output=True, text=True, timeout=300)
+            return subprocess.run(
+                argv, cwd=REPO, env=job_environment(fault), capture_output=True, text=True, timeout=300
+            )
         except subprocess.TimeoutExpired as exc:
             out = (exc.stdout or b"")[-3000:], (exc.stderr or b"")[-6000:]
             raise AssertionError(f"the job did not finish ({fault=}): {out}") from None
 
     def kill_while_producing(self, records: Records, rng: random.Random) -> None:
-        """SIGKILL the job (its whole process group: driver and JVM) at a random moment while
-        records keep arriving."""
-        child = subprocess.Popen(
-            self.argv, cwd=REPO, env=self.env(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + rng.uniform(6.0, 20.0)
-        while time.monotonic() < deadline and child.poll() is None:
-            records.burst()  # a burst every half second: a few thousand records in all
-            time.sleep(0.5)
-        with contextlib.suppress(ProcessLookupError):  # it may have finished its run already
-            os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        """A burst of records every half second (a few thousand in all) until the kill."""
+        kill_job_at_random(self.argv, rng, (6.0, 20.0), records.burst)
 
 
 @pytest.mark.timeout(900)

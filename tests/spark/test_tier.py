@@ -8,7 +8,6 @@ locally after a read was planned is read from the lake."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,7 +22,6 @@ from clients.client_helpers import create_topic, make_broker, serve
 from clients.tiering_helpers import TIERED, produce, state, tiering_overrides, wait_for_local_deletion
 from jobs.tier import (
     FAULT_AFTER_DELTA_COMMIT,
-    FAULT_ENV,
     TierConflict,
     copy,
     expire,
@@ -36,8 +34,8 @@ from loglake.spark.batch_reader import LoglakeBatchReader, OffsetRangePartition
 from loglake.spark.lake import tier_app_id
 from loglake.spark.options import parse_read_options
 from loglake.spark.protocol_client import ProtocolClient
+from source_helpers import REPO, job_environment
 
-REPO = Path(__file__).resolve().parents[2]
 HOUR_MS = 3_600_000
 
 
@@ -71,7 +69,7 @@ def as_records(rows: list) -> list[tuple[int, bytes, bytes]]:
 
 
 def run_job(broker, topic: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != FAULT_ENV} | ({FAULT_ENV: fault} if fault else {})
+    env = job_environment(fault)
     command = [sys.executable, "-m", "jobs.tier", "--bootstrap-servers", broker.bootstrap, "--topics", topic]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
 
