@@ -18,6 +18,7 @@ from tcp_proxy import TcpProxy
 
 from loglake.coordination.controller import Controller
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination import zookeeper
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.errors import ErrorCode, KafkaError
 
@@ -165,6 +166,32 @@ def test_topic_znodes_have_kafka_formats(make_store) -> None:
     with pytest.raises(KafkaError) as e:
         store.delete_topic("events")
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_config_changes_are_notified_and_expired_ones_purged(make_store, monkeypatch) -> None:
+    store = make_store()
+    topic = TopicDescription("conf", "3f0c6c8e-0000-4000-8000-000000000002", {0: (1,)}, {"retention.ms": "1000"})
+    store.create_topic(topic, {0: PartitionState(1, 0, (1,), 1)})
+
+    def notifications() -> list[dict]:
+        if store.client.exists("/config/changes") is None:
+            return []
+        changes = sorted(store.client.get_children("/config/changes"))
+        return [raw(store, f"/config/changes/{c}") for c in changes]
+
+    before = notifications()
+    store.update_topic(topic, {})  # same config: nothing to notify
+    assert notifications() == before
+    store.update_topic(TopicDescription("conf", topic.topic_id, topic.assignment, {"retention.ms": "2000"}), {})
+    assert notifications()[len(before) :] == [{"version": 2, "entity_path": "topics/conf"}]
+    store.set_broker_config("<default>", {"message.max.bytes": "2000"})
+    assert notifications()[-1] == {"version": 2, "entity_path": "brokers/<default>"}
+    assert len(notifications()) == len(before) + 2
+
+    # Every notification older than the expiration goes when the next one is written.
+    monkeypatch.setattr(zookeeper, "CONFIG_CHANGE_EXPIRATION_MS", 0)
+    store.set_broker_config("1", {"message.max.bytes": "3000"})
+    assert notifications() == [{"version": 2, "entity_path": "brokers/1"}]
 
 
 def test_partition_state_updates_are_compare_and_set(make_store) -> None:

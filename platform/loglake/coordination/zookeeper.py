@@ -65,6 +65,8 @@ CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
+# Notifications older than this are purged, as Kafka's brokers purge them (changeExpirationMs).
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
@@ -544,7 +546,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         while True:
             if self._retry(self._client.exists, topic_path(topic.name)) is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
-            config_exists = self._retry(self._client.exists, f"{CONFIG_TOPICS}/{topic.name}") is not None
+            stored_config = self._retry(self._topic_config, topic.name)
+            config_exists = stored_config is not None
             existing = self._retry(self._existing_partitions, topic.name)
             tx = self._client.transaction()
             tx.set_data(topic_path(topic.name), topic_document(topic))
@@ -561,6 +564,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     tx.create(state_path(topic.name, p), state_document(state))
             results = self._commit(tx, None)
             if results is None or not any(isinstance(r, Exception) for r in results):
+                if stored_config != topic.config:
+                    self._notify_config_change(f"topics/{topic.name}")
                 return
             if isinstance(results[0], NoNodeError):
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name!r} does not exist")
@@ -574,6 +579,13 @@ class ZooKeeperMetadataStore(MetadataStore):
             return None
         replies = {int(p): self._client.exists_async(state_path(topic, int(p))) for p in children if p.isdigit()}
         return {p: reply.get() is not None for p, reply in replies.items()}
+
+    def _topic_config(self, topic: str) -> dict[str, str] | None:
+        try:
+            raw, _ = self._client.get(f"{CONFIG_TOPICS}/{topic}")
+        except NoNodeError:
+            return None
+        return {str(k): str(v) for k, v in json.loads(raw or b"{}").get("config", {}).items()}
 
     def _write_config(self, tx: Any, topic: TopicDescription, exists: bool) -> None:
         path = f"{CONFIG_TOPICS}/{topic.name}"
@@ -813,10 +825,33 @@ class ZooKeeperMetadataStore(MetadataStore):
                     continue  # created meanwhile: set it
 
         self._retry(write)
-        notification = _dumps({"version": 2, "entity_path": f"brokers/{entity}"})
-        self._retry(
+        self._notify_config_change(f"brokers/{entity}")
+
+    def _notify_config_change(self, entity_path: str) -> None:
+        """Write the /config/changes notification of a changed config, and purge the
+        notifications older than CONFIG_CHANGE_EXPIRATION_MS (by ZooKeeper's own ctime, so
+        the brokers' clocks do not matter)."""
+        notification = _dumps({"version": 2, "entity_path": entity_path})
+        created = self._retry(
             self._client.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification, sequence=True, makepath=True
         )
+        self._retry(self._purge_config_changes, created)
+
+    def _purge_config_changes(self, newest: str) -> None:
+        newest_stat = self._client.exists(newest)
+        if newest_stat is None:
+            return  # purged meanwhile by another broker's later notification
+        horizon = newest_stat.ctime - CONFIG_CHANGE_EXPIRATION_MS
+        children = self._client.get_children(CONFIG_CHANGES)
+        stats = {c: self._client.exists_async(f"{CONFIG_CHANGES}/{c}") for c in children}
+        for child, reply in stats.items():
+            stat = reply.get()
+            # Older by creation order too: ctime has a resolution of milliseconds.
+            if stat is not None and stat.czxid < newest_stat.czxid and stat.ctime <= horizon:
+                try:
+                    self._client.delete(f"{CONFIG_CHANGES}/{child}")
+                except NoNodeError:
+                    pass  # another broker purged it
 
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
         changes = self._children_reader(CONFIG_CHANGES)
