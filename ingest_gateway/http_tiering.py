@@ -31,14 +31,15 @@ def tiering_routes(broker: Broker) -> APIRouter:
     @router.get("/topics/{topic}/partitions/{partition}/tiering")
     async def tiering_state(topic: str, partition: int) -> dict[str, Any]:
         """What may be tiered: offsets below `tierable_end` are in rolled segments and below
-        the high watermark (Kafka's RemoteLogManager copies exactly those). `size`, the local
+        the last stable offset (Kafka's RemoteLogManager copies exactly those: never an
+        undecided transaction). `size`, the local
         log's bytes, is the log's part of the history that retention.bytes bounds."""
         p = leader_with_remote_storage(topic, partition)
         log = p.log
         tiered = await asyncio.to_thread(broker.store.tiered_offset, topic, partition)
         return {
             "log_start_offset": log.log_start_offset,
-            "tierable_end": min(log.active_segment.base_offset, p.high_watermark),
+            "tierable_end": min(log.active_segment.base_offset, log.last_stable_offset(p.high_watermark)),
             "high_watermark": p.high_watermark,
             "size": log.size,
             "tiered_offset": tiered or 0,

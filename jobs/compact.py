@@ -7,14 +7,19 @@ cleaner's; the job warns and skips them, and topics that are not compacted):
 
 1. asks each partition's leader (over the brokers' HTTP API: their `http.listeners`, or
    `GET /cluster` of `--admin-url`)
-   where its dirty part starts (`first_dirty_offset`) and its high watermark;
-2. reads all those dirty ranges with one `loglake` DataFrame (Spark reads the partitions in
-   parallel) and builds each partition's plan with a DataFrame aggregation: the latest
-   offset of each key, `groupBy(partition, key).max(offset)`;
+   where its dirty part starts (`first_dirty_offset`) and where cleaning must stop
+   (`first_uncleanable_offset`: the active segment, the last stable offset, as Kafka's
+   cleaner never passes an open transaction, and `min.compaction.lag.ms`);
+2. reads all those dirty ranges with one `loglake` DataFrame read_committed (Spark reads
+   the partitions in parallel; records of aborted transactions and markers are left out,
+   so an aborted value never shadows a committed one) and builds each partition's plan
+   with a DataFrame aggregation: the latest offset of each key,
+   `groupBy(partition, key).max(offset)`;
 3. hands each partition's plan (an Arrow stream of key, offset) to every replica's broker,
    `POST /admin/compaction/<topic>/<partition>?end_offset=..&now_ms=..`; each broker rewrites
    its own segments with the same core as its own cleaner, so all replicas end
-   byte-identical below the cleaned offset. A replica whose high watermark has not reached
+   byte-identical below the cleaned offset (they remove aborted records and markers by
+   the same rules). A replica whose high watermark or last stable offset has not reached
    the plan's end yet answers "retry"; the job retries until `--timeout-s`.
 
 Exit code 0 when every replica of every partition took its plan.
@@ -84,7 +89,7 @@ def broker_urls(args: argparse.Namespace) -> dict[int, str]:
 
 
 def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]) -> list[DirtyRange]:
-    """Each partition's dirty part, as its leader sees it (first dirty offset, high watermark)."""
+    """Each partition's dirty part, as its leader sees it (first dirty, first uncleanable offset)."""
     ranges = []
     for topic in topics:
         described = admin.get(f"/topics/{topic}")
@@ -102,10 +107,11 @@ def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]
             leader.raise_for_status()
             state = leader.json()
             start = state["compaction"]["first_dirty_offset"]
-            if start is None or start >= state["high_watermark"]:
+            end = state["compaction"]["first_uncleanable_offset"]
+            if start is None or end is None or start >= end:
                 continue
             replicas = tuple(r["broker"] for r in state["replicas"])
-            ranges.append(DirtyRange(topic, p["partition"], start, state["high_watermark"], replicas))
+            ranges.append(DirtyRange(topic, p["partition"], start, end, replicas))
     return ranges
 
 
@@ -127,6 +133,7 @@ def plans(spark: SparkSession, bootstrap: str, ranges: list[DirtyRange]) -> dict
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
+        .option("kafka.isolation.level", "read_committed")
         .load()
     )
     latest = (

@@ -3,8 +3,10 @@
 `python -m jobs.tier --bootstrap-servers localhost:9092 --topics orders,clicks` (or
 spark-submit jobs/tier.py ...). For each partition of each topic it copies the records
 from where the table ends (its Delta app transaction `loglake-tier:<topic>:<partition>`)
-up to the start of the leader's active segment (rolled segments, below the high
-watermark) into `<lake root>/<topic>`, all partitions of a topic in one Delta commit that
+up to the start of the leader's active segment (rolled segments, below the last stable
+offset: never an undecided transaction) into `<lake root>/<topic>`, every record a
+read_uncommitted reader sees (markers never) with an `aborted` flag for those a
+read_committed reader leaves out, all partitions of a topic in one Delta commit that
 also records each partition's new end as its app transaction version. Then it tells the
 leaders those ends (the tiered offsets), after which the brokers may delete the copied
 segments by `local.retention.ms` / `local.retention.bytes`; finally it deletes the rows
@@ -41,6 +43,7 @@ from loglake.spark import job_session
 from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
 from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.lake import (
+    ABORTED_COLUMN,
     DATE_COLUMN,
     PARTITION_COLUMNS,
     lake_root,
@@ -150,16 +153,29 @@ def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plan: Topi
     todo = [p for p in plan.partitions if p.end > p.start]
     if not todo:
         return 0
+
+    def read(isolation: str):
+        return (
+            spark.read.format("loglake")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("assign", json.dumps({topic: [p.partition for p in todo]}))
+            .option("startingOffsets", json.dumps({topic: {str(p.partition): p.start for p in todo}}))
+            .option("endingOffsets", json.dumps({topic: {str(p.partition): p.end for p in todo}}))
+            .option("includeHeaders", "true")
+            .option("kafka.isolation.level", isolation)
+            .load()
+        )
+
+    # Every record (what read_uncommitted sees), flagged when read_committed leaves it out:
+    # the ranges end at the LSO, so each record's transaction is decided.
+    everything = read("read_uncommitted")
+    committed = read("read_committed").select("partition", "offset").withColumn("_committed", F.lit(True))
     frame = (
-        spark.read.format("loglake")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("assign", json.dumps({topic: [p.partition for p in todo]}))
-        .option("startingOffsets", json.dumps({topic: {str(p.partition): p.start for p in todo}}))
-        .option("endingOffsets", json.dumps({topic: {str(p.partition): p.end for p in todo}}))
-        .option("includeHeaders", "true")
-        .load()
+        everything.join(committed, ["partition", "offset"], "left")
+        .withColumn(ABORTED_COLUMN, F.col("_committed").isNull())
         # The UTC date of the record, whatever the session's time zone.
         .withColumn(DATE_COLUMN, F.date_from_unix_date(F.floor(F.unix_micros("timestamp") / 86_400_000_000)))
+        .select(*everything.columns, ABORTED_COLUMN, DATE_COLUMN)
     )
     data = to_delta_arrow(frame)
     expected = sum(p.end - p.start for p in todo)
@@ -172,6 +188,7 @@ def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plan: Topi
             data,
             mode="append",
             partition_by=PARTITION_COLUMNS,
+            schema_mode="merge",  # a table tiered before the aborted flag gains the column
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(tier_app_id(topic, p.partition), p.end) for p in todo]
             ),

@@ -82,7 +82,7 @@ def kcat(
 
 
 def read_all(
-    bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0
+    bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0, isolation: str = "read_committed"
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Every record of a topic as (partition, offset, key, value), read with a confluent consumer
     assigned (no group) from the beginning of each partition to its end.
@@ -100,6 +100,7 @@ def read_all(
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 50,
+            "isolation.level": isolation,
         }
     )
     try:

@@ -14,6 +14,7 @@ import pytest
 from client_helpers import (
     Record,
     create_topic,
+    fetch_batches,
     idempotent_producer,
     make_broker,
     produce_keyed,
@@ -37,7 +38,9 @@ COMPACTED = {
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory):
-    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CLEANER))
+    # Few __transaction_state partitions keep the first FindCoordinator quick.
+    txn = {"transaction.state.log.num.partitions": "2"}
+    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CLEANER, **txn))
 
 
 def versions_and_tombstones(bootstrap: str, topic: str, keys: int = 100, rounds: int = 6) -> tuple[list[Record], int]:
@@ -276,3 +279,62 @@ def test_readers_and_producers_go_on_while_segments_are_swapped(broker: BrokerPr
     assert not failures, failures
     final = below(read_all(broker.bootstrap, topic), 10**9)
     assert latest_per_key(final) == latest_per_key(produced)
+
+
+def markers_below(broker: BrokerProcess, topic: str, end: int) -> list[int]:
+    """Offsets of the control batches below `end` (a raw read_uncommitted Fetch)."""
+    offsets, offset = [], 0
+    while offset < end:
+        batches = fetch_batches(broker.bootstrap, topic, offset=offset)
+        offsets += [h.base_offset for h, _ in batches if h.is_control and h.base_offset < end]
+        offset = batches[-1][0].next_offset
+    return offsets
+
+
+def test_transactions_on_a_compacted_topic(broker: BrokerProcess) -> None:
+    """A confluent-kafka transactional producer commits and aborts among plain records and
+    tombstones; after cleanings both isolation levels read the latest committed value per
+    key and never an aborted one, and markers go once their transactions' data is gone."""
+    from confluent_kafka import Producer
+
+    topic = unique_name("compacted-txn")
+    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic, "linger.ms": 5, "acks": "all"})
+    txn.init_transactions(30)
+    keys = [b"key-%02d" % k for k in range(50)]
+
+    def transaction(rows: list[tuple[bytes, bytes | None]], commit: bool) -> None:
+        txn.begin_transaction()
+        produce_keyed(broker.bootstrap, topic, rows, producer=txn)  # flushed: abort purges unsent records
+        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
+
+    transaction([(k, b"c1-" + k) for k in keys], commit=True)
+    produce_keyed(broker.bootstrap, topic, [(b"plain-%d" % i, b"plain") for i in range(10)])
+    transaction([(k, b"aborted-" + k) for k in keys], commit=False)
+    third = [(k, None if 30 <= i < 35 else b"c3-" + k) for i, k in enumerate(keys)]
+    transaction(third, commit=True)
+    transaction([(k, b"aborted-again-" + k) for k in keys], commit=False)
+    expected = {k: v for k, v in third} | {b"plain-%d" % i: b"plain" for i in range(10)}
+    # Filler rolls the segment, so that everything before it is cleanable.
+    end = produce_keyed(broker.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)])[0][0]
+    assert len(markers_below(broker, topic, end)) == 4
+
+    wait_until(lambda: cleaned_up_to(broker, topic, end), "a cleaning")
+    for isolation in ("read_committed", "read_uncommitted"):
+        records = below(read_all(broker.bootstrap, topic, isolation=isolation), end)
+        assert {k: v for _, k, v in records} == expected, isolation
+        assert len(records) == len(expected), isolation  # one record per key
+        assert not [v for _, _, v in records if v is not None and v.startswith(b"aborted")], isolation
+
+    # Later cleanings drop the tombstones, and the markers of the first two transactions
+    # (all their data is gone). The third's commit stays with its data; the last abort
+    # stays behind the producer's last batch, kept empty for its sequence.
+    def settled() -> bool:
+        return len(markers_below(broker, topic, end)) == 2
+
+    wait_until(settled, "the markers of transactions without data to go")
+    expected = {k: v for k, v in expected.items() if v is not None}
+    for isolation in ("read_committed", "read_uncommitted"):
+        assert {k: v for _, k, v in below(read_all(broker.bootstrap, topic, isolation=isolation), end)} == expected
+    # The producer still works: its fencing epoch and sequence were kept.
+    transaction([(b"key-00", b"after")], commit=True)

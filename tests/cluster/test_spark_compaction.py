@@ -66,3 +66,46 @@ def test_spark_plans_and_every_replica_rewrites_to_the_same_bytes(cluster: Local
     records = [(o, k, v) for _, o, k, v in read_all(cluster.bootstrap, topic) if o < end]
     # Tombstones stay (delete.retention.ms, a day by default, has not passed).
     assert records == sorted((o, k, v) for k, (o, v) in latest.items())
+
+
+def test_spark_compaction_of_transactions_keeps_replicas_identical(cluster: LocalCluster, spark: object) -> None:
+    """Committed and aborted transactions among plain records, and one left open: the plan
+    stops at the LSO and holds no aborted record; every replica removes the aborted
+    records by the same rules, and the replicas stay byte-identical."""
+    topic = "spark-compacted-txn"
+    create_topic(cluster, topic, 1, 3, SPARK_COMPACTED)
+    keys = [b"key-%02d" % k for k in range(40)]
+    txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": topic, "linger.ms": 5, "acks": "all"})
+    txn.init_transactions(60)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "batch.size": 4000})
+
+    def transaction(rows: list[tuple[bytes, bytes | None]], commit: bool | None) -> None:
+        txn.begin_transaction()
+        produce_keyed(cluster.bootstrap, topic, rows, txn)  # flushed: abort purges unsent records
+        if commit is not None:
+            txn.commit_transaction(60) if commit else txn.abort_transaction(60)
+
+    transaction([(k, b"c1-" + k) for k in keys], commit=True)
+    produce_keyed(cluster.bootstrap, topic, [(b"plain-%d" % i, b"plain") for i in range(10)], plain)
+    transaction([(k, b"aborted-" + k) for k in keys], commit=False)
+    transaction([(k, b"c2-" + k) for k in keys[:20]], commit=True)
+    filler = produce_keyed(cluster.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)], plain)
+    open_at = filler[-1][0] + 1
+    transaction([(k, b"open-" + k) for k in keys], commit=None)  # left open: the LSO stays at its start
+    produce_keyed(cluster.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)], plain)
+    expected = {k: b"c2-" + k for k in keys[:20]} | {k: b"c1-" + k for k in keys[20:]}
+    expected |= {b"plain-%d" % i: b"plain" for i in range(10)} | {b"filler": bytes(200)}
+
+    args = parse_args(["--bootstrap-servers", cluster.bootstrap, "--topics", topic, "--admin-url", cluster.http_url(1)])
+    answers = run(spark, args)
+    assert sorted(a["broker_id"] for a in answers) == [1, 2, 3]
+    cleaned = min(a["cleaned_up_to"] for a in answers)
+    assert filler[0][0] <= cleaned <= open_at  # never past the open transaction
+    after = {b: log_bytes_below(cluster.base_dir / f"broker-{b}" / "logs" / f"{topic}-0", cleaned) for b in (1, 2, 3)}
+    assert after[1] == after[2] == after[3]
+    uncommitted = [(o, k, v) for _, o, k, v in read_all(cluster.bootstrap, topic, isolation="read_uncommitted")]
+    assert not [v for o, _, v in uncommitted if o < cleaned and v.startswith(b"aborted")]
+    assert {k: v for o, k, v in uncommitted if o < open_at} == expected
+    txn.commit_transaction(60)
+    committed = read_all(cluster.bootstrap, topic)
+    assert {k: v for _, _, k, v in committed} == expected | {k: b"open-" + k for k in keys}

@@ -46,19 +46,22 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory, lake: Path) -> Iterator[object]:
-    yield from serve(make_broker(tmp_path_factory.mktemp("tier") / "logs", **tiering_overrides(lake)))
+    # Few __transaction_state partitions keep the first FindCoordinator quick.
+    overrides = tiering_overrides(lake) | {"transaction.state.log.num.partitions": "2"}
+    yield from serve(make_broker(tmp_path_factory.mktemp("tier") / "logs", **overrides))
 
 
 def lake_offsets(lake: Path, topic: str) -> list[int]:
     return sorted(DeltaTable(str(lake / topic)).to_pyarrow_table(columns=["offset"])["offset"].to_pylist())
 
 
-def read_earliest(spark, broker, topic: str) -> list[tuple[int, bytes, bytes]]:
+def read_earliest(spark, broker, topic: str, isolation: str = "read_committed") -> list[tuple[int, bytes, bytes]]:
     frame = (
         spark.read.format("loglake")
         .option("kafka.bootstrap.servers", broker.bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", isolation)
         .load()
     )
     return as_records(frame.select("offset", "key", "value").collect())
@@ -243,3 +246,67 @@ def test_a_range_tiered_and_deleted_after_planning_is_read_from_the_lake(loglake
     rows = [row for p in partitions for batch in reader.read(p) for row in batch.to_pylist()]
     got = sorted((r["offset"], r["key"], r["value"]) for r in rows)
     assert got == [(offset, key, value) for offset, (key, value) in enumerate(produced)]
+
+
+def read_both(spark, broker, topic: str) -> dict[str, list[tuple[int, bytes, bytes]]]:
+    return {i: read_earliest(spark, broker, topic, i) for i in ("read_committed", "read_uncommitted")}
+
+
+def test_transactions_tier_to_rows_that_read_as_the_log_does(loglake_spark, broker, lake, topic):
+    """Committed, aborted and open transactions among plain records: the lake holds what
+    lies below the LSO, aborted rows flagged, and lake + log read exactly as the untiered
+    log did at both isolation levels, also with an aborted transaction whose records are
+    in the lake and whose marker is in the log."""
+    from confluent_kafka import Producer
+
+    create_topic(broker.bootstrap, topic, config=TIERED)
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic, "linger.ms": 5})
+    txn.init_transactions(30)
+
+    def send(prefix: bytes, count: int) -> None:
+        for i in range(count):
+            txn.produce(topic, prefix + b"-%d" % i, key=prefix + b"-%d" % i, partition=0)
+        txn.flush(30)  # abort_transaction purges unsent records
+
+    def transaction(prefix: bytes, commit: bool) -> None:
+        txn.begin_transaction()
+        send(prefix, 10)
+        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
+
+    transaction(b"committed", commit=True)
+    produce(broker, topic, 0, 10)
+    transaction(b"aborted", commit=False)
+    # Its records span segments: the last segment, holding its marker, stays local.
+    txn.begin_transaction()
+    send(b"straddling", 5)
+    produce(broker, topic, 10, 150)  # rolls segments while the transaction is open
+    send(b"straddling-late", 5)
+    txn.abort_transaction(30)
+    untiered = read_both(loglake_spark, broker, topic)
+    marker = state(broker, topic)["high_watermark"] - 1
+    straddling = [o for o, k, _ in untiered["read_uncommitted"] if k.startswith(b"straddling")]
+    assert not [k for _, k, _ in untiered["read_committed"] if k.startswith((b"aborted", b"straddling"))]
+
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+    tiered = wait_for_local_deletion(broker, topic)["tiered_offset"]
+    assert straddling[0] < tiered <= marker
+    assert read_both(loglake_spark, broker, topic) == untiered
+    lake_rows = DeltaTable(str(lake / topic)).to_pyarrow_table(columns=["offset", "aborted"]).to_pylist()
+    aborted = [o for o, k, _ in untiered["read_uncommitted"] if k.startswith((b"aborted", b"straddling"))]
+    assert sorted(r["offset"] for r in lake_rows if r["aborted"]) == [o for o in aborted if o < tiered]
+
+    # An open transaction bounds what is tiered, however many segments roll after it.
+    txn.begin_transaction()
+    send(b"open", 5)
+    produce(broker, topic, 160, 150)
+    untiered = read_both(loglake_spark, broker, topic)
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+    open_at = min(o for o, k, _ in untiered["read_uncommitted"] if k.startswith(b"open"))
+    assert state(broker, topic)["tiered_offset"] == open_at
+    assert lake_offsets(lake, topic)[-1] < open_at
+    assert read_both(loglake_spark, broker, topic) == untiered
+    txn.commit_transaction(30)
+    untiered = read_both(loglake_spark, broker, topic)
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+    assert state(broker, topic)["tiered_offset"] > open_at
+    assert read_both(loglake_spark, broker, topic) == untiered

@@ -17,6 +17,12 @@ producer the log still knows (it carries the sequence a retry is checked against
 rule); then its 61-byte header is kept with no records. (Kafka also keeps the last batch
 of a cleaning round; here the active segment, never cleaned, keeps the log's end.)
 
+Transactions, as Kafka's cleaner (`cleaned_transactions`): cleaning never passes the
+LSO; batches of aborted transactions never enter the offset map and are removed (below the
+map's end); a marker stays while a batch of its transaction remains before it, then gets a
+delete horizon like a tombstone and goes after it (a producer's last marker stays emptied);
+the cleaned segment's `.txnindex` keeps the entries of the ABORT markers still needed.
+
 Tombstones (KIP-534): the first cleaning that keeps a tombstone sets its batch's delete
 horizon (now + delete.retention.ms, in the base timestamp, attribute bit 0x40; record
 timestamp deltas are rewritten against it); a cleaning after the horizon drops it.
@@ -39,6 +45,7 @@ import pyarrow as pa
 from loglake.config import LogConfig
 from loglake.record.columns import PADDING, byte_ranges, read_record_columns
 from loglake.record.compression import compress, decompress
+from loglake.record.control import decode_marker
 from loglake.record.header import (
     ATTRIBUTES_POS,
     CONTROL_MASK,
@@ -52,9 +59,11 @@ from loglake.record.header import (
 )
 from loglake.record.varint import decode_varint, encode_varint
 from loglake.storage.log import Log
+from loglake.storage.producer_state import LastRecord
 from loglake.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
 from loglake.storage.segment_swap import CLEANED_SUFFIX
 from loglake.storage.transaction_index import TXN_INDEX_SUFFIX
+from loglake.maintenance.cleaned_transactions import CleanedTransactionMetadata
 from loglake.maintenance.offset_map import OffsetMap
 
 # Bytes read (and decoded) at a time; a bigger batch is read whole.
@@ -211,6 +220,7 @@ def build_offset_map(log: Log, start: int, end: int, offset_map: OffsetMap, stat
     """Offer every keyed record in [start, end) to `offset_map` in offset order; stops at
     the batch where the map fills. `offset_map.end_offset` is where the mapped range ends."""
     offset_map.start_offset = offset_map.end_offset = start
+    txns = CleanedTransactionMetadata(log.collect_aborted_transactions(start, end))
     segments = log.segments
     for i, segment in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
@@ -221,7 +231,15 @@ def build_offset_map(log: Log, start: int, end: int, offset_map: OffsetMap, stat
         position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
         for _, buf in _chunks(segment, position, segment.size):
             chunk = _parse(buf)
-            _decode(chunk, [i for i, h in enumerate(chunk.headers) if h.next_offset > start and h.base_offset < end])
+            aborted = _transaction_outcomes(chunk, txns)
+            _decode(
+                chunk,
+                [
+                    i
+                    for i, h in enumerate(chunk.headers)
+                    if h.next_offset > start and h.base_offset < end and not aborted[i]
+                ],
+            )
             stats.map_bytes_read += len(buf)
             if chunk.keys is not None:
                 wanted = (chunk.offsets >= start) & (chunk.offsets < end) & (chunk.keys.is_valid().to_numpy(False))
@@ -270,20 +288,30 @@ def clean_log(log: Log, offset_map: OffsetMap, now_ms: int, stats: CleanerStats)
     """Rewrite the rolled segments of `log` holding offsets below `offset_map.end_offset`
     and swap them in, group by group. Raises LogCleaningAborted if the log changed."""
     end = offset_map.end_offset
+    first_unstable = log.first_unstable_offset
+    if first_unstable is not None and first_unstable < end:
+        # An open transaction's records may still abort (a replica that has not yet
+        # replicated a marker the plan's maker had): never clean past the LSO.
+        raise LogCleaningAborted(f"{log} has a transaction open at {first_unstable}, below {end}; retry")
     truncations = log.truncation_count
-    producers = log.last_data_offsets_of_producers()
+    producers = log.last_records_of_producers()
     segments = log.segments
     rolled = [s for s in segments[:-1] if s.base_offset < end]
     config = log.config
     horizon: int | None = None
+    # One walk over every rewritten segment, in offset order, as in Kafka: a marker's
+    # fate depends on the batches of its transaction met before it.
+    txns = CleanedTransactionMetadata()
+    if rolled:
+        txns.add_aborted_transactions(
+            log.collect_aborted_transactions(rolled[0].base_offset, segments[len(rolled)].base_offset)
+        )
     for group in group_segments_by_size(rolled, config.segment_bytes, config.segment_index_bytes):
         cleaned = _new_cleaned_segment(log, group[0].base_offset)
+        txns.cleaned_index = cleaned.txn_index
         try:
             for segment in group:
-                # Markers are always kept, so are the aborted transactions they index.
-                for txn in segment.txn_index.entries:
-                    cleaned.txn_index.append(txn)
-                group_horizon = _clean_into(segment, cleaned, offset_map, producers, config, now_ms, stats)
+                group_horizon = _clean_into(segment, cleaned, offset_map, txns, producers, config, now_ms, stats)
                 if group_horizon is not None:
                     horizon = group_horizon if horizon is None else min(horizon, group_horizon)
             cleaned.on_become_inactive()
@@ -309,18 +337,25 @@ def _clean_into(
     source: LogSegment,
     dest: LogSegment,
     offset_map: OffsetMap,
-    producers: dict[int, int],
+    txns: CleanedTransactionMetadata,
+    producers: dict[int, LastRecord],
     config: LogConfig,
     now_ms: int,
     stats: CleanerStats,
 ) -> int | None:
+    """Write the batches of `source` that stay into `dest`; returns the earliest delete
+    horizon a kept tombstone or marker now waits for."""
     end = offset_map.end_offset
     horizon: int | None = None
     for _, buf in _chunks(source, 0, source.size):
         stats.bytes_read += len(buf)
         chunk = _parse(buf)
+        discardable = _transaction_outcomes(chunk, txns)
         known = _known_outcomes(chunk, offset_map)
-        _decode(chunk, [i for i, h in enumerate(chunk.headers) if h.base_offset < end and i not in known])
+        _decode(
+            chunk,
+            [i for i, h in enumerate(chunk.headers) if h.base_offset < end and i not in known and not discardable[i]],
+        )
         keep = _records_to_keep(chunk, offset_map, now_ms)
         stats.records_read += len(chunk.offsets)
         kept_per_batch = np.bincount(chunk.record_batch[keep], minlength=len(chunk.decoded)) if len(keep) else []
@@ -330,7 +365,22 @@ def _clean_into(
             at = chunk.positions[i]
             d = decoded.get(i)
             outcome = known.get(i)
-            if outcome is not None:
+            batch_horizon: int | None = None
+            if header.base_offset >= end:
+                out = buf[at : at + header.size]  # past the map's end: as it is
+            elif header.is_control:
+                out, batch_horizon = _clean_marker(
+                    buf[at : at + header.size], header, discardable[i], producers, config, now_ms
+                )
+                if out is None:
+                    continue
+            elif discardable[i]:
+                # A batch of an aborted transaction: no reader is ever shown its records.
+                stats.records_read += header.record_count
+                if not _is_producers_last(header, producers):
+                    continue
+                out = _empty_batch(header)
+            elif outcome is not None:
                 stats.records_read += header.record_count
                 if outcome:
                     stats.records_retained += header.record_count
@@ -339,8 +389,6 @@ def _clean_into(
                     out = _empty_batch(header)
                 else:
                     continue
-            elif d is None and (header.base_offset >= end or header.is_control or header.record_count):
-                out = buf[at : at + header.size]  # past the map's end (or a control batch): as it is
             elif d is None:
                 # A batch emptied by an earlier cleaning: it goes once nothing needs it.
                 if not _is_producers_last(header, producers):
@@ -365,11 +413,48 @@ def _clean_into(
                     continue
                 if tombstones:
                     batch_horizon = new_horizon if needs_horizon else header.base_timestamp
-                    horizon = batch_horizon if horizon is None else min(horizon, batch_horizon)
+            if batch_horizon is not None:
+                horizon = batch_horizon if horizon is None else min(horizon, batch_horizon)
             written = RecordBatchHeader.parse(out)
             dest.append(out, written.last_offset, written.max_timestamp, written.last_offset)
             stats.bytes_written += len(out)
     return horizon
+
+
+def _transaction_outcomes(chunk: _Chunk, txns: CleanedTransactionMetadata) -> list[bool]:
+    """Per batch of the chunk, fed to `txns` in offset order: a data batch of an aborted
+    transaction, or a marker whose transaction has no data left (Kafka's shouldDiscardBatch)."""
+    outcomes = []
+    for header, at in zip(chunk.headers, chunk.positions):
+        if header.is_control:
+            marker = decode_marker(chunk.buf[at : at + header.size]) if header.record_count else None
+            outcomes.append(txns.on_control_batch_read(header, marker))
+        else:
+            outcomes.append(txns.on_batch_read(header))
+    return outcomes
+
+
+def _clean_marker(
+    batch: bytes,
+    header: RecordBatchHeader,
+    discardable: bool,
+    producers: dict[int, LastRecord],
+    config: LogConfig,
+    now_ms: int,
+) -> tuple[bytes | None, int | None]:
+    """A control batch after cleaning (None: dropped), and the delete horizon it waits
+    for. Kafka piggy-backs markers on the tombstone rule: a marker whose transaction has
+    no data left first gets a delete horizon, and goes at the first cleaning after it; a
+    producer's last marker (its epoch, for fencing) is kept, emptied once it could go."""
+    has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
+    if not header.record_count or (discardable and has_horizon and header.base_timestamp <= now_ms):
+        return (_empty_batch(header) if _is_producers_last(header, producers) else None), None
+    if not discardable:
+        return batch, None
+    if has_horizon:
+        return batch, header.base_timestamp
+    delete_horizon = now_ms + config.delete_retention_ms
+    return _with_delete_horizon(batch, header, delete_horizon), delete_horizon
 
 
 def _known_outcomes(chunk: _Chunk, offset_map: OffsetMap) -> dict[int, bool]:
@@ -400,8 +485,15 @@ def _known_outcomes(chunk: _Chunk, offset_map: OffsetMap) -> dict[int, bool]:
     }
 
 
-def _is_producers_last(header: RecordBatchHeader, producers: dict[int, int]) -> bool:
-    return header.producer_id >= 0 and producers.get(header.producer_id) == header.last_offset
+def _is_producers_last(header: RecordBatchHeader, producers: dict[int, LastRecord]) -> bool:
+    """The batch holding a live producer's last sequence, or, when its epoch has no data
+    yet, its marker of that epoch (Kafka's isBatchLastRecordOfProducer)."""
+    last = producers.get(header.producer_id) if header.producer_id >= 0 else None
+    if last is None:
+        return False
+    if last.last_data_offset is not None:
+        return header.last_offset == last.last_data_offset
+    return header.is_control and header.producer_epoch == last.producer_epoch
 
 
 def _records_to_keep(chunk: _Chunk, offset_map: OffsetMap, now_ms: int) -> np.ndarray:
@@ -445,6 +537,23 @@ def _rebuild(header: RecordBatchHeader, chunk: _Chunk, rows: np.ndarray, delete_
     if header.compression:
         records = compress(header.compression, records)
     return _batch(header, attributes, base_timestamp, max_timestamp, len(rows), records)
+
+
+def _with_delete_horizon(batch: bytes, header: RecordBatchHeader, delete_horizon: int) -> bytes:
+    """The whole batch with `delete_horizon` as its base timestamp (every record kept)."""
+    body = memoryview(batch)[HEADER_SIZE:]
+    data = bytes(decompress(header.compression, body) if header.compression else body)
+    shift = header.base_timestamp - delete_horizon
+    records, pos = [], 0
+    for _ in range(header.record_count):
+        length, after = decode_varint(data, pos)
+        records.append(_with_timestamp_shift(data, pos, after + length, shift))
+        pos = after + length
+    out = b"".join(records)
+    if header.compression:
+        out = compress(header.compression, out)
+    attributes = header.attributes | DELETE_HORIZON_MASK
+    return _batch(header, attributes, delete_horizon, header.max_timestamp, header.record_count, out)
 
 
 def _with_timestamp_shift(data: bytes, start: int, end: int, shift: int) -> bytes:

@@ -156,6 +156,8 @@ class LogCleanerManager:
         return {
             "dirty_ratio": None if candidate is None else round(candidate.dirty_ratio, 4),
             "first_dirty_offset": None if candidate is None else candidate.first_dirty_offset,
+            # Where a cleaning must stop (active segment, LSO, min.compaction.lag.ms).
+            "first_uncleanable_offset": None if candidate is None else candidate.first_uncleanable_offset,
             "last_cleaning": None
             if last is None
             else vars(last) | {"age_ms": int(time.time() * 1000) - last.finished_ms},

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from loglake.protocol import IsolationLevel
 from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.lake import LakeRangePartition, lake_part_at, read_lake_range, split_at_lakes
 from loglake.spark.offset_ranges import DataLossError, OffsetRange, connect, plan_batch
@@ -25,10 +26,14 @@ class OffsetRangePartition(InputPartition):
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, LakeRangePartition):
-        return read_lake_range(partition, options.include_headers)
+        return read_lake_range(partition, options.include_headers, _read_committed(options))
     if not isinstance(partition, OffsetRangePartition):
         return iter(())  # nothing to read: Spark still runs one task, with a None partition
     return read_broker_range(options, partition.offset_range)
+
+
+def _read_committed(options: ReadOptions) -> bool:
+    return options.isolation_level == IsolationLevel.READ_COMMITTED
 
 
 def read_broker_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -50,7 +55,7 @@ def read_broker_range(options: ReadOptions, offset_range: OffsetRange) -> Iterat
                 # Really gone: read again with the query's own failOnDataLoss.
                 yield from read_range(options, replace(offset_range, start=offset))
                 return
-            yield from read_lake_range(lake_part, options.include_headers)
+            yield from read_lake_range(lake_part, options.include_headers, _read_committed(options))
             offset = lake_part.end
 
 

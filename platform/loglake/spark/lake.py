@@ -2,8 +2,10 @@
 
 A topic with `remote.storage.enable=true` has its old segments copied by `jobs/tier.py`
 into the Delta table `<rsm.config.lake.root>/<topic>` (a broker config, found with
-DescribeConfigs), with the source's columns plus `date`, partitioned by partition and
-date. Each partition's copy is committed with a Delta app transaction whose id names the
+DescribeConfigs), with the source's columns plus `date` and `aborted` (the record belongs
+to an aborted transaction: the lake keeps what a read_uncommitted reader of the log sees,
+and read_committed reads of the lake leave those rows out), partitioned by partition and
+date. Only offsets below the last stable offset are tiered, so every row's fate is known. Each partition's copy is committed with a Delta app transaction whose id names the
 partition and whose version is the end (exclusive) of what is in the table, so the table
 itself says how far each partition is tiered. The broker deletes local segments only
 below that, so the lake [lake start, tiered end) and the log [log start, high watermark)
@@ -31,6 +33,8 @@ from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describ
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
 LAKE_ROOT_CONFIG = "rsm.config.lake.root"
+# Per row: the record belongs to an aborted transaction (read_committed readers skip it).
+ABORTED_COLUMN = "aborted"
 REMOTE_STORAGE_CONFIG = "remote.storage.enable"
 DATE_COLUMN = "date"
 PARTITION_COLUMNS = ["partition", DATE_COLUMN]
@@ -158,8 +162,11 @@ def lake_part_at(client: ProtocolClient, topic: str, partition: int, start: int,
     return LakeRangePartition(lake.table, lake.version, topic, partition, start, min(end, extent[1]))
 
 
-def read_lake_range(partition: LakeRangePartition, include_headers: bool) -> Iterator[pa.RecordBatch]:
-    """The records of the range, in offset order, with the source's Arrow schema."""
+def read_lake_range(
+    partition: LakeRangePartition, include_headers: bool, read_committed: bool
+) -> Iterator[pa.RecordBatch]:
+    """The records of the range, in offset order, with the source's Arrow schema; for
+    read_committed, without the rows of aborted transactions (as the log reads them)."""
     schema = arrow_schema(include_headers)
     dataset = DeltaTable(partition.table, version=partition.version).to_pyarrow_dataset()
     where = (
@@ -167,6 +174,8 @@ def read_lake_range(partition: LakeRangePartition, include_headers: bool) -> Ite
         & (pds.field("offset") >= partition.start)
         & (pds.field("offset") < partition.end)
     )
+    if read_committed and ABORTED_COLUMN in dataset.schema.names:
+        where &= pds.field(ABORTED_COLUMN).is_null() | ~pds.field(ABORTED_COLUMN)  # null: tiered before the flag
     table = dataset.to_table(columns=schema.names, filter=where)
     table = table.take(pc.sort_indices(table, [("offset", "ascending")]))
     yield from table.cast(schema).to_batches(max_chunksize=65536)

@@ -54,7 +54,7 @@ from loglake.record.header import (
 from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlice
 from loglake.storage.fileutil import fsync_dir
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
-from loglake.storage.producer_state import BatchMetadata, ProducerStateManager, sync_snapshot
+from loglake.storage.producer_state import BatchMetadata, LastRecord, ProducerStateManager, sync_snapshot
 from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, now_ms
 from loglake.storage.segment_swap import complete_interrupted_swaps, swap_in
 from loglake.storage.time_index import NO_TIMESTAMP
@@ -285,9 +285,11 @@ class Log:
         first = max(0, bisect_right(segments, fetch_offset, key=attrgetter("base_offset")) - 1)
         aborted: list[AbortedTxn] = []
         for segment in segments[first:]:
-            if segment.base_offset >= upper_bound_offset and aborted:
+            # A transaction begun below the bound may end in any later segment.
+            found, complete = segment.txn_index.collect(fetch_offset, upper_bound_offset)
+            aborted.extend(found)
+            if complete:
                 break
-            aborted.extend(segment.txn_index.collect(fetch_offset, upper_bound_offset))
         return aborted
 
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
@@ -440,6 +442,8 @@ class Log:
     def _complete_txn(self, batch: Bytes, header: RecordBatchHeader, marker_offset: int) -> None:
         """A marker at `marker_offset` is in the log: end its producer's transaction and
         index it if it aborted (in the segment holding the marker)."""
+        if not header.record_count:
+            return  # a marker the cleaner emptied: its transaction's data is gone (Kafka skips it too)
         marker = decode_marker(batch)
         completed = self._producers.complete_txn(
             header.producer_id, header.producer_epoch, marker.commit, marker_offset, header.max_timestamp
@@ -692,11 +696,14 @@ class Log:
         """Changes whenever offsets are cut: a cleaning that started before is void."""
         return self._truncations
 
-    def last_data_offsets_of_producers(self) -> dict[int, int]:
-        """Each known producer's last batch's last offset: the batch a cleaning must keep
-        (even emptied), since it carries the producer's last sequence (Kafka's rule)."""
+    def last_records_of_producers(self) -> dict[int, LastRecord]:
+        """Each known producer's last data offset and epoch: the batch a cleaning must keep
+        (even emptied), since it carries the producer's last sequence or epoch (Kafka's rule)."""
         with self._lock:
-            return {pid: entry.last_data_offset for pid, entry in self._producers.producers.items() if entry.batches}
+            return {
+                pid: LastRecord(entry.last_data_offset if entry.batches else None, entry.producer_epoch)
+                for pid, entry in self._producers.producers.items()
+            }
 
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], truncation_count: int) -> bool:
         """Swap the flushed `.cleaned` segment `new` in for the consecutive rolled segments

@@ -93,6 +93,16 @@ class BatchMetadata:
     max_timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class LastRecord:
+    """A producer's last entry in the log, which a cleaning keeps (Kafka's LastRecord): the
+    last offset of its last data batch (None when its epoch has no data yet, as after a
+    marker of a bumped epoch: then that epoch's marker is what fences older epochs)."""
+
+    last_data_offset: int | None
+    producer_epoch: int
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int

@@ -64,10 +64,18 @@ class TransactionIndex:
             f.write(txn.encode())
         self.entries.append(txn)
 
-    def collect(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
         """Transactions overlapping [fetch_offset, upper_bound_offset): aborted at or after
-        the fetch offset and begun before the bound."""
-        return [t for t in self.entries if t.last_offset >= fetch_offset and t.first_offset < upper_bound_offset]
+        the fetch offset and begun before the bound; and whether the search is complete:
+        an entry whose LSO reached the bound shows every transaction begun below the bound
+        had ended by then, so later segments hold none (Kafka's TxnIndexSearchResult)."""
+        found = []
+        for t in self.entries:
+            if t.last_offset >= fetch_offset and t.first_offset < upper_bound_offset:
+                found.append(t)
+            if t.last_stable_offset >= upper_bound_offset:
+                return found, True
+        return found, False
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or after `offset` (the log was cut there)."""
