@@ -24,6 +24,7 @@ added to the `RequestTiming` the listener put in a context variable for the requ
 from __future__ import annotations
 
 import contextvars
+from bisect import bisect_left
 import logging
 import struct
 import time
@@ -31,8 +32,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 from prometheus_client.registry import Collector
 
 from loglake.broker_configs import BROKER_CONFIG_KEYS
@@ -105,86 +107,99 @@ def label_request(name: str) -> None:
         timing.name = name
 
 
+class _LoopHistogram:
+    """A latency histogram updated on the event loop only, so without a lock: one bisect
+    and two additions per observation (prometheus_client's Histogram takes a lock per
+    bucket and per sum, which per request is measurable)."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, total = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts):
+            total += count
+            out.append((floatToGoString(bound), total))
+        return out
+
+
 @dataclass
 class _RequestSeries:
-    name: str
-    requests: Any
-    total: Any
-    queue: Any
-    local: Any
-    remote: Any
-    errors: dict[int, Any] = field(default_factory=dict)
+    """One request label's numbers, kept on the event loop."""
+
+    requests: int = 0
+    total: _LoopHistogram = field(default_factory=_LoopHistogram)
+    queue: _LoopHistogram = field(default_factory=_LoopHistogram)
+    local: _LoopHistogram = field(default_factory=_LoopHistogram)
+    remote: _LoopHistogram = field(default_factory=_LoopHistogram)
+    errors: dict[int, int] = field(default_factory=dict)
+
+
+# name, help and the _RequestSeries field of each request latency histogram.
+_LATENCIES = (
+    ("kafka_network_request_total_time_seconds", "Request arrival to response sent (TotalTimeMs)", "total"),
+    (
+        "kafka_network_request_queue_time_seconds",
+        "Arrival to handling, behind earlier requests (RequestQueueTimeMs)",
+        "queue",
+    ),
+    ("kafka_network_request_local_time_seconds", "Handling on this broker, waits excluded (LocalTimeMs)", "local"),
+    (
+        "kafka_network_request_remote_time_seconds",
+        "Waiting for acks=all or a fetch's min bytes (RemoteTimeMs)",
+        "remote",
+    ),
+)
 
 
 class BrokerMetrics:
-    """The metrics of one broker: its registry, the hot-path hooks and the scrape-time collector."""
+    """The metrics of one broker: its registry, the hot-path hooks and the scrape-time collector.
+
+    The hooks run on the broker's event loop (the Kafka listener, the HTTP API, the replica
+    manager), as does the scrape, so their numbers are plain Python ints and floats that
+    the collector reads; only log flushes, timed on the flusher threads, go to a
+    prometheus_client Histogram."""
 
     def __init__(self, broker: Broker, config: MetricsConfig) -> None:
         self.config = config
         self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self._bytes_in = Counter(
-            "kafka_server_broker_topic_bytes_in", "Bytes appended by producers (BytesInPerSec)", ["topic"], registry=r
-        )
-        self._bytes_out = Counter(
-            "kafka_server_broker_topic_bytes_out", "Bytes sent to consumers (BytesOutPerSec)", ["topic"], registry=r
-        )
-        self._messages_in = Counter(
-            "kafka_server_broker_topic_messages_in",
-            "Records appended by producers (MessagesInPerSec)",
-            ["topic"],
-            registry=r,
-        )
-        self._requests = Counter("kafka_network_requests", "Requests handled (RequestsPerSec)", ["request"], registry=r)
-        self._errors = Counter(
-            "kafka_network_request_errors",
-            "Error codes in responses, one per partition or resource (ErrorsPerSec)",
-            ["request", "error"],
-            registry=r,
-        )
-
-        def latency(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, ["request"], registry=r, buckets=LATENCY_BUCKETS)
-
-        self._total = latency(
-            "kafka_network_request_total_time_seconds", "Request arrival to response sent (TotalTimeMs)"
-        )
-        self._queue = latency(
-            "kafka_network_request_queue_time_seconds",
-            "Arrival to handling, behind earlier requests (RequestQueueTimeMs)",
-        )
-        self._local = latency(
-            "kafka_network_request_local_time_seconds", "Handling on this broker, waits excluded (LocalTimeMs)"
-        )
-        self._remote = latency(
-            "kafka_network_request_remote_time_seconds",
-            "Waiting for acks=all or a fetch's min bytes (RemoteTimeMs)",
-        )
         self._flush = Histogram(
-            "kafka_log_flush_time_seconds", "fsync of a log (LogFlushRateAndTimeMs)", registry=r, buckets=FLUSH_BUCKETS
+            "kafka_log_flush_time_seconds",
+            "fsync of a log (LogFlushRateAndTimeMs)",
+            registry=self.registry,
+            buckets=FLUSH_BUCKETS,
         )
-        self._topic_children: dict[str, tuple[Any, Any]] = {}
-        self._bytes_out_children: dict[str, Any] = {}
-        self._request_series: dict[str, _RequestSeries] = {}
-        r.register(BrokerCollector(broker, config.per_partition_enabled))
+        # topic -> [bytes in, records in, bytes out]
+        self.topics: dict[str, list[int]] = {}
+        self.requests: dict[str, _RequestSeries] = {}
+        self.registry.register(_TrafficCollector(self))
+        self.registry.register(BrokerCollector(broker, config.per_partition_enabled))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
     # Hot-path hooks (per request, per partition of a request) ----------------------------
 
+    def _topic(self, topic: str) -> list[int]:
+        counts = self.topics.get(topic)
+        if counts is None:
+            counts = self.topics[topic] = [0, 0, 0]
+        return counts
+
     def record_append(self, topic: str, size: int, records: int) -> None:
-        children = self._topic_children.get(topic)
-        if children is None:
-            children = self._topic_children[topic] = (self._bytes_in.labels(topic), self._messages_in.labels(topic))
-        children[0].inc(size)
-        children[1].inc(records)
+        counts = self._topic(topic)
+        counts[0] += size
+        counts[1] += records
 
     def record_bytes_out(self, topic: str, size: int) -> None:
-        child = self._bytes_out_children.get(topic)
-        if child is None:
-            child = self._bytes_out_children[topic] = self._bytes_out.labels(topic)
-        child.inc(size)
+        self._topic(topic)[2] += size
 
     def observe_flush(self, seconds: float) -> None:
         self._flush.observe(seconds)
@@ -198,12 +213,11 @@ class BrokerMetrics:
     def end_request(self, payload: memoryview, timing: RequestTiming, peer: str) -> None:
         """Called once the response is sent (or, acks=0, once handled)."""
         done = time.perf_counter()
-        api_key = int.from_bytes(payload[:2], "big", signed=True)
-        name = timing.name or REQUEST_NAMES.get(api_key, str(api_key))
+        name = timing.name or REQUEST_NAMES.get(int.from_bytes(payload[:2], "big", signed=True), "Unknown")
         series = self._series(name)
         total = done - timing.received
         local = timing.handled - timing.started - timing.remote
-        series.requests.inc()
+        series.requests += 1
         series.total.observe(total)
         series.queue.observe(timing.started - timing.received)
         series.local.observe(local)
@@ -218,26 +232,66 @@ class BrokerMetrics:
         if not counts:
             return
         timing = _current.get()
-        series = self._series((timing.name if timing else None) or REQUEST_NAMES.get(api_key, str(api_key)))
+        errors = self._series((timing.name if timing else None) or REQUEST_NAMES.get(api_key, "Unknown")).errors
         for code, n in counts.items():
-            child = series.errors.get(code)
-            if child is None:
-                error = ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
-                child = series.errors[code] = self._errors.labels(series.name, error)
-            child.inc(n)
+            errors[code] = errors.get(code, 0) + n
 
     def _series(self, name: str) -> _RequestSeries:
-        series = self._request_series.get(name)
+        series = self.requests.get(name)
         if series is None:
-            series = self._request_series[name] = _RequestSeries(
-                name,
-                self._requests.labels(name),
-                self._total.labels(name),
-                self._queue.labels(name),
-                self._local.labels(name),
-                self._remote.labels(name),
-            )
+            series = self.requests[name] = _RequestSeries()
         return series
+
+
+class _TrafficCollector(Collector):
+    """The per-topic and per-request numbers the hooks accumulated."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        topic = ["topic"]
+        families = (
+            CounterMetricFamily(
+                "kafka_server_broker_topic_bytes_in", "Bytes appended by producers (BytesInPerSec)", labels=topic
+            ),
+            CounterMetricFamily(
+                "kafka_server_broker_topic_messages_in",
+                "Records appended by producers (MessagesInPerSec)",
+                labels=topic,
+            ),
+            CounterMetricFamily(
+                "kafka_server_broker_topic_bytes_out", "Bytes sent to consumers (BytesOutPerSec)", labels=topic
+            ),
+        )
+        for name, counts in list(m.topics.items()):
+            for family, value in zip(families, counts):
+                family.add_metric([name], value)
+        yield from families
+        requests = CounterMetricFamily(
+            "kafka_network_requests", "Requests handled (RequestsPerSec)", labels=["request"]
+        )
+        errors = CounterMetricFamily(
+            "kafka_network_request_errors",
+            "Error codes in responses, one per partition or resource (ErrorsPerSec)",
+            labels=["request", "error"],
+        )
+        latencies = [HistogramMetricFamily(n, doc, labels=["request"]) for n, doc, _ in _LATENCIES]
+        for name, series in list(m.requests.items()):
+            requests.add_metric([name], series.requests)
+            for code, n in list(series.errors.items()):
+                errors.add_metric([name, _error_name(code)], n)
+            for family, (_, _, attr) in zip(latencies, _LATENCIES):
+                histogram: _LoopHistogram = getattr(series, attr)
+                family.add_metric([name], histogram.cumulative(), histogram.sum)
+        yield requests
+        yield errors
+        yield from latencies
+
+
+def _error_name(code: int) -> str:
+    return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
 
 
 def _error_codes(body: dict[str, Any], counts: dict[int, int]) -> None:
@@ -245,9 +299,9 @@ def _error_codes(body: dict[str, Any], counts: dict[int, int]) -> None:
     if code:
         counts[code] = counts.get(code, 0) + 1
     for value in body.values():
-        if isinstance(value, list):
+        if value.__class__ is list:  # the nested structs; records and scalars are skipped
             for item in value:
-                if isinstance(item, dict):
+                if item.__class__ is dict:
                     _error_codes(item, counts)
 
 
