@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from ingest_gateway.http_api import create_app
 from loglake.config import BrokerConfig
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -96,3 +99,19 @@ def test_metrics_disabled_records_nothing_and_answers_404(make_client) -> None:
     r = client.get("/metrics")
     assert r.status_code == 404
     assert "metrics.enabled=false" in r.json()["message"]
+
+
+def test_the_grafana_dashboard_uses_only_exported_names(make_client) -> None:
+    """conf/grafana/loglake-dashboard.json (and the console) read these names: each must be
+    one the broker exports."""
+    _, client = make_client("dashboard")
+    produce(client, "dashboard", 1)
+    exported = {family.name for family in text_string_to_metric_families(client.get("/metrics").text)}
+    dashboard = json.loads((ROOT / "conf/grafana/loglake-dashboard.json").read_text())
+    expressions = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", ())]
+    used = {n for e in expressions for n in re.findall(r"kafka_\w+", e)}
+    assert len(used) > 20
+    # A sample name is its family's, or the family's plus a counter's or histogram's suffix.
+    unknown = {n for n in used if n not in exported and re.sub(r"_(total|bucket|sum|count)$", "", n) not in exported}
+    assert not unknown
+    assert dashboard["__inputs"][0]["pluginId"] == "prometheus"
