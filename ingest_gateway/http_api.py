@@ -305,7 +305,9 @@ def create_app(broker: Broker) -> FastAPI:
             await broker.replica_manager.wait_for_change([(topic, partition)], remaining)
         if visible_end(p, read_committed) <= offset:
             return JSONBytesResponse([])
-        records, _ = read_records(p, offset, max_bytes, read_committed)
+        records, size = read_records(p, offset, max_bytes, read_committed)
+        if broker.metrics is not None:
+            broker.metrics.record_bytes_out(topic, size)
         out = render_records(topic, partition, records, fmt)
         return JSONBytesResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
 

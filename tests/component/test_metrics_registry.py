@@ -70,6 +70,9 @@ def test_each_broker_has_its_own_registry(make_client) -> None:
     # The HTTP produce path goes through the same append as the Kafka one, and is counted.
     size = first.replica_manager.partitions[("only-a", 0)].log.size
     assert samples(a)[("kafka_server_broker_topic_bytes_in_total", label)] == size
+    # So is the HTTP fetch, as bytes out: the batches read for it.
+    assert a.get("/topics/only-a/partitions/0/records", params={"offset": 0}).status_code == 200
+    assert samples(a)[("kafka_server_broker_topic_bytes_out_total", label)] == size
 
 
 def test_flush_times_are_observed(make_client) -> None:
