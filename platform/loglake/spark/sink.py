@@ -303,35 +303,55 @@ def produce_in_transaction(options: WriteOptions, batches: Iterator[pa.RecordBat
         scope = context.getLocalProperty(_QUERY_ID_PROPERTY)
         batch_id = int(context.getLocalProperty(_BATCH_ID_PROPERTY))
     transactional_id = f"{txn.transactional_id_prefix}-{scope}-{context.partitionId()}"
-    sticky = StickyPartitioner()
     with txn.client() as client:
         producer = TransactionalProducer(client, transactional_id, txn.transaction_timeout_ms, txn.compression)
-        counts: dict[str, int] = {}
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            if producer.producer is None:
-                producer.begin()
-                last = producer.last_progress(transactional_id) if batch_id is not None else None
-                if last is not None and last.batch_id >= batch_id:  # type: ignore[operator]
-                    log.info("%s: batch %d already committed, replay skipped", transactional_id, batch_id)
-                    for _ in batches:  # Spark hands every row to the writer; take them all
-                        pass
-                    return TransactionalRows(None, 0, replayed=True)
-            topics = [options.topic] if options.topic else batch.column("topic").unique().to_pylist()
-            missing = [t for t in topics if t is not None and t not in counts]
-            if missing:
-                metadata = client.metadata(missing)
-                for topic in missing:
-                    if topic not in metadata.leaders:
-                        raise ValueError(f"topic {topic!r} does not exist")
-                    counts[topic] = len(metadata.leaders[topic])
-            producer.send(_rows_by_partition(options, batch, counts, sticky))
+        try:
+            return _write_task(options, client, producer, batches, batch_id)
+        except BaseException:
+            if producer.producer is not None:
+                # Left open, it would hold read_committed readers back until transaction.timeout.ms.
+                try:
+                    end_transaction(client, producer.producer, commit=False)
+                except (TransactionError, TimeoutError, ConnectionError) as exc:
+                    log.warning("abort of %s failed: %s", transactional_id, exc)
+            raise
+
+
+def _write_task(
+    options: WriteOptions,
+    client: ProtocolClient,
+    producer: TransactionalProducer,
+    batches: Iterator[pa.RecordBatch],
+    batch_id: int | None,
+) -> TransactionalRows:
+    sticky = StickyPartitioner()
+    counts: dict[str, int] = {}
+    group_id = producer.transactional_id
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
         if producer.producer is None:
-            return TransactionalRows(None, 0)
-        if batch_id is not None:
-            producer.record_progress(transactional_id, SinkProgress(batch_id))
-        return TransactionalRows(producer.producer, producer.records)
+            producer.begin()
+            last = producer.last_progress(group_id) if batch_id is not None else None
+            if last is not None and batch_id is not None and last.batch_id >= batch_id:
+                log.info("%s: batch %d already committed, replay skipped", group_id, batch_id)
+                for _ in batches:  # Spark hands every row to the writer; take them all
+                    pass
+                return TransactionalRows(None, 0, replayed=True)
+        topics = [options.topic] if options.topic else batch.column("topic").unique().to_pylist()
+        missing = [t for t in topics if t is not None and t not in counts]
+        if missing:
+            metadata = client.metadata(missing)
+            for topic in missing:
+                if topic not in metadata.leaders:
+                    raise ValueError(f"topic {topic!r} does not exist")
+                counts[topic] = len(metadata.leaders[topic])
+        producer.send(_rows_by_partition(options, batch, counts, sticky))
+    if producer.producer is None:
+        return TransactionalRows(None, 0)
+    if batch_id is not None:
+        producer.record_progress(group_id, SinkProgress(batch_id))
+    return TransactionalRows(producer.producer, producer.records)
 
 
 def end_transactions(options: WriteOptions, messages: list[WriterCommitMessage | None], commit: bool) -> None:
