@@ -67,7 +67,44 @@ def test_keyed_rows_without_a_partition_go_where_the_java_producer_puts_them(log
         ("value string", {}, "append", "topic: no topic option and no topic column"),
         ("value int", {"topic": "t"}, "append", "column value has type int"),
         ("value string", {"topic": "t"}, "overwrite", "never overwritten"),
-    ],
+        ("value string", {"topic": "t", "exactly.once": "maybe"}, "append", "exactly.once must be true or false"),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.linger.ms": "5"},
+            "append",
+            "kafka.linger.ms: exactly-once writes use",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "false", "transactional.id.prefix": "x"},
+            "append",
+            "transactional.id.prefix is for exactly-once",
+        ),
+        (
+            "value string",
+            {"topic": "t", "transactional.id.prefix": " "},
+            "append",
+            "transactional.id.prefix must not be empty",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.acks": "1"},
+            "append",
+            "transactions need acks=all",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.transaction.timeout.ms": "0"},
+            "append",
+            "transaction.timeout.ms must be a positive",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.compression.type": "brotli"},
+            "append",
+            "kafka.compression.type must be",
+        ),
+    ],  # fmt: skip
 )
 def test_bad_writes_fail_before_any_job(loglake_spark, broker, ddl, options, mode, message) -> None:
     df = loglake_spark.createDataFrame([], ddl)
