@@ -25,10 +25,11 @@ def fault_point(name: str, at: int) -> None:
         os._exit(137)
 
 
-def spark_driver_fault_point(name: str, at: int) -> None:
-    """For points reached in a Spark Python worker on the driver (a data source's commit):
-    SIGKILL the driver's JVM, the worker's nearest `java` ancestor, if LOGLAKE_FAULT names
-    this point. The job's Python driver then dies with its gateway, as under kill -9."""
+def spark_jvm_fault_point(name: str, at: int) -> None:
+    """For points reached in a Spark Python worker (a data source's commit on the driver, or
+    a task, which local mode runs in the driver's JVM too): SIGKILL the worker's JVM, its
+    nearest `java` ancestor, if LOGLAKE_FAULT names this point. A job's Python driver then
+    dies with its gateway, as under kill -9."""
     if not _is_named(name, at):
         return
     pid = os.getppid()

@@ -34,7 +34,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Stri
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
 from loglake.record.batch import RecordRow
 from loglake.record.compression import CompressionType
-from loglake.spark.faults import spark_driver_fault_point
+from loglake.spark.faults import spark_jvm_fault_point
 from loglake.spark.options import OptionError
 from loglake.spark.protocol_client import ProducerIdAndEpoch, ProtocolClient, TopicPartition
 from loglake.spark.transactional_producer import (
@@ -53,6 +53,8 @@ _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 # A crash of the driver after the sink's commit, before Spark's commit log records the batch.
 FAULT_AFTER_SINK_COMMIT = "after-sink-commit"
+# A crash once a task has written its rows and progress, its transaction open.
+FAULT_AFTER_TASK_WRITE = "after-task-write"
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "loglake-sink"
 # Of the `kafka.*` options, those the exactly-once path (loglake's own client) understands.
 _TRANSACTIONAL_KAFKA_OPTIONS = {
@@ -351,6 +353,7 @@ def _write_task(
         return TransactionalRows(None, 0)
     if batch_id is not None:
         producer.record_progress(group_id, SinkProgress(batch_id))
+        spark_jvm_fault_point(FAULT_AFTER_TASK_WRITE, batch_id)
     return TransactionalRows(producer.producer, producer.records)
 
 
@@ -404,7 +407,7 @@ class LoglakeStreamWriter(DataSourceStreamArrowWriter):
         """Exactly once: commit every task's transaction (at least once: every row was
         acknowledged in its task already)."""
         end_transactions(self.options, messages, commit=True)
-        spark_driver_fault_point(FAULT_AFTER_SINK_COMMIT, batchId)
+        spark_jvm_fault_point(FAULT_AFTER_SINK_COMMIT, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Exactly once: abort the tasks' transactions (at least once: produced records
