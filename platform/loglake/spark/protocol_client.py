@@ -108,6 +108,14 @@ class ProducerIdAndEpoch:
     producer_id: int
     producer_epoch: int
 
+    def request_fields(self) -> dict[str, Any]:
+        """The fields of AddOffsetsToTxn, EndTxn and TxnOffsetCommit that name it."""
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
+
 
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
     """ "host:port,host:port" as (host, port) pairs; ValueError names what is malformed."""
@@ -433,22 +441,12 @@ class ProtocolClient:
         }
 
     def add_offsets_to_txn_to(self, address: tuple[str, int], producer: ProducerIdAndEpoch, group_id: str) -> ErrorCode:
-        body = {
-            "transactional_id": producer.transactional_id,
-            "producer_id": producer.producer_id,
-            "producer_epoch": producer.producer_epoch,
-            "group_id": group_id,
-        }
+        body = {**producer.request_fields(), "group_id": group_id}
         response = self.request_to(address, ApiKey.ADD_OFFSETS_TO_TXN, ADD_OFFSETS_TO_TXN_VERSION, body)
         return ErrorCode(response["error_code"])
 
     def end_txn_to(self, address: tuple[str, int], producer: ProducerIdAndEpoch, commit: bool) -> ErrorCode:
-        body = {
-            "transactional_id": producer.transactional_id,
-            "producer_id": producer.producer_id,
-            "producer_epoch": producer.producer_epoch,
-            "committed": commit,
-        }
+        body = {**producer.request_fields(), "committed": commit}
         response = self.request_to(address, ApiKey.END_TXN, END_TXN_VERSION, body)
         return ErrorCode(response["error_code"])
 
@@ -473,10 +471,8 @@ class ProtocolClient:
                 }
             )
         body = {
-            "transactional_id": producer.transactional_id,
+            **producer.request_fields(),
             "group_id": group_id,
-            "producer_id": producer.producer_id,
-            "producer_epoch": producer.producer_epoch,
             "generation_id": -1,
             "member_id": "",
             "group_instance_id": None,
