@@ -5,9 +5,10 @@ so an earlier attempt of the task is fenced and its open transaction aborted), p
 rows in it and, for a streaming query, records its progress in it (TxnOffsetCommit); it
 leaves the transaction open. Spark's driver ends every task's transaction (EndTxn) once the
 micro-batch commits: the coordinator accepts EndTxn from any client naming the transactional
-id with its producer id and epoch. A confluent-kafka producer cannot be used for the task's
-side: librdkafka neither tells its producer id and epoch nor lets another process end its
-transaction, and its transaction ends with the producer object.
+id with its producer id and epoch. A confluent-kafka producer does not fit the task's side:
+librdkafka does not tell its producer id and epoch, and what becomes of its open transaction
+when the producer is destroyed or its process exits is not part of its contract (today it is
+left open until transaction.timeout.ms).
 
 Records go as idempotent batches (the producer id, epoch and a sequence per partition from 0
 in each epoch), so a Produce retried after a lost answer is not stored twice.
