@@ -360,7 +360,11 @@ def _write_task(
 def end_transactions(options: WriteOptions, messages: list[WriterCommitMessage | None], commit: bool) -> None:
     """End the tasks' transactions: commit each (a failure raises: Spark then fails the
     batch, and the batch is replayed when the query restarts), or abort what can be."""
-    producers = [m.producer for m in messages if isinstance(m, TransactionalRows) and m.producer is not None]
+    results = [m for m in messages if isinstance(m, TransactionalRows)]
+    replayed = sum(m.replayed for m in results)
+    if replayed:
+        log.info("%d tasks found their micro-batch committed already (a replay) and wrote nothing", replayed)
+    producers = [m.producer for m in results if m.producer is not None]
     if not producers:
         return
     assert options.transactional is not None
