@@ -133,6 +133,21 @@ def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
     return out
 
 
+def _offset_commit_topics(offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str]) -> list[dict]:
+    """The `topics` of OffsetCommit and TxnOffsetCommit (same fields for a simple consumer)."""
+    by_topic: dict[str, list[dict]] = {}
+    for tp, offset in offsets.items():
+        by_topic.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": metadata.get(tp, ""),
+            }
+        )
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+
 class BrokerConnection:
     """One blocking TCP connection; one request at a time."""
 
@@ -381,22 +396,12 @@ class ProtocolClient:
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit as a "simple consumer": generation -1 and no member id, which Kafka accepts
         for a group without active members; `metadata` is each partition's metadata string."""
-        by_topic: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition_index": tp.partition,
-                    "committed_offset": offset,
-                    "committed_leader_epoch": -1,
-                    "committed_metadata": (metadata or {}).get(tp, ""),
-                }
-            )
         body = {
             "group_id": group_id,
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
-            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "topics": _offset_commit_topics(offsets, metadata or {}),
         }
         response = self.request_to(address, ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION, body)
         return {
@@ -460,23 +465,13 @@ class ProtocolClient:
     ) -> set[ErrorCode]:
         """TxnOffsetCommit at the group coordinator, as a simple consumer (generation -1, no
         member id): the offsets become the group's when the transaction commits."""
-        by_topic: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition_index": tp.partition,
-                    "committed_offset": offset,
-                    "committed_leader_epoch": -1,
-                    "committed_metadata": metadata,
-                }
-            )
         body = {
             **producer.request_fields(),
             "group_id": group_id,
             "generation_id": -1,
             "member_id": "",
             "group_instance_id": None,
-            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "topics": _offset_commit_topics(offsets, dict.fromkeys(offsets, metadata)),
         }
         response = self.request_to(address, ApiKey.TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT_VERSION, body)
         return {ErrorCode(p["error_code"]) for topic in response["topics"] for p in topic["partitions"]}
