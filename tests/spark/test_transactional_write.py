@@ -9,6 +9,7 @@ from clients.client_helpers import create_topic, fetch_batches, unique_name
 from source_helpers import produce, run_available_now, with_options
 from txn_sink_helpers import sink_progress, topic_values, wait_until_stable
 
+from loglake.record.compression import CompressionType
 from loglake.spark.protocol_client import TopicPartition
 from loglake.spark.sink import DEFAULT_TRANSACTIONAL_ID_PREFIX
 
@@ -50,11 +51,12 @@ def test_batch_write_is_transactional_when_asked(loglake_spark, broker, topic) -
     with_options(df.write, broker, {"topic": topic}).mode("append").save()
     assert not any(h.is_transactional for h in _data_batches(broker, topic, 2))  # at least once by default
 
-    options = {"topic": topic, "transactional.id.prefix": unique_name("batch")}
+    options = {"topic": topic, "transactional.id.prefix": unique_name("batch"), "kafka.compression.type": "zstd"}
     with_options(df.repartition(3).write, broker, options).mode("append").save()
     wait_until_stable(broker, topic, 2)
     transactional = [h for h in _data_batches(broker, topic, 2) if h.is_transactional]
     assert sum(h.record_count for h in transactional) == 20
+    assert {h.compression for h in transactional} == {CompressionType.ZSTD}
     assert topic_values(loglake_spark, broker, topic) == sorted([b"v%d" % i for i in range(20)] * 2)
 
 
