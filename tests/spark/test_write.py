@@ -67,7 +67,44 @@ def test_keyed_rows_without_a_partition_go_where_the_java_producer_puts_them(log
         ("value string", {}, "append", "topic: no topic option and no topic column"),
         ("value int", {"topic": "t"}, "append", "column value has type int"),
         ("value string", {"topic": "t"}, "overwrite", "never overwritten"),
-    ],
+        ("value string", {"topic": "t", "exactly.once": "maybe"}, "append", "exactly.once must be true or false"),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.linger.ms": "5"},
+            "append",
+            "kafka.linger.ms: exactly-once writes use",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "false", "transactional.id.prefix": "x"},
+            "append",
+            "transactional.id.prefix is for exactly-once",
+        ),
+        (
+            "value string",
+            {"topic": "t", "transactional.id.prefix": " "},
+            "append",
+            "transactional.id.prefix must not be empty",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.acks": "1"},
+            "append",
+            "transactions need acks=all",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.transaction.timeout.ms": "0"},
+            "append",
+            "transaction.timeout.ms must be a positive",
+        ),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "true", "kafka.compression.type": "brotli"},
+            "append",
+            "kafka.compression.type must be",
+        ),
+    ],  # fmt: skip
 )
 def test_bad_writes_fail_before_any_job(loglake_spark, broker, ddl, options, mode, message) -> None:
     df = loglake_spark.createDataFrame([], ddl)
@@ -82,14 +119,21 @@ def test_bad_writes_fail_before_any_job(loglake_spark, broker, ddl, options, mod
     assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
 
 
-def test_stream_from_topic_to_topic(loglake_spark, broker, topic, tmp_path) -> None:
+@pytest.mark.parametrize("exactly_once", ["true", "false"])
+def test_stream_from_topic_to_topic(loglake_spark, broker, topic, tmp_path, exactly_once) -> None:
     from source_helpers import produce
 
     create_topic(broker.bootstrap, f"{topic}-in", partitions=2)
     create_topic(broker.bootstrap, f"{topic}-out", partitions=1)
     produce(broker, f"{topic}-in", [{"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % 2} for i in range(20)])
     source = with_options(loglake_spark.readStream, broker, {"subscribe": f"{topic}-in", "startingOffsets": "earliest"})
-    sink = with_options(source.load().select("key", "value").writeStream, broker, {"topic": f"{topic}-out"})
+    sink = with_options(
+        source.load().select("key", "value").writeStream,
+        broker,
+        {"topic": f"{topic}-out", "exactly.once": exactly_once},
+    )
     run_available_now(sink.option("checkpointLocation", str(tmp_path / "checkpoint")))
     written = read_back(loglake_spark, broker, f"{topic}-out")
     assert sorted((r[2], r[3]) for r in written) == sorted((b"k%d" % i, b"v%d" % i) for i in range(20))
+    headers = [h for h, _ in fetch_batches(broker.bootstrap, f"{topic}-out", 0) if not h.is_control]
+    assert {h.is_transactional for h in headers} == {exactly_once == "true"}

@@ -255,13 +255,25 @@ def decode_batches(
         pos += size
 
 
-def encode_batches(rows: Sequence[RecordRow], now_ms: int, max_batch_bytes: int) -> list[bytes]:
-    """`rows` as one batch, or as several when one would exceed `max_batch_bytes`.
+def encode_batches(
+    rows: Sequence[RecordRow],
+    now_ms: int,
+    max_batch_bytes: int,
+    *,
+    compression: CompressionType = CompressionType.NONE,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+) -> list[bytes]:
+    """`rows` as one batch, or as several when one would exceed `max_batch_bytes` (each
+    piece's base sequence following on from the previous piece's, for a producer's batches).
 
     The common case encodes once; an oversized batch is halved until the pieces fit, so
     the cost of splitting is only paid by requests that need it.
     """
-    batch = encode_batch(rows, now_ms)
+    producer = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": transactional}
+    batch = encode_batch(rows, now_ms, compression=compression, base_sequence=base_sequence, **producer)
     if len(batch) <= max_batch_bytes:
         return [batch]
     if len(rows) == 1:
@@ -270,9 +282,15 @@ def encode_batches(rows: Sequence[RecordRow], now_ms: int, max_batch_bytes: int)
             f"a record batch of one record takes {len(batch)} bytes, over max.message.bytes={max_batch_bytes}",
         )
     middle = len(rows) // 2
-    return encode_batches(rows[:middle], now_ms, max_batch_bytes) + encode_batches(
-        rows[middle:], now_ms, max_batch_bytes
-    )
+    second_sequence = base_sequence if base_sequence == NO_SEQUENCE else base_sequence + middle
+    return [
+        *encode_batches(
+            rows[:middle], now_ms, max_batch_bytes, compression=compression, base_sequence=base_sequence, **producer
+        ),
+        *encode_batches(
+            rows[middle:], now_ms, max_batch_bytes, compression=compression, base_sequence=second_sequence, **producer
+        ),
+    ]
 
 
 def validate_client_records(buf: bytes | bytearray | memoryview) -> None:

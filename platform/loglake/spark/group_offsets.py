@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from loglake.errors import ErrorCode
-from loglake.spark.protocol_client import RETRIABLE_PARTITION_ERRORS, BrokerUnavailable, ProtocolClient, TopicPartition
+from loglake.spark.protocol_client import (
+    RETRIABLE_PARTITION_ERRORS,
+    BrokerUnavailable,
+    CoordinatorType,
+    ProtocolClient,
+    TopicPartition,
+)
 
 T = TypeVar("T")
 
@@ -23,27 +29,34 @@ class GroupOffsetsError(RuntimeError):
     """The coordinator refused to read or commit the group's offsets."""
 
 
-def _with_coordinator(client: ProtocolClient, group_id: str, call: Callable[[tuple[str, int]], T | None]) -> T:
-    """Run `call` against the group's coordinator until it answers without a retriable
-    error (`call` returns None for those), finding the coordinator again each time."""
+def with_coordinator(
+    client: ProtocolClient,
+    key: str,
+    call: Callable[[tuple[str, int]], T | None],
+    key_type: CoordinatorType = CoordinatorType.GROUP,
+) -> T:
+    """Run `call` against the coordinator of a group (or a transactional id) until it
+    answers without a retriable error (`call` returns None for those), finding the
+    coordinator again each time."""
+    kind = "group" if key_type is CoordinatorType.GROUP else "transactional id"
     deadline = time.monotonic() + client.timeout_s
     last = ""
     while time.monotonic() < deadline:
         try:
-            error, address = client.find_coordinator(group_id)
+            error, address = client.find_coordinator(key, key_type)
             if address is not None:
                 result = call(address)
                 if result is not None:
                     return result
                 last = "coordinator moving or loading"
             elif error not in RETRIABLE_PARTITION_ERRORS:
-                raise GroupOffsetsError(f"FindCoordinator for group {group_id!r} failed: {error.name}")
+                raise GroupOffsetsError(f"FindCoordinator for {kind} {key!r} failed: {error.name}")
             else:
                 last = error.name
         except BrokerUnavailable as exc:
             last = str(exc)
         time.sleep(_BACKOFF_S)
-    raise TimeoutError(f"group {group_id!r}: no coordinator answered within the request timeout ({last})")
+    raise TimeoutError(f"{kind} {key!r}: no coordinator answered within the request timeout ({last})")
 
 
 def committed_offsets(
@@ -54,10 +67,10 @@ def committed_offsets(
 
 
 def committed_with_metadata(
-    client: ProtocolClient, group_id: str, partitions: list[TopicPartition]
+    client: ProtocolClient, group_id: str, partitions: list[TopicPartition] | None
 ) -> dict[TopicPartition, tuple[int, str]]:
-    """The group's committed offsets of `partitions` with their metadata strings; partitions
-    without an offset are left out."""
+    """The group's committed offsets of `partitions` (None: all it has) with their metadata
+    strings; partitions without an offset are left out."""
 
     def fetch(address: tuple[str, int]) -> dict[TopicPartition, tuple[int, str]] | None:
         error, answers = client.offset_fetch_from(address, group_id, partitions)
@@ -68,7 +81,7 @@ def committed_with_metadata(
             raise GroupOffsetsError(f"OffsetFetch for group {group_id!r} failed: {sorted(e.name for e in errors)}")
         return {tp: (offset, metadata) for tp, (_, offset, metadata) in answers.items() if offset >= 0}
 
-    return _with_coordinator(client, group_id, fetch)
+    return with_coordinator(client, group_id, fetch)
 
 
 def commit_offsets(
@@ -90,4 +103,4 @@ def commit_offsets(
             raise GroupOffsetsError(f"OffsetCommit for group {group_id!r} failed: {sorted(e.name for e in errors)}")
         return True
 
-    _with_coordinator(client, group_id, commit)
+    with_coordinator(client, group_id, commit)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Self
 
 from loglake.errors import ErrorCode
@@ -28,6 +29,12 @@ FETCH_VERSION = 12
 FIND_COORDINATOR_VERSION = 3
 OFFSET_FETCH_VERSION = 7
 OFFSET_COMMIT_VERSION = 8
+PRODUCE_VERSION = 9
+INIT_PRODUCER_ID_VERSION = 4
+ADD_PARTITIONS_TO_TXN_VERSION = 3  # v4+ is for brokers only
+ADD_OFFSETS_TO_TXN_VERSION = 3
+END_TXN_VERSION = 3
+TXN_OFFSET_COMMIT_VERSION = 3
 
 # ListOffsets' special timestamps.
 LATEST_TIMESTAMP = -1
@@ -50,6 +57,13 @@ RETRIABLE_PARTITION_ERRORS = frozenset(
 )
 
 _FRAME_SIZE = struct.Struct(">i")
+
+
+class CoordinatorType(IntEnum):
+    """FindCoordinator's key types."""
+
+    GROUP = 0
+    TRANSACTION = 1
 
 
 class BrokerUnavailable(ConnectionError):
@@ -85,6 +99,24 @@ class PartitionFetch:
     aborted: list[tuple[int, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    """A transactional producer's identity: what every transactional request names, and
+    what lets any client end the transaction (EndTxn)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+    def request_fields(self) -> dict[str, Any]:
+        """The fields of AddOffsetsToTxn, EndTxn and TxnOffsetCommit that name it."""
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
+
+
 def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
     """ "host:port,host:port" as (host, port) pairs; ValueError names what is malformed."""
     out = []
@@ -99,6 +131,21 @@ def parse_bootstrap_servers(servers: str) -> list[tuple[str, int]]:
     if not out:
         raise ValueError("kafka.bootstrap.servers is empty")
     return out
+
+
+def _offset_commit_topics(offsets: Mapping[TopicPartition, int], metadata: Mapping[TopicPartition, str]) -> list[dict]:
+    """The `topics` of OffsetCommit and TxnOffsetCommit (same fields for a simple consumer)."""
+    by_topic: dict[str, list[dict]] = {}
+    for tp, offset in offsets.items():
+        by_topic.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": metadata.get(tp, ""),
+            }
+        )
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
 
 
 class BrokerConnection:
@@ -303,25 +350,29 @@ class ProtocolClient:
             [(a["producer_id"], a["first_offset"]) for a in p["aborted_transactions"] or ()] if committed else [],
         )
 
-    def find_coordinator(self, group_id: str) -> tuple[ErrorCode, tuple[str, int] | None]:
-        """The group coordinator's address (FindCoordinator, key type group)."""
-        response = self.request_any(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, {"key": group_id, "key_type": 0})
+    def find_coordinator(
+        self, key: str, key_type: CoordinatorType = CoordinatorType.GROUP
+    ) -> tuple[ErrorCode, tuple[str, int] | None]:
+        """The address of the coordinator of a group id or a transactional id."""
+        body = {"key": key, "key_type": key_type}
+        response = self.request_any(ApiKey.FIND_COORDINATOR, FIND_COORDINATOR_VERSION, body)
         error = ErrorCode(response["error_code"])
         if error != ErrorCode.NONE:
             return error, None
         return error, (response["host"], response["port"])
 
     def offset_fetch_from(
-        self, address: tuple[str, int], group_id: str, partitions: list[TopicPartition]
+        self, address: tuple[str, int], group_id: str, partitions: list[TopicPartition] | None
     ) -> tuple[ErrorCode, dict[TopicPartition, tuple[ErrorCode, int, str]]]:
-        """A group's committed offsets (-1: none) and their metadata strings of `partitions`,
-        and the group-level error."""
+        """A group's committed offsets (-1: none) and their metadata strings of `partitions`
+        (None: every partition the group has an offset for), and the group-level error."""
         by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
+        for tp in partitions or ():
             by_topic.setdefault(tp.topic, []).append(tp.partition)
+        topics = [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()]
         body = {
             "group_id": group_id,
-            "topics": [{"name": name, "partition_indexes": parts} for name, parts in by_topic.items()],
+            "topics": None if partitions is None else topics,
             "require_stable": True,
         }
         response = self.request_to(address, ApiKey.OFFSET_FETCH, OFFSET_FETCH_VERSION, body)
@@ -345,26 +396,103 @@ class ProtocolClient:
     ) -> dict[TopicPartition, ErrorCode]:
         """Commit as a "simple consumer": generation -1 and no member id, which Kafka accepts
         for a group without active members; `metadata` is each partition's metadata string."""
-        by_topic: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
-            by_topic.setdefault(tp.topic, []).append(
-                {
-                    "partition_index": tp.partition,
-                    "committed_offset": offset,
-                    "committed_leader_epoch": -1,
-                    "committed_metadata": (metadata or {}).get(tp, ""),
-                }
-            )
         body = {
             "group_id": group_id,
             "generation_id_or_member_epoch": -1,
             "member_id": "",
             "group_instance_id": None,
-            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "topics": _offset_commit_topics(offsets, metadata or {}),
         }
         response = self.request_to(address, ApiKey.OFFSET_COMMIT, OFFSET_COMMIT_VERSION, body)
         return {
             TopicPartition(topic["name"], p["partition_index"]): ErrorCode(p["error_code"])
             for topic in response["topics"]
             for p in topic["partitions"]
+        }
+
+    def init_producer_id_from(
+        self, address: tuple[str, int], transactional_id: str, transaction_timeout_ms: int
+    ) -> tuple[ErrorCode, ProducerIdAndEpoch]:
+        """InitProducerId of a transactional id at its coordinator: its producer id with the
+        epoch bumped, any open transaction of the previous epoch aborted."""
+        body = {
+            "transactional_id": transactional_id,
+            "transaction_timeout_ms": transaction_timeout_ms,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+        response = self.request_to(address, ApiKey.INIT_PRODUCER_ID, INIT_PRODUCER_ID_VERSION, body)
+        producer = ProducerIdAndEpoch(transactional_id, response["producer_id"], response["producer_epoch"])
+        return ErrorCode(response["error_code"]), producer
+
+    def add_partitions_to_txn_to(
+        self, address: tuple[str, int], producer: ProducerIdAndEpoch, partitions: Collection[TopicPartition]
+    ) -> set[ErrorCode]:
+        """AddPartitionsToTxn at the transaction coordinator; the errors answered."""
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        body = {
+            "v3_and_below_transactional_id": producer.transactional_id,
+            "v3_and_below_producer_id": producer.producer_id,
+            "v3_and_below_producer_epoch": producer.producer_epoch,
+            "v3_and_below_topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+        response = self.request_to(address, ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_TO_TXN_VERSION, body)
+        return {
+            ErrorCode(p["partition_error_code"])
+            for topic in response["results_by_topic_v3_and_below"]
+            for p in topic["results_by_partition"]
+        }
+
+    def add_offsets_to_txn_to(self, address: tuple[str, int], producer: ProducerIdAndEpoch, group_id: str) -> ErrorCode:
+        body = {**producer.request_fields(), "group_id": group_id}
+        response = self.request_to(address, ApiKey.ADD_OFFSETS_TO_TXN, ADD_OFFSETS_TO_TXN_VERSION, body)
+        return ErrorCode(response["error_code"])
+
+    def end_txn_to(self, address: tuple[str, int], producer: ProducerIdAndEpoch, commit: bool) -> ErrorCode:
+        body = {**producer.request_fields(), "committed": commit}
+        response = self.request_to(address, ApiKey.END_TXN, END_TXN_VERSION, body)
+        return ErrorCode(response["error_code"])
+
+    def txn_offset_commit_to(
+        self,
+        address: tuple[str, int],
+        producer: ProducerIdAndEpoch,
+        group_id: str,
+        offsets: dict[TopicPartition, int],
+        metadata: str,
+    ) -> set[ErrorCode]:
+        """TxnOffsetCommit at the group coordinator, as a simple consumer (generation -1, no
+        member id): the offsets become the group's when the transaction commits."""
+        body = {
+            **producer.request_fields(),
+            "group_id": group_id,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": _offset_commit_topics(offsets, dict.fromkeys(offsets, metadata)),
+        }
+        response = self.request_to(address, ApiKey.TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT_VERSION, body)
+        return {ErrorCode(p["error_code"]) for topic in response["topics"] for p in topic["partitions"]}
+
+    def produce_to(
+        self, address: tuple[str, int], transactional_id: str | None, batches: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, tuple[ErrorCode, int]]:
+        """Produce one record batch per partition to their leader with acks=all: (error, base
+        offset) per partition."""
+        by_topic: dict[str, list[dict]] = {}
+        for tp, records in batches.items():
+            by_topic.setdefault(tp.topic, []).append({"index": tp.partition, "records": records})
+        body = {
+            "transactional_id": transactional_id,
+            "acks": -1,
+            "timeout_ms": int(self.timeout_s * 1000),
+            "topic_data": [{"name": name, "partition_data": parts} for name, parts in by_topic.items()],
+        }
+        response = self.request_to(address, ApiKey.PRODUCE, PRODUCE_VERSION, body)
+        return {
+            TopicPartition(topic["name"], p["index"]): (ErrorCode(p["error_code"]), p["base_offset"])
+            for topic in response["responses"]
+            for p in topic["partition_responses"]
         }

@@ -112,7 +112,7 @@ class TopicTarget:
         from pyspark.sql import functions as F
 
         options = parse_write_options(
-            {"kafka.bootstrap.servers": self.bootstrap_servers, "topic": self.topic}, output.schema
+            {"kafka.bootstrap.servers": self.bootstrap_servers, "topic": self.topic}, output.schema, streaming=False
         )
         columns = [c for c in _SINK_COLUMNS if c in output.columns]
         # Numbered in the order of all the columns: the same input gives the same numbers

@@ -65,7 +65,7 @@ class LoglakeDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise OptionError("mode: a topic is appended to, never overwritten (use mode append)")
-        return LoglakeBatchWriter(parse_write_options(self.options, schema))
+        return LoglakeBatchWriter(parse_write_options(self.options, schema, streaming=False))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return LoglakeStreamWriter(parse_write_options(self.options, schema))
+        return LoglakeStreamWriter(parse_write_options(self.options, schema, streaming=True))
