@@ -23,11 +23,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def loglake_cluster() -> Iterator[str]:
+def loglake_cluster(overrides: dict[str, str] | None = None) -> Iterator[str]:
     """A standalone loglake broker process; yields its bootstrap address."""
+    with loglake_broker(overrides) as broker:
+        yield broker.bootstrap
+
+
+@contextlib.contextmanager
+def loglake_broker(overrides: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
+    """A standalone loglake broker process (`overrides`: its properties)."""
     with tempfile.TemporaryDirectory(prefix="loglake-bench-") as tmp:
-        with BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties") as broker:
-            yield broker.bootstrap
+        with BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties", overrides=overrides) as broker:
+            yield broker
 
 
 @contextlib.contextmanager

@@ -20,8 +20,9 @@ VALUE_BYTES = 100
 PARTITIONS = 6
 
 
-def produce(bootstrap: str, topic: str, records: int, acks: str) -> float:
-    """Seconds to produce and have acknowledged `records` records."""
+def produce(bootstrap: str, topic: str, records: int, acks: str, **config: object) -> float:
+    """Seconds to produce and have acknowledged `records` records (`config`: producer
+    settings over the large-batch ones)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -32,6 +33,7 @@ def produce(bootstrap: str, topic: str, records: int, acks: str) -> float:
             "queue.buffering.max.messages": 1_000_000,
             "queue.buffering.max.kbytes": 1_048_576,
             "compression.type": "none",
+            **config,
         }
     )
     errors: list[str] = []

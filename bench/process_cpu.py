@@ -29,6 +29,14 @@ def _stat(pid: int) -> tuple[int, str, float] | None:
     return int(fields[1]), name, sum(int(f) for f in fields[11:15]) / _TICKS
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds so far of one process (and its reaped children)."""
+    stat = _stat(pid)
+    if stat is None:
+        raise ProcessLookupError(pid)
+    return stat[2]
+
+
 def cpu_by_kind() -> Counter[str]:
     """CPU seconds so far of this process (`driver`) and its descendants: `broker`
     (`python -m ingest_gateway`), `jvm`, `python workers` (Python under the JVM), `other`."""

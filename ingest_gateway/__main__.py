@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -13,6 +12,10 @@ from pathlib import Path
 import uvloop
 
 from ingest_gateway.broker import Broker
+from ingest_gateway.broker_logging import configure_logging
+from ingest_gateway.metrics import MetricsConfig
+from loglake.broker_configs import BROKER_CONFIG_KEYS
+from loglake.cli import LOG_LEVELS
 from loglake.config import BrokerConfig, parse_overrides
 from loglake.storage.meta_properties import InconsistentMetaPropertiesError
 
@@ -21,7 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="ingest_gateway", description="Run a loglake broker in the foreground.")
     parser.add_argument("--config", help="server.properties file")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE", help="override a property")
-    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="default INFO")
     return parser.parse_args(argv)
 
 
@@ -40,12 +43,15 @@ async def run(config: BrokerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = BrokerConfig.load(args.config, parse_overrides(args.override))
+        MetricsConfig.from_properties(config.raw)  # refused here rather than half-way through start-up
+        log_format = config.raw.get("log.format", "text")
+        BROKER_CONFIG_KEYS["log.format"].parse(log_format)
     except (OSError, ValueError) as exc:
         print(f"loglake: bad configuration: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level, log_format, config.broker_id)
     profile_path = os.environ.get("LOGLAKE_PROFILE")
     if profile_path:
         # bench/http_produce.py --profile: where the broker spends its time.

@@ -25,6 +25,7 @@ from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.log_dir_apis import register_log_dir_apis
+from ingest_gateway.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
 from ingest_gateway.txn_apis import BrokerMarkerChannel, MarkerWriter, register_txn_apis
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
@@ -116,6 +117,12 @@ class Broker:
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
+        metrics_config = MetricsConfig.from_properties(config.raw)
+        self.metrics = BrokerMetrics(self, metrics_config) if metrics_config.enabled else None
+        if self.metrics is not None:
+            self.replica_manager.metrics = self.metrics
+            self.log_manager.flush_observer = self.metrics.observe_flush
+        self._request_logging = metrics_config.request_logging
         self.kafka_apis = KafkaApis(self)
         self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
@@ -229,7 +236,11 @@ class Broker:
         )
         for listener in self.config.listeners:
             server = KafkaServer(
-                listener.host, listener.port, self.kafka_apis.handle, self.config.socket_request_max_bytes
+                listener.host,
+                listener.port,
+                self.kafka_apis.handle,
+                self.config.socket_request_max_bytes,
+                self.metrics,
             )
             await server.start()
             self._kafka_servers.append(server)
@@ -237,7 +248,16 @@ class Broker:
         app = create_app(self)
         for listener in self.config.http_listeners:
             server = uvicorn.Server(
-                uvicorn.Config(app, host=listener.host, port=listener.port, log_level="warning", lifespan="off")
+                uvicorn.Config(
+                    app,
+                    host=listener.host,
+                    port=listener.port,
+                    # request.logging.enable: uvicorn's access log, one line per HTTP request.
+                    log_level="info" if self._request_logging else "warning",
+                    access_log=self._request_logging,
+                    log_config=None,  # the broker's logging (text or JSON) formats uvicorn's lines too
+                    lifespan="off",
+                )
             )
             self._servers.append(server)
             self.track_background(asyncio.create_task(server.serve()))

@@ -32,6 +32,7 @@ from ingest_gateway.fetch_session import (
     PartitionResponse,
     TopicIdPartition,
 )
+from ingest_gateway.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ class FetchApis:
             else:
                 readable.append((tp, request))
         max_bytes = body["max_bytes"] or NO_MAX_BYTES
+        metrics = self.broker.metrics
+        if replica_id >= 0 and metrics is not None:
+            label_request(FETCH_FOLLOWER)
         if not readable:
             answers: Answers = []
         elif replica_id >= 0:
@@ -159,6 +163,11 @@ class FetchApis:
             answers = await self._fetch_for_consumer(
                 readable, body["max_wait_ms"], body["min_bytes"], max_bytes, read_committed
             )
+            if metrics is not None:
+                # BytesOutPerSec counts what consumers are sent (replication is not in it).
+                for tp, entry in answers:
+                    if entry["records"]:
+                        metrics.record_bytes_out(tp.topic, entry["records"].size)  # type: ignore[arg-type]
         result = context.respond(answers + erroneous)
         response: Body = {
             "throttle_time_ms": 0,

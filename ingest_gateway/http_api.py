@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from ingest_gateway.http_groups import group_routes
 from ingest_gateway.http_tiering import tiering_routes
@@ -98,6 +99,13 @@ def create_app(broker: Broker) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "broker_id": broker.config.broker_id}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text exposition of this broker's metrics (docs/operations.md)."""
+        if broker.metrics is None:
+            return error_response(404, "metrics are disabled on this broker (metrics.enabled=false)")
+        return Response(broker.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/cluster")
     async def cluster_status() -> dict[str, Any]:
@@ -297,7 +305,9 @@ def create_app(broker: Broker) -> FastAPI:
             await broker.replica_manager.wait_for_change([(topic, partition)], remaining)
         if visible_end(p, read_committed) <= offset:
             return JSONBytesResponse([])
-        records, _ = read_records(p, offset, max_bytes, read_committed)
+        records, size = read_records(p, offset, max_bytes, read_committed)
+        if broker.metrics is not None:
+            broker.metrics.record_bytes_out(topic, size)
         out = render_records(topic, partition, records, fmt)
         return JSONBytesResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
 

@@ -139,6 +139,8 @@ class KafkaApis:
         response = await self._handlers[key](header, body)
         if response is None:
             return None
+        if self.broker.metrics is not None:
+            self.broker.metrics.count_errors(key, response)
         return encode_response(key, version, header.correlation_id, response)
 
     def _api_keys(self) -> list[Body]:

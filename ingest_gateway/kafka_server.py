@@ -13,9 +13,14 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from loglake.protocol import Chunk, ProtocolDecodeError, read_frame_size
+
+if TYPE_CHECKING:
+    from ingest_gateway.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +40,18 @@ class CloseConnection(Exception):
 
 
 class KafkaServer:
-    def __init__(self, host: str, port: int, handler: RequestHandler, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: RequestHandler,
+        max_request_bytes: int,
+        metrics: BrokerMetrics | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self._handler = handler
+        self._metrics = metrics
         self._max_request_bytes = max_request_bytes
         self._listener: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
@@ -73,19 +86,30 @@ class KafkaServer:
     async def _serve(self, conn: socket.socket, peer: str) -> None:
         loop = asyncio.get_running_loop()
         buffer = bytearray()
+        metrics = self._metrics
+        # When the last bytes came in: a request already whole in the buffer (pipelined)
+        # arrived then, and waits in the buffer as in Kafka's request queue.
+        received = time.perf_counter()
         try:
             while True:
                 while len(buffer) < 4:
                     buffer += await _receive(loop, conn)
+                    received = time.perf_counter()
                 size = _frame_size(buffer, self._max_request_bytes)
                 while len(buffer) < 4 + size:
                     buffer += await _receive(loop, conn)
+                    received = time.perf_counter()
                 with memoryview(buffer) as view:
                     payload = memoryview(bytes(view[4 : 4 + size]))
                 del buffer[: 4 + size]
+                timing = None if metrics is None else metrics.begin_request(received)
                 chunks = await self._handler(payload, peer)
+                if timing is not None:
+                    timing.handled = time.perf_counter()
                 if chunks:
                     await _send_chunks(loop, conn, chunks)
+                if timing is not None:
+                    metrics.end_request(payload, timing, peer)  # type: ignore[union-attr]
         except ConnectionClosed:
             pass
         except CloseConnection as exc:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ingest_gateway.metrics import BrokerMetrics, add_remote_time
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
 from loglake.config import LogConfig
@@ -117,6 +119,11 @@ class ReplicaManager:
         # Told of each partition this broker starts hosting (a move of its log to another
         # log dir, interrupted by a restart, resumes this way).
         self.hosted_listeners: list[Callable[[Partition], None]] = []
+        # ISR changes this broker wrote as leader (the metrics read them at scrape time).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        # Bytes and records appended per topic go here (None: metrics.enabled=false).
+        self.metrics: BrokerMetrics | None = None
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
         return None if self.endpoint_of is None else self.endpoint_of(broker_id)
@@ -266,6 +273,7 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         pending: dict[TopicPartition, tuple[int, int]] = {}
         log_end_waiters = self._log_end_waiters
+        metrics = self.metrics
         for key, records in entries.items():
             try:
                 partition = self.leader_partition(*key)
@@ -274,6 +282,8 @@ class ReplicaManager:
                 results[key] = ProduceResult(error=exc)
                 continue
             results[key] = ProduceResult(info.first_offset, info.log_append_time_ms, partition.log_start_offset)
+            if metrics is not None and not info.duplicate:
+                metrics.record_append(key[0], len(records), info.last_offset - info.first_offset + 1)
             if log_end_waiters and key in log_end_waiters:
                 self._wake_log_end(key)
             if required_acks == ACKS_ALL:
@@ -436,6 +446,10 @@ class ReplicaManager:
         applied = partition.complete_isr_update(proposed, written)
         key = (partition.topic, partition.partition)
         if applied:
+            if len(partition.isr) < len(old_isr):
+                self.isr_shrinks += 1
+            elif len(partition.isr) > len(old_isr):
+                self.isr_expands += 1
             log.info(
                 "broker %d: ISR of %s-%d changed from %s to %s",
                 self.broker_id,
@@ -525,11 +539,13 @@ class ReplicaManager:
         for registry in registries:
             for key in keys:
                 registry[key].append(fut)
+        started = time.perf_counter()
         try:
             await asyncio.wait_for(fut, timeout_s)
         except asyncio.TimeoutError:
             pass
         finally:
+            add_remote_time(time.perf_counter() - started)
             for registry in registries:
                 for key in keys:
                     waiters = registry.get(key)

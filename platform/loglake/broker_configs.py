@@ -22,6 +22,7 @@ from loglake.config_defs import (
     ConfigType,
     ConfigValueError,
     at_least,
+    one_of,
     to_config_string,
 )
 from loglake.errors import ErrorCode, KafkaError
@@ -71,6 +72,10 @@ _STATIC_KEYS = (
     ConfigKey("log.flush.scheduler.interval.ms", _T.LONG, 1000, "How often logs are checked for a due flush."),
     ConfigKey("log.retention.check.interval.ms", _T.LONG, 300000, "How often logs are checked for deletion."),
     ConfigKey("socket.request.max.bytes", _T.INT, 104857600, "Largest request the broker reads."),
+    ConfigKey("metrics.enabled", _T.BOOLEAN, True, "Record metrics and serve them at /metrics."),
+    ConfigKey("metrics.per.partition.enabled", _T.BOOLEAN, True, "Export each partition's log size and offsets."),
+    ConfigKey("request.logging.enable", _T.BOOLEAN, False, "Log every Kafka request with its times."),
+    ConfigKey("log.format", _T.STRING, "text", "The broker's log lines: text or json.", one_of("text", "json")),
 )
 
 _BY_NAME_STATIC = {k.name: k for k in _STATIC_KEYS}

@@ -43,6 +43,8 @@ def _check(resp: httpx.Response) -> Any:
 
 # broker ------------------------------------------------------------------------------------
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 
 def cmd_broker_start(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "ingest_gateway"]
@@ -50,6 +52,7 @@ def cmd_broker_start(args: argparse.Namespace) -> int:
         argv += ["--config", args.config]
     for item in args.override:
         argv += ["--override", item]
+    argv += ["--log-level", args.log_level]
     os.execv(sys.executable, argv)
     return 0  # not reached
 
@@ -385,6 +388,13 @@ def build_parser() -> argparse.ArgumentParser:
     start = broker.add_parser("start", help="run a broker in the foreground")
     start.add_argument("--config", help="server.properties")
     start.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    start.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        help="the broker's log level (default INFO)",
+    )
     start.set_defaults(func=cmd_broker_start)
 
     topics = sub.add_parser("topics", help="create, list, describe, alter, delete topics").add_subparsers(

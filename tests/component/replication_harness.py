@@ -55,6 +55,7 @@ class Node:
             image=MetadataImage(topics=cluster.topics),
             config=BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False),
             topic_config=lambda name: LogConfig.from_properties(cluster.topics[name].config),
+            metrics=None,  # metrics.enabled=false: the hooks are skipped
         )
         self.apis = KafkaApis(self.broker)  # type: ignore[arg-type]
         self.server = KafkaServer("127.0.0.1", 0, self.apis.handle, 100 * 1024 * 1024)

@@ -4,6 +4,7 @@ after the broker goes away, and timeouts that close the connection."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,7 +17,9 @@ API_VERSIONS = {"client_software_name": "test", "client_software_version": "1"}
 
 
 async def serve(port: int = 0) -> KafkaServer:
-    server = KafkaServer("127.0.0.1", port, KafkaApis(None).handle, 1 << 20)  # type: ignore[arg-type]
+    # ApiVersions needs no broker; without metrics (metrics.enabled=false).
+    apis = KafkaApis(SimpleNamespace(metrics=None))  # type: ignore[arg-type]
+    server = KafkaServer("127.0.0.1", port, apis.handle, 1 << 20)
     await server.start()
     return server
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -38,6 +38,21 @@ class BrokerChannel(Protocol):
     ) -> None: ...
 
     def send_update_metadata(self, controller_epoch: int) -> None: ...
+
+
+@dataclass
+class ControllerStats:
+    """Leader elections this broker made as controller (Kafka's ControllerStats), read by
+    the broker's metrics at scrape time. An unclean one chose a leader outside the ISR."""
+
+    leader_elections: int = 0
+    unclean_leader_elections: int = 0
+
+    def count(self, old: PartitionState, new: PartitionState) -> None:
+        if new.leader >= 0 and new.leader != old.leader:
+            self.leader_elections += 1
+            if new.leader not in old.isr:
+                self.unclean_leader_elections += 1
 
 
 class Controller:
@@ -67,6 +82,7 @@ class Controller:
         # The live brokers as the broker events gave them: id -> broker epoch.
         self._broker_epochs: dict[int, int] = {}
         self._known_topics: set[str] = set()
+        self.stats = ControllerStats()
 
     @property
     def _live(self) -> set[int]:
@@ -387,6 +403,7 @@ class Controller:
                         raise KafkaError(
                             _ELECTION_FAILED[election_type], "the partition state changed during the election; retry"
                         )
+                    self.stats.count(state, new)
                     results[(name, p)] = None
                     changed.setdefault(name, []).append(p)
                 except KafkaError as exc:
@@ -550,6 +567,7 @@ class Controller:
                 # Offline: no leader, but the ISR is kept so that one of them must return.
                 new = PartitionState(-1, state.leader_epoch + 1, state.isr, epoch)
             if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
+                self.stats.count(state, new)
                 changed.append(p)
         return changed
 

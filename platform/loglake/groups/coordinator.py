@@ -39,7 +39,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Collection, Coroutine, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Collection, Coroutine, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
 from loglake.internal_topics import (
@@ -578,6 +578,13 @@ class GroupCoordinator:
             if not wanted or g.state.value.lower() in wanted
         )
         return ListGroupsResult(error, groups)
+
+    def committed_offsets(self) -> Iterator[tuple[str, TopicPartition, int]]:
+        """(group id, partition, committed offset) of every group this coordinator owns
+        (the broker's consumer-lag metrics, read at scrape time)."""
+        for group_id, group in list(self._groups.items()):
+            for tp, committed in list(group.offsets.items()):
+                yield group_id, tp, committed.offset
 
     async def describe_groups(self, group_ids: Sequence[str]) -> list[GroupDescription]:
         """DescribeGroups, one description per id in order."""

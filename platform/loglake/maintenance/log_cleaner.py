@@ -65,6 +65,7 @@ class CleanerCounters:
     failures: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
+    seconds: float = 0.0
 
 
 class LogCleaner:
@@ -163,6 +164,7 @@ class LogCleaner:
             self.counters.cleanings += 1
             self.counters.bytes_read += stats.bytes_read
             self.counters.bytes_written += stats.bytes_written
+            self.counters.seconds += stats.elapsed_s
         mb = 1024 * 1024
         elapsed = max(stats.elapsed_s, 1e-6)
         logger.info(

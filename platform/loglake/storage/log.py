@@ -26,6 +26,7 @@ import re
 import shutil
 import struct
 import threading
+import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
@@ -156,6 +157,8 @@ class Log:
         self._dir_dirty = False  # segment files were created since the directory was fsynced
         self._last_flush_ms = now_ms()
         self._pending_flushes: list[Future[None]] = []
+        # Told each flush's seconds (the broker's flush-time histogram); set by the LogManager.
+        self.on_flush: Callable[[float], None] | None = None
         self._producers = ProducerStateManager(dir)  # loaded by open()
         # The producer state's first unstable offset, published for lock-free readers.
         self._first_unstable: int | None = None
@@ -828,11 +831,14 @@ class Log:
             dir_dirty, self._dir_dirty = self._dir_dirty, False
             truncations = self._truncations
         # fsync without the lock: appends continue meanwhile.
+        started = time.monotonic()
         if target > recovery_point:
             for segment in dirty:
                 segment.flush()
         if dir_dirty:
             fsync_dir(self._dir)
+        if self.on_flush is not None and (target > recovery_point or dir_dirty):
+            self.on_flush(time.monotonic() - started)
         with self._lock:
             if truncations == self._truncations and target > self._recovery_point:
                 self._recovery_point = target

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -82,13 +83,20 @@ class LogManager:
         self._deletion_bounds_of: Callable[[str, int], tuple[int, int] | None] = lambda topic, partition: None
         self._checkpoint_lock = threading.Lock()
         self.scheduler = scheduler or Scheduler()
+        # Told each log flush's seconds (the broker's metrics); None: not measured.
+        self.flush_observer: Callable[[float], None] | None = None
+        # Segments deleted by retention since start-up.
+        self.segments_deleted = 0
         self.cluster_id = self._check_meta_properties(cluster_id)
+        started = time.monotonic()
         for log_dir in self.live_dirs:
             try:
                 self._load_dir(log_dir)
             except OSError:
                 self._take_offline(log_dir)
         self._promote_orphan_futures()
+        # How long loading (and, after an unclean shutdown, recovering) the logs took.
+        self.recovery_seconds = time.monotonic() - started
 
     @property
     def live_dirs(self) -> list[Path]:
@@ -156,13 +164,15 @@ class LogManager:
                 continue
             if key in logs:
                 raise RuntimeError(f"{key[0]}-{key[1]} is in two log dirs: {logs[key].dir} and {child}")
-            logs[key] = Log.open(
-                child,
-                self.default_config,
-                recovery_point=recovery_points.get(key, 0),
-                log_start_offset=start_offsets.get(key, 0),
-                had_clean_shutdown=clean,
-                scheduler=self.scheduler,
+            logs[key] = self._observed(
+                Log.open(
+                    child,
+                    self.default_config,
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=start_offsets.get(key, 0),
+                    had_clean_shutdown=clean,
+                    scheduler=self.scheduler,
+                )
             )
         logger.info("loaded %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
         marker.unlink(missing_ok=True)
@@ -202,9 +212,20 @@ class LogManager:
             log_dir = self._preferred_dirs.pop((topic, partition), None)
             if log_dir is None or log_dir in self.offline_dirs:
                 log_dir = self._next_log_dir()
-            log = Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, scheduler=self.scheduler)
+            log = self._observed(
+                Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, scheduler=self.scheduler)
+            )
             self._logs[(topic, partition)] = log
             return log
+
+    def _observed(self, log: Log) -> Log:
+        log.on_flush = self._on_flush
+        return log
+
+    def _on_flush(self, seconds: float) -> None:
+        observer = self.flush_observer
+        if observer is not None:
+            observer(seconds)
 
     def _next_log_dir(self) -> Path:
         """The live log dir with the fewest logs, future logs included (as Kafka counts)."""
@@ -275,8 +296,14 @@ class LogManager:
             if current.dir.parent == log_dir:
                 return None
             start = current.segments[0].base_offset
-            future = Log.open(
-                log_dir / future_log_dir_name(topic, partition), current.config, start, start, scheduler=self.scheduler
+            future = self._observed(
+                Log.open(
+                    log_dir / future_log_dir_name(topic, partition),
+                    current.config,
+                    start,
+                    start,
+                    scheduler=self.scheduler,
+                )
             )
             self._future_logs[key] = future
             return future
@@ -371,6 +398,7 @@ class LogManager:
                 # must not stop retention of the others.
                 logger.exception("retention of %s failed", log.dir.name)
         if deleted:
+            self.segments_deleted += deleted
             logger.info("retention deleted %d segments", deleted)
             self.checkpoint_log_start_offsets()
         return deleted

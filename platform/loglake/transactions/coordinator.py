@@ -48,6 +48,16 @@ log = logging.getLogger(__name__)
 
 _MARKER_RETRY_BACKOFF_S = 0.1
 _PREPARED = {TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT}
+_OPEN_STATES = {TransactionState.ONGOING, *_PREPARED}
+
+
+@dataclass
+class TransactionCounters:
+    """Transactions this coordinator completed or timed out since start-up (its metrics)."""
+
+    committed: int = 0
+    aborted: int = 0
+    timed_out: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class TransactionCoordinator:
         self._coordinator_epochs: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._expiry_task: asyncio.Task[None] | None = None
+        self.counters = TransactionCounters()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -289,7 +300,12 @@ class TransactionCoordinator:
         ]
         for txn in expired:
             await self._fence_and_abort(txn)
+        self.counters.timed_out += len(expired)
         return len(expired)
+
+    def ongoing_count(self) -> int:
+        """Transactions of the partitions this coordinator owns that are open or ending."""
+        return sum(1 for t in self._txns.values() if t.state in _OPEN_STATES)
 
     def describe_transactions(self, transactional_ids: Collection[str]) -> list[TransactionDescription]:
         out = []
@@ -396,6 +412,10 @@ class TransactionCoordinator:
         target = TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT
         while self._txns.get(txn.transactional_id) is txn and txn.state is not target:
             if await self._transition(txn, target, partitions=set()) is ErrorCode.NONE:
+                if commit:
+                    self.counters.committed += 1
+                else:
+                    self.counters.aborted += 1
                 return
             if partition not in self._partitions.owned:
                 return
