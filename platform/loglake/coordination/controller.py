@@ -329,6 +329,7 @@ class Controller:
             isr = tuple(r for r in state.isr if r in final)
             new_state = PartitionState(leader, state.leader_epoch + 1, isr, epoch)
             if self._store.update_partition_state(topic.name, p, new_state, state.version) is not None:
+                self.stats.count(state, new_state)
                 break
             # The leader changed the ISR meanwhile: decide again on the new state.
         finished = replace(
