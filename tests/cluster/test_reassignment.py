@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from cluster_helpers import call, create_topic, read_all
+from cluster_helpers import FAST, call, create_topic, read_all
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -59,7 +59,7 @@ def settled(cluster: LocalCluster, topic: str, partition: int, replicas: list[in
         timeout,
     )
     deadline = time.monotonic() + timeout
-    while (topic, partition) in ongoing(cluster.brokers[1].bootstrap):
+    while (topic, partition) in ongoing(cluster.brokers[cluster.live()[0]].bootstrap):
         assert time.monotonic() < deadline, "the reassignment did not complete"
         time.sleep(0.1)
 
@@ -70,10 +70,17 @@ class SteadyProducer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
         self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        self.failed: list[str] = []
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "error_cb": lambda err: self.failed.append(str(err)),
+            }
+        )
         self.sent = 0
         self.delivered = 0
-        self.failed: list[str] = []
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -184,3 +191,37 @@ def test_a_reassignment_written_to_zookeeper_is_carried_out(cluster: LocalCluste
     finally:
         zk.stop()
         zk.close()
+
+
+def test_a_reassignment_survives_the_controller_and_a_target_replica_killed(tmp_path, zk_connect: str) -> None:
+    # Sessions long enough that a paused broker stays registered while the reassignment starts.
+    overrides = {**FAST, "zookeeper.session.timeout.ms": "10000"}
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        controller = cluster.status()["controller"]["broker_id"]
+        staying, joining = [b for b in (1, 2, 3) if b != controller]
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topic = NewTopic("survivor", 1, replica_assignment=[[controller, staying]], config={"min.insync.replicas": "1"})
+        for future in admin.create_topics([topic]).values():
+            future.result(30)
+        cluster.wait_for(lambda s: any(p["topic"] == "survivor" and len(p["isr"]) == 2 for p in s["partitions"]))
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+        for i in range(1000):
+            producer.produce("survivor", b"%04d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+        # The joining replica cannot fetch (stopped), so the reassignment stays in progress
+        # while its controller is killed, and then the joining replica too.
+        cluster.pause(joining)
+        bootstrap = cluster.brokers[staying].bootstrap
+        assert reassign(bootstrap, {("survivor", 0): [staying, joining]}) == {("survivor", 0): 0}
+        assert ongoing(bootstrap) == {("survivor", 0): ([staying, joining, controller], [joining], [controller])}
+        cluster.kill(controller)
+        cluster.kill(joining)
+        cluster.wait_for(lambda s: s["controller"]["broker_id"] == staying, exclude=(controller, joining))
+        assert ongoing(bootstrap) == {("survivor", 0): ([staying, joining, controller], [joining], [controller])}
+
+        cluster.restart(joining)
+        settled(cluster, "survivor", 0, [staying, joining])
+        assert cluster.partition("survivor", 0)["leader"] in (staying, joining)
+        records = read_all(cluster.bootstrap, "survivor", 1, 1000)[0]
+        assert records == [b"%04d" % i for i in range(1000)]
