@@ -1,7 +1,9 @@
-"""Cluster administration APIs of the Kafka protocol: ElectLeaders and DescribeCluster.
+"""Cluster administration APIs of the Kafka protocol: ElectLeaders, DescribeCluster and
+the partition reassignments (KIP-455).
 
-ElectLeaders runs on the controller (a broker that is not the controller forwards it);
-DescribeCluster answers from this broker's metadata image, as Kafka's brokers do.
+ElectLeaders and AlterPartitionReassignments run on the controller (a broker that is not
+the controller forwards them); DescribeCluster answers from this broker's metadata image,
+as Kafka's brokers do, and ListPartitionReassignments from the metadata store.
 """
 
 from __future__ import annotations
@@ -44,6 +46,49 @@ class AdminApis:
             # As Kafka: an election over all partitions reports only those it acted on.
             results = {tp: e for tp, e in results.items() if e is None or e.code != ErrorCode.ELECTION_NOT_NEEDED}
         return _election_response(ErrorCode.NONE, results)
+
+    async def alter_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
+        targets = {
+            (t["name"], p["partition_index"]): None if p["replicas"] is None else tuple(p["replicas"])
+            for t in body["topics"]
+            for p in t["partitions"]
+        }
+        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None}
+        try:
+            results = await self.broker.alter_partition_reassignments(targets)
+        except KafkaError as exc:
+            return response | {"error_code": exc.code, "error_message": exc.message, "responses": []}
+        by_topic: dict[str, list[Body]] = {}
+        for (topic, p), error in results.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": p,
+                    "error_code": ErrorCode.NONE if error is None else error.code,
+                    "error_message": None if error is None else error.message,
+                }
+            )
+        return response | {"responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    async def list_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
+        requested = body["topics"]
+        partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
+        ongoing = self.broker.controller.list_partition_reassignments(partitions)
+        by_topic: dict[str, list[Body]] = {}
+        for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": p,
+                    "replicas": list(replicas),
+                    "adding_replicas": list(adding),
+                    "removing_replicas": list(removing),
+                }
+            )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "error_message": None,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
 
     async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
         image = self.broker.image
@@ -91,3 +136,8 @@ def register_admin_apis(apis: KafkaApis, broker: Broker) -> None:
     admin = AdminApis(broker)
     apis.register(ApiKey.ELECT_LEADERS, release_versions(ApiKey.ELECT_LEADERS), admin.elect_leaders)
     apis.register(ApiKey.DESCRIBE_CLUSTER, release_versions(ApiKey.DESCRIBE_CLUSTER), admin.describe_cluster)
+    for key, handler in (
+        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, admin.alter_partition_reassignments),
+        (ApiKey.LIST_PARTITION_REASSIGNMENTS, admin.list_partition_reassignments),
+    ):
+        apis.register(key, release_versions(key), handler)

@@ -179,6 +179,8 @@ class Broker:
         self.store.watch_brokers(lambda live: on_loop(self.controller.on_brokers_changed, live))
         self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
         self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
+        self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
+        self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
         self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
         register_controller_apis(self.kafka_apis, self)
         self.track_background(asyncio.create_task(self._preferred_leader_loop()))
@@ -321,8 +323,15 @@ class Broker:
     def _write_isr(self, topic: str, partition: int, state: PartitionState):
         """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
         if self.clustered:
-            return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
+            return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
         return self.store.update_partition_state(topic, partition, state, state.version)
+
+    def _write_isr_and_notify(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+        stored = self.store.update_partition_state(topic, partition, state, state.version)
+        if stored is not None:
+            # As Kafka's leaders do: the controller completes reassignments on ISR changes.
+            self.store.notify_isr_change([(topic, partition)])
+        return stored
 
     def _deletion_bounds_of(self, topic: str, partition: int) -> tuple[int, int] | None:
         """(high watermark, tiered offset) for retention; the tiered offset is read from the
@@ -434,6 +443,31 @@ class Broker:
             else None
             for r in response["replica_election_results"]
             for p in r["partition_result"]
+        }
+
+    async def alter_partition_reassignments(
+        self, targets: dict[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """AlterPartitionReassignments on the controller (forwarded there, like `elect_leaders`)."""
+        if self.controller.is_active or not self.clustered:
+            return self.controller.alter_partition_reassignments(targets)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, p), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
+            )
+        response = await self._forward_to_controller(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            0,
+            {"timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
+        )
+        _raise_for(response)
+        return {
+            (r["name"], p["partition_index"]): KafkaError(ErrorCode(p["error_code"]), p["error_message"] or "")
+            if p["error_code"]
+            else None
+            for r in response["responses"]
+            for p in r["partitions"]
         }
 
     async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:

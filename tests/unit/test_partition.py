@@ -212,6 +212,26 @@ def test_no_second_isr_change_while_one_is_in_flight(log: Log) -> None:
     assert not p.isr_update_in_flight and p.isr == (1, 2)
 
 
+def test_an_expansion_in_flight_holds_the_high_watermark_at_the_joining_follower(log: Log) -> None:
+    # Kafka's maximal ISR: once the new ISR may be in the store, a controller may make the
+    # joining follower leader, so nothing it lacks may be acknowledged meanwhile.
+    p = leader(log, replicas=(1, 2, 3), isr=(1, 3))
+    append(p, 4)
+    p.update_follower_fetch_state(3, 4, now_ms=1)
+    assert p.high_watermark == 4
+    assert p.update_follower_fetch_state(2, 4, now_ms=1) is True
+    proposed = p.propose_isr((1, 3, 2))
+    append(p, 2)
+    p.update_follower_fetch_state(3, 6, now_ms=2)
+    assert p.high_watermark == 4  # follower 2 is at 4
+    p.update_follower_fetch_state(2, 5, now_ms=2)
+    assert p.high_watermark == 5
+    assert p.complete_isr_update(proposed, None) is False  # not written: back to (1, 3)
+    assert p.high_watermark == 5 and p.isr == (1, 3)
+    p.update_follower_fetch_state(3, 6, now_ms=3)
+    assert p.high_watermark == 6
+
+
 # ISR shrinking --------------------------------------------------------------------------------------
 
 

@@ -94,8 +94,9 @@ class Partition:
         self.state: PartitionState | None = None
         # Where the current leader epoch began in our log (leaders only).
         self.leader_epoch_start_offset: int | None = None
-        # An ISR write is in flight (async writers): no second one until it completes.
-        self.isr_update_in_flight = False
+        # The ISR being written (async writers), else None: no second write until it
+        # completes, and see `_maybe_increment_high_watermark`.
+        self._proposed_isr: tuple[int, ...] | None = None
         # Counts the times this broker became leader (not re-elections at a new epoch):
         # an acks=all wait that spans a loss of leadership must not succeed.
         self.leader_generation = 0
@@ -184,7 +185,7 @@ class Partition:
             if high_watermark is not None:
                 self._high_watermark = min(max(high_watermark, self.log.log_start_offset), self.log.log_end_offset)
             if new_epoch:
-                self.isr_update_in_flight = False
+                self._proposed_isr = None
                 start = self.log.log_end_offset
                 self.leader_epoch_start_offset = start
                 self.log.assign_leader_epoch(state.leader_epoch, start)
@@ -217,7 +218,7 @@ class Partition:
             self.isr = tuple(state.isr)
             self.state = state
             self.leader_epoch_start_offset = None
-            self.isr_update_in_flight = False
+            self._proposed_isr = None
             self._followers = {}
             return changed
 
@@ -319,14 +320,14 @@ class Partition:
         we last knew as the expected one. Marks an ISR update in flight."""
         with self._lock:
             base = self.state or PartitionState(self.broker_id, self.leader_epoch, self.isr, 0)
-            self.isr_update_in_flight = True
+            self._proposed_isr = tuple(isr)
             return PartitionState(self.broker_id, self.leader_epoch, tuple(isr), base.controller_epoch, base.version)
 
     def complete_isr_update(self, proposed: PartitionState, written: PartitionState | None) -> bool:
         """Apply an ISR write's outcome: `written` is the stored state (None: the version
         moved on, nothing changes here). Returns whether the new ISR was applied."""
         with self._lock:
-            self.isr_update_in_flight = False
+            self._proposed_isr = None
             if written is None:
                 return False
             if not self.is_leader or proposed.leader_epoch != self.leader_epoch:
@@ -342,11 +343,20 @@ class Partition:
         written = proposed if alter_isr is None else alter_isr(self.topic, self.partition, proposed)
         return self.complete_isr_update(proposed, written)
 
+    @property
+    def isr_update_in_flight(self) -> bool:
+        """An ISR write is in flight."""
+        return self._proposed_isr is not None
+
     def _maybe_increment_high_watermark(self) -> None:
         leo = self.log.log_end_offset
         new_hw = leo
         followers = self._followers
-        for r in self.isr:
+        # Kafka's "maximal ISR" (KIP-497): an expansion being written counts at once. The
+        # store may already name the new member, and a controller may make it leader: it
+        # must hold everything acknowledged from then on.
+        isr = self.isr if self._proposed_isr is None else set(self.isr) | set(self._proposed_isr)
+        for r in isr:
             if r != self.broker_id:
                 follower = followers.get(r)
                 follower_leo = -1 if follower is None else follower.log_end_offset

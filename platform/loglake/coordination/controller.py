@@ -8,11 +8,12 @@ same code; only the store and the channel differ.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from loglake.cluster.assignment import assign_replicas, validate_manual_assignment
@@ -21,6 +22,8 @@ from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, To
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
+
+log = logging.getLogger(__name__)
 
 
 class BrokerChannel(Protocol):
@@ -106,6 +109,10 @@ class Controller:
             self._channel.send_update_metadata(self.epoch)
             for name in self._store.pending_topic_deletions():
                 self._delete_topic(name)
+            # Reassignments survive failover: their state is in the topics' documents.
+            self._store.take_isr_changes()
+            self._resume_reassignments()
+            self._take_reassignment_request()
             return True
 
     def resign(self) -> None:
@@ -172,6 +179,183 @@ class Controller:
                 return
             for name in names:
                 self._delete_topic(name)
+
+    def on_isr_changes(self, _token: object = None) -> None:
+        """Leaders changed ISRs: a reassignment whose target replicas all joined completes."""
+        with self._lock:
+            if self.epoch is None:
+                return
+            changed = set(self._store.take_isr_changes())
+            if not changed:
+                return
+            topics = self._store.topics()
+            completed = False
+            for name, p in sorted(changed):
+                topic = topics.get(name)
+                if topic is not None and p in topic.assignment and topic.is_reassigning(p):
+                    topics[name] = self._maybe_complete_reassignment(topic, p)
+                    completed |= not topics[name].is_reassigning(p)
+            if completed:
+                self._channel.send_update_metadata(self.epoch)
+
+    def on_reassignment_request(self, _token: object = None) -> None:
+        """A tool wrote /admin/reassign_partitions: start those reassignments, remove the request."""
+        with self._lock:
+            if self.epoch is not None:
+                self._take_reassignment_request()
+
+    def _take_reassignment_request(self) -> None:
+        request = self._store.reassignment_request()
+        if request:
+            for (name, p), error in self.alter_partition_reassignments(request).items():
+                if error is not None:
+                    log.warning("reassignment of %s-%d from the request node refused: %s", name, p, error.message)
+        self._store.delete_reassignment_request()
+
+    def _resume_reassignments(self) -> None:
+        for topic in self._store.topics().values():
+            for p in sorted(topic.assignment):
+                if topic.is_reassigning(p):
+                    topic = self._maybe_complete_reassignment(topic, p)
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        """AlterPartitionReassignments (KIP-455): move each partition to its target replicas,
+        or (target None) cancel its reassignment. The new replicas are added to the replica
+        set at once and catch up as followers; once all of them are in the ISR the
+        partition shrinks to the target (`on_isr_changes`). Returns each partition's outcome."""
+        with self._lock:
+            epoch = self._require_active()
+            topics = self._store.topics()
+            deleting = set(self._store.pending_topic_deletions())
+            brokers = set(self._store.brokers())
+            results: dict[tuple[str, int], KafkaError | None] = {}
+            for (name, p), target in targets.items():
+                topic = topics.get(name)
+                try:
+                    if topic is None or p not in topic.assignment or name in deleting:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                    if target is None:
+                        topics[name] = self._cancel_reassignment(topic, p)
+                    else:
+                        _validate_reassignment_target(tuple(target), brokers)
+                        topics[name] = self._start_reassignment(topic, p, tuple(target))
+                    results[(name, p)] = None
+                except KafkaError as exc:
+                    results[(name, p)] = exc
+            self._channel.send_update_metadata(epoch)
+            return results
+
+    def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """ListPartitionReassignments: (replicas, adding, removing) of each partition being
+        reassigned among `partitions` (None: all); any broker can answer from the store."""
+        topics = self._store.topics()
+        wanted = (
+            [(name, p) for name, topic in topics.items() for p in topic.assignment]
+            if partitions is None
+            else partitions
+        )
+        result = {}
+        for name, p in wanted:
+            topic = topics.get(name)
+            if topic is not None and p in topic.assignment and topic.is_reassigning(p):
+                result[(name, p)] = (topic.assignment[p], topic.adding.get(p, ()), topic.removing.get(p, ()))
+        return result
+
+    def _start_reassignment(self, topic: TopicDescription, p: int, target: tuple[int, ...]) -> TopicDescription:
+        original = topic.original_replicas(p)
+        adding = tuple(r for r in target if r not in original)
+        removing = tuple(r for r in original if r not in target)
+        if not adding and not removing:
+            # The target is where the partition was (a new order, or a running
+            # reassignment taken back): replicas added meanwhile go.
+            dropped = tuple(r for r in topic.assignment[p] if r not in target)
+            return self._finish_reassignment(topic, p, target, dropped, wait_for_isr=False)
+        # A new target for a partition already moving: replicas added for the old target
+        # and in neither the new target nor the original set are dropped.
+        dropped = tuple(r for r in topic.adding.get(p, ()) if r not in target)
+        moving = replace(
+            topic,
+            assignment={**topic.assignment, p: target + removing},
+            adding=_with(topic.adding, p, adding),
+            removing=_with(topic.removing, p, removing),
+        )
+        self._store.update_topic(moving, {})
+        self._stop_replicas(topic.name, p, dropped)
+        # A new leader epoch tells the replicas of the new set (the new ones start fetching).
+        self._bump_leader_epoch(moving, p, dropped)
+        self._send_leader_and_isr(moving, [p])
+        return self._maybe_complete_reassignment(moving, p)
+
+    def _maybe_complete_reassignment(self, topic: TopicDescription, p: int) -> TopicDescription:
+        """Shrink to the target once every target replica is in the ISR (moving leadership
+        off a leaving leader first); else leave the reassignment running."""
+        if not topic.is_reassigning(p):
+            return topic
+        return self._finish_reassignment(topic, p, topic.target_replicas(p), topic.removing.get(p, ()), True)
+
+    def _cancel_reassignment(self, topic: TopicDescription, p: int) -> TopicDescription:
+        if not topic.is_reassigning(p):
+            raise KafkaError(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {topic.name}-{p} in progress")
+        return self._finish_reassignment(topic, p, topic.original_replicas(p), topic.adding.get(p, ()), False)
+
+    def _finish_reassignment(
+        self, topic: TopicDescription, p: int, final: tuple[int, ...], dropped: tuple[int, ...], wait_for_isr: bool
+    ) -> TopicDescription:
+        """Make `final` the partition's replicas: a leader among them (the current one if it
+        stays), the ISR without the others, a new leader epoch; then stop and delete the
+        `dropped` replicas. With `wait_for_isr`, only once every replica of `final` is in
+        the ISR (else `topic` is returned unchanged). REASSIGNMENT_IN_PROGRESS if no
+        replica of `final` is alive and in sync to lead."""
+        epoch = self._require_active()
+        while True:
+            state = self._store.partition_states(topic.name)[p]
+            if wait_for_isr and not set(final) <= set(state.isr):
+                return topic
+            leader = state.leader
+            if leader not in final or leader not in self._live:
+                candidates = [r for r in final if r in self._live and r in state.isr]
+                if not candidates:
+                    if wait_for_isr:
+                        return topic  # a target replica must come back first
+                    raise KafkaError(
+                        ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                        f"none of the replicas {list(final)} of {topic.name}-{p} is alive and in sync",
+                    )
+                leader = candidates[0]
+            isr = tuple(r for r in state.isr if r in final)
+            new_state = PartitionState(leader, state.leader_epoch + 1, isr, epoch)
+            if self._store.update_partition_state(topic.name, p, new_state, state.version) is not None:
+                self.stats.count(state, new_state)
+                break
+            # The leader changed the ISR meanwhile: decide again on the new state.
+        finished = replace(
+            topic,
+            assignment={**topic.assignment, p: final},
+            adding=_with(topic.adding, p, ()),
+            removing=_with(topic.removing, p, ()),
+        )
+        self._store.update_topic(finished, {})
+        self._send_leader_and_isr(finished, [p])
+        self._stop_replicas(topic.name, p, dropped)
+        return finished
+
+    def _bump_leader_epoch(self, topic: TopicDescription, p: int, leaving_isr: tuple[int, ...]) -> None:
+        epoch = self._require_active()
+        while True:
+            state = self._store.partition_states(topic.name)[p]
+            isr = tuple(r for r in state.isr if r not in leaving_isr)
+            bumped = PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
+            if self._store.update_partition_state(topic.name, p, bumped, state.version) is not None:
+                return
+
+    def _stop_replicas(self, name: str, p: int, replicas) -> None:
+        epoch = self._require_active()
+        for r in replicas:
+            self._channel.send_stop_replica(r, epoch, [(name, p)], delete=True)
 
     def elect_preferred_leaders(self) -> int:
         """Move leadership back to each partition's preferred (first) replica where it is
@@ -309,7 +493,7 @@ class Controller:
                     )
                 added = {topic.num_partitions + i: tuple(replicas) for i, replicas in enumerate(assignment)}
                 validate_manual_assignment(added, set(brokers), topic.replication_factor)
-            grown = TopicDescription(topic.name, topic.topic_id, {**topic.assignment, **added}, topic.config)
+            grown = replace(topic, assignment={**topic.assignment, **added})
             if validate_only:
                 return grown
             self._store.update_topic(grown, self._initial_states(added, epoch))
@@ -324,7 +508,7 @@ class Controller:
             topic = self._topic(name)
             merged = {k: v for k, v in {**topic.config, **config}.items() if v != ""}
             merged = validate_topic_configs(merged)
-            altered = TopicDescription(topic.name, topic.topic_id, topic.assignment, merged)
+            altered = replace(topic, config=merged)
             if validate_only:
                 return altered
             self._store.update_topic(altered, {})
@@ -413,6 +597,32 @@ class Controller:
                 by_broker.setdefault(r, []).append(entry)
         for broker_id, entries in by_broker.items():
             self._channel.send_leader_and_isr(broker_id, epoch, entries)
+
+
+def _with(by_partition: dict[int, tuple[int, ...]], p: int, replicas: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """`by_partition` with `p` mapped to `replicas`, or without `p` if there are none."""
+    updated = {q: r for q, r in by_partition.items() if q != p}
+    if replicas:
+        updated[p] = replicas
+    return updated
+
+
+def _validate_reassignment_target(target: tuple[int, ...], brokers: set[int]) -> None:
+    """Kafka's checks of a reassignment's target replicas (INVALID_REPLICA_ASSIGNMENT)."""
+    if not target:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, "Empty replica list specified in partition reassignment."
+        )
+    if len(set(target)) != len(target):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"Duplicate replica ids in partition reassignment replica list: {list(target)}",
+        )
+    unknown = sorted(set(target) - brokers)
+    if unknown:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT, f"The proposed assignment contains unknown brokers: {unknown}"
+        )
 
 
 class ElectionType(IntEnum):

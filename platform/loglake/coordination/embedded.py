@@ -53,6 +53,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._tiered: dict[str, dict[int, int]] = {}
         self._watches: list[_LocalWatch] = []
+        # ISR change notifications (one broker: its own), kept in memory like the watches.
+        self._isr_changes: list[list[tuple[str, int]]] = []
+        self._isr_changes_notified = 0
         # Held while callbacks run, so each watch hears of changes one at a time and in
         # order; reentrant so a callback may itself change the store.
         self._notify_lock = threading.RLock()
@@ -73,6 +76,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 topic_id=t["topic_id"],
                 assignment={int(p): tuple(r) for p, r in t["assignment"].items()},
                 config=dict(t["config"]),
+                adding={int(p): tuple(r) for p, r in t.get("adding_replicas", {}).items()},
+                removing={int(p): tuple(r) for p, r in t.get("removing_replicas", {}).items()},
             )
             self._states[name] = {
                 int(p): PartitionState(
@@ -99,6 +104,8 @@ class EmbeddedMetadataStore(MetadataStore):
                     "topic_id": t.topic_id,
                     "assignment": {str(p): list(r) for p, r in t.assignment.items()},
                     "config": t.config,
+                    "adding_replicas": {str(p): list(r) for p, r in t.adding.items() if r},
+                    "removing_replicas": {str(p): list(r) for p, r in t.removing.items() if r},
                     "states": {str(p): asdict(s) for p, s in self._states[name].items()},
                     "tiered_offsets": {str(p): o for p, o in self._tiered.get(name, {}).items()},
                 }
@@ -125,6 +132,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return set(self._topics)
             if kind == "deletions":
                 return sorted(self._pending_deletions)
+            if kind == "isr_changes":
+                return self._isr_changes_notified
             if kind == "broker_configs":
                 return {entity: dict(c) for entity, c in self._broker_configs.items()}
             raise ValueError(kind)
@@ -159,6 +168,21 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
         self._watch("topics", callback)
+
+    def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        with self._lock:
+            self._isr_changes.append(list(partitions))
+            self._isr_changes_notified += 1
+        self._notify("isr_changes")
+
+    def take_isr_changes(self) -> list[tuple[str, int]]:
+        with self._lock:
+            taken = [tp for change in self._isr_changes for tp in change]
+            self._isr_changes.clear()
+        return taken
+
+    def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
+        self._watch("isr_changes", callback)
 
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
         self._watch("broker_configs", callback)

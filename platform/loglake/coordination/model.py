@@ -50,6 +50,23 @@ class TopicDescription:
     topic_id: str
     assignment: dict[int, tuple[int, ...]]
     config: dict[str, str] = field(default_factory=dict)
+    # A reassignment in progress (KIP-455), partition -> the replicas being added / removed;
+    # the partition's `assignment` then holds the full set, target replicas first.
+    adding: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def target_replicas(self, partition: int) -> tuple[int, ...]:
+        """Where the partition is going (its replicas when no reassignment is in progress)."""
+        removing = self.removing.get(partition, ())
+        return tuple(r for r in self.assignment[partition] if r not in removing)
+
+    def original_replicas(self, partition: int) -> tuple[int, ...]:
+        """Where the partition was before its reassignment began."""
+        adding = self.adding.get(partition, ())
+        return tuple(r for r in self.assignment[partition] if r not in adding)
+
+    def is_reassigning(self, partition: int) -> bool:
+        return bool(self.adding.get(partition) or self.removing.get(partition))
 
     @property
     def num_partitions(self) -> int:

@@ -98,6 +98,33 @@ class MetadataStore(ABC):
     def pending_topic_deletions(self) -> list[str]:
         """Topics whose deletion was requested and not yet completed, sorted."""
 
+    # Reassignments and ISR changes ---------------------------------------------------------
+
+    @abstractmethod
+    def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        """A leader changed these partitions' ISR: tell the controller
+        (ZooKeeper: an /isr_change_notification/isr_change_ node, as Kafka's leaders write)."""
+
+    @abstractmethod
+    def take_isr_changes(self) -> list[tuple[str, int]]:
+        """The partitions of every ISR change notified and not yet taken; taking removes them."""
+
+    @abstractmethod
+    def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
+        """Call `callback` (with a token that differs each time) now and whenever an ISR
+        change is notified."""
+
+    def reassignment_request(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """A reassignment written by a tool (ZooKeeper: /admin/reassign_partitions, Kafka's
+        JSON): partition -> target replicas; {} if none. The embedded store has no such path."""
+        return {}
+
+    def delete_reassignment_request(self) -> None:
+        """The controller took the request: remove it."""
+
+    def watch_reassignment_request(self, callback: Callable[[object], None]) -> None:
+        """Call `callback` whenever a tool writes a reassignment request (never for the embedded store)."""
+
     # Tiered storage ----------------------------------------------------------------------------
 
     @abstractmethod

@@ -70,6 +70,9 @@ CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+ISR_CHANGES = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
@@ -144,8 +147,8 @@ def topic_document(topic: TopicDescription) -> bytes:
             "version": 2,
             "partitions": {str(p): list(r) for p, r in sorted(topic.assignment.items())},
             "topic_id": topic.topic_id,
-            "adding_replicas": {},
-            "removing_replicas": {},
+            "adding_replicas": {str(p): list(r) for p, r in sorted(topic.adding.items()) if r},
+            "removing_replicas": {str(p): list(r) for p, r in sorted(topic.removing.items()) if r},
         }
     )
 
@@ -518,6 +521,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                 topic_id=doc.get("topic_id") or "",
                 assignment={int(p): tuple(r) for p, r in doc.get("partitions", {}).items()},
                 config={str(k): str(v) for k, v in config.items()},
+                adding={int(p): tuple(r) for p, r in (doc.get("adding_replicas") or {}).items() if r},
+                removing={int(p): tuple(r) for p, r in (doc.get("removing_replicas") or {}).items() if r},
             )
         return result
 
@@ -735,6 +740,62 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def watch_topic_deletions(self, callback: Callable[[list[str]], None]) -> None:
         self._add_watch(self._children_reader(DELETE_TOPICS), list, callback)
+
+    def notify_isr_change(self, partitions: list[tuple[str, int]]) -> None:
+        doc = _dumps({"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+        self._retry(self._client.create, f"{ISR_CHANGES}/{ISR_CHANGE_PREFIX}", doc, sequence=True, makepath=True)
+
+    def take_isr_changes(self) -> list[tuple[str, int]]:
+        return self._retry(self._take_isr_changes)
+
+    def _take_isr_changes(self) -> list[tuple[str, int]]:
+        try:
+            children = self._client.get_children(ISR_CHANGES)
+        except NoNodeError:
+            return []
+        replies = {c: self._client.get_async(f"{ISR_CHANGES}/{c}") for c in children}
+        taken = []
+        for child, reply in sorted(replies.items()):
+            try:
+                doc = json.loads(reply.get()[0])
+            except NoNodeError:
+                continue  # taken by a controller that was active a moment ago
+            taken.extend((str(e["topic"]), int(e["partition"])) for e in doc.get("partitions", []))
+            try:
+                self._client.delete(f"{ISR_CHANGES}/{child}")
+            except NoNodeError:
+                pass
+        return taken
+
+    def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
+        self._add_watch(self._children_reader(ISR_CHANGES), tuple, callback)
+
+    def reassignment_request(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        try:
+            raw, _ = self._retry(self._client.get, REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return {}
+        try:
+            doc = json.loads(raw)
+            return {
+                (str(e["topic"]), int(e["partition"])): tuple(int(r) for r in e["replicas"]) for e in doc["partitions"]
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring a malformed %s: %s", REASSIGN_PARTITIONS, exc)
+            return {}
+
+    def delete_reassignment_request(self) -> None:
+        try:
+            self._retry(self._client.delete, REASSIGN_PARTITIONS)
+        except NoNodeError:
+            pass
+
+    def watch_reassignment_request(self, callback: Callable[[object], None]) -> None:
+        def read(watcher: Callable[[WatchedEvent], None]) -> int | None:
+            stat = self._client.exists(REASSIGN_PARTITIONS, watch=watcher)
+            return None if stat is None else stat.czxid  # each request written is a change
+
+        self._add_watch(read, lambda czxid: czxid, callback)
 
     def watch_controller(self, callback: Callable[[int | None], None]) -> None:
         def read(watcher: Callable[[WatchedEvent], None]) -> tuple[int | None, int | None]:

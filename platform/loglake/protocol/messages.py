@@ -1352,6 +1352,64 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "AlterPartitionReassignmentsRequest": {
+        "apiKey": 45, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "timeout_ms", "type": "int32", "versions": "0+", "default": 60000},
+            {"name": "topics", "type": "[]ReassignableTopic", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]ReassignablePartition", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "replicas", "type": "[]int32", "versions": "0+", "nullableVersions": "0+",
+                        "default": None},
+                )},
+            )},
+        ),
+    },
+    "AlterPartitionReassignmentsResponse": {
+        "apiKey": 45, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "responses", "type": "[]ReassignableTopicResponse", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]ReassignablePartitionResponse", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "error_code", "type": "int16", "versions": "0+"},
+                    {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "ListPartitionReassignmentsRequest": {
+        "apiKey": 46, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "timeout_ms", "type": "int32", "versions": "0+", "default": 60000},
+            {"name": "topics", "type": "[]ListPartitionReassignmentsTopics", "versions": "0+",
+                "nullableVersions": "0+", "default": None, "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partition_indexes", "type": "[]int32", "versions": "0+"},
+            )},
+        ),
+    },
+    "ListPartitionReassignmentsResponse": {
+        "apiKey": 46, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "topics", "type": "[]OngoingTopicReassignment", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]OngoingPartitionReassignment", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "replicas", "type": "[]int32", "versions": "0+"},
+                    {"name": "adding_replicas", "type": "[]int32", "versions": "0+"},
+                    {"name": "removing_replicas", "type": "[]int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
     "OffsetDeleteRequest": {
         "apiKey": 47, "type": "request", "validVersions": "0", "flexibleVersions": "none",
         "fields": (
@@ -1568,6 +1626,8 @@ class ApiKey(IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60

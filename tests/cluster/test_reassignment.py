@@ -1,0 +1,227 @@
+"""Partition reassignment (KIP-455) in a 3-broker cluster: replicas move while clients
+produce, the replication factor rises and falls, reassignments are listed, cancelled,
+requested through ZooKeeper's /admin/reassign_partitions, and bad input changes nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.client import KazooClient
+
+from cluster_helpers import FAST, call, create_topic, read_all
+from ingest_gateway.local_cluster import LocalCluster
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def reassign(bootstrap: str, targets: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], int]:
+    """AlterPartitionReassignments; each partition's error code."""
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, p), replicas in targets.items():
+        by_topic.setdefault(topic, []).append({"partition_index": p, "replicas": replicas})
+    body = {"timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+    response = call(bootstrap, ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+    assert response["error_code"] == 0, response
+    return {(r["name"], p["partition_index"]): p["error_code"] for r in response["responses"] for p in r["partitions"]}
+
+
+def ongoing(bootstrap: str) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+    response = call(bootstrap, ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, {"timeout_ms": 30000, "topics": None})
+    assert response["error_code"] == 0, response
+    return {
+        (t["name"], p["partition_index"]): (p["replicas"], p["adding_replicas"], p["removing_replicas"])
+        for t in response["topics"]
+        for p in t["partitions"]
+    }
+
+
+def hosts(cluster: LocalCluster, broker_id: int, topic: str, partition: int) -> bool:
+    return (cluster.base_dir / f"broker-{broker_id}" / "logs" / f"{topic}-{partition}").exists()
+
+
+def settled(cluster: LocalCluster, topic: str, partition: int, replicas: list[int], timeout: float = 60) -> None:
+    """Wait until the partition's replicas and ISR are `replicas` and nothing is in progress."""
+    cluster.wait_for(
+        lambda s: any(
+            p["topic"] == topic
+            and p["partition"] == partition
+            and p["replicas"] == replicas
+            and sorted(p["isr"]) == sorted(replicas)
+            for p in s["partitions"]
+        ),
+        timeout,
+    )
+    deadline = time.monotonic() + timeout
+    while (topic, partition) in ongoing(cluster.brokers[cluster.live()[0]].bootstrap):
+        assert time.monotonic() < deadline, "the reassignment did not complete"
+        time.sleep(0.1)
+
+
+class SteadyProducer(threading.Thread):
+    """An idempotent acks=all producer of numbered records at a steady rate, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.failed: list[str] = []
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "error_cb": lambda err: self.failed.append(str(err)),
+            }
+        )
+        self.sent = 0
+        self.delivered = 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        def delivered(err, _msg) -> None:
+            if err is not None:
+                self.failed.append(str(err))
+            else:
+                self.delivered += 1
+
+        while not self._done.is_set():
+            for _ in range(20):
+                self.producer.produce(self.topic, b"%08d" % self.sent, partition=0, on_delivery=delivered)
+                self.sent += 1
+            self.producer.poll(0)
+            self._done.wait(0.01)
+        assert self.producer.flush(60) == 0
+
+    def keeps_delivering(self, timeout: float = 30) -> None:
+        """Wait until records produced from now on are delivered too."""
+        wanted = self.sent
+        deadline = time.monotonic() + timeout
+        while self.delivered < wanted:
+            assert time.monotonic() < deadline, f"producer stalled at {self.delivered} of {wanted}: {self.failed[:3]}"
+            time.sleep(0.05)
+
+    def finish(self) -> int:
+        self._done.set()
+        self.join(90)
+        assert not self.failed, self.failed[:3]
+        return self.sent
+
+
+def test_a_partition_moves_and_its_replication_factor_rises_and_falls_under_load(cluster: LocalCluster) -> None:
+    # min.insync.replicas 1: acks=all producing goes on at replication factor 1 too.
+    create_topic(cluster, "moving", 1, 1, {"min.insync.replicas": "1"})
+    (original,) = cluster.partition("moving", 0)["replicas"]
+    others = [b for b in (1, 2, 3) if b != original]
+    producer = SteadyProducer(cluster.bootstrap, "moving")
+    producer.start()
+    time.sleep(0.5)  # records before the move, and the producer keeps going through it
+
+    # Move the only replica to two other brokers (RF 1 -> 2), through a broker that is not
+    # necessarily the controller (it forwards).
+    via = cluster.brokers[others[0]].bootstrap
+    assert reassign(via, {("moving", 0): others}) == {("moving", 0): 0}
+    settled(cluster, "moving", 0, others)
+    producer.keeps_delivering()
+    # Then to all three (RF 3), then back to one (RF 1), each while producing.
+    assert reassign(via, {("moving", 0): [others[1], others[0], original]}) == {("moving", 0): 0}
+    settled(cluster, "moving", 0, [others[1], others[0], original])
+    producer.keeps_delivering()
+    assert reassign(via, {("moving", 0): [original]}) == {("moving", 0): 0}
+    settled(cluster, "moving", 0, [original])
+    producer.keeps_delivering()
+    sent = producer.finish()
+
+    assert cluster.partition("moving", 0)["leader"] == original
+    deadline = time.monotonic() + 30
+    while any(hosts(cluster, b, "moving", 0) for b in others):
+        assert time.monotonic() < deadline, "removed replicas were not deleted"
+        time.sleep(0.1)
+    records = read_all(cluster.bootstrap, "moving", 1, sent)[0]
+    assert records == [b"%08d" % i for i in range(sent)]  # nothing lost, nothing twice, in order
+
+
+def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster: LocalCluster) -> None:
+    create_topic(cluster, "fixed", 2, 2)
+    before = [cluster.partition("fixed", p)["replicas"] for p in (0, 1)]
+    bootstrap = cluster.brokers[1].bootstrap
+    results = reassign(
+        bootstrap,
+        {
+            ("fixed", 0): [1, 9],  # unknown broker
+            ("fixed", 1): [2, 2],  # duplicate replicas
+            ("nope", 0): [1],  # unknown topic
+            ("fixed", 7): [1],  # unknown partition
+        },
+    )
+    assert results == {
+        ("fixed", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ("fixed", 1): ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+        ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ("fixed", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+    assert reassign(bootstrap, {("fixed", 0): []}) == {("fixed", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT}
+    assert reassign(bootstrap, {("fixed", 0): None}) == {("fixed", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
+    assert ongoing(bootstrap) == {}
+    assert [cluster.partition("fixed", p)["replicas"] for p in (0, 1)] == before
+
+
+def test_a_reassignment_written_to_zookeeper_is_carried_out(cluster: LocalCluster, zk_connect: str) -> None:
+    create_topic(cluster, "tooled", 1, 1)
+    (original,) = cluster.partition("tooled", 0)["replicas"]
+    target = [b for b in (1, 2, 3) if b != original]
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=15)
+    try:
+        request = {"version": 1, "partitions": [{"topic": "tooled", "partition": 0, "replicas": target}]}
+        zk.create("/admin/reassign_partitions", json.dumps(request).encode())
+        settled(cluster, "tooled", 0, target)
+        deadline = time.monotonic() + 30
+        while zk.exists("/admin/reassign_partitions") is not None:
+            assert time.monotonic() < deadline, "the controller did not take the request"
+            time.sleep(0.1)
+        doc = json.loads(zk.get("/brokers/topics/tooled")[0])
+        assert doc["partitions"] == {"0": target}
+        assert doc["adding_replicas"] == {} and doc["removing_replicas"] == {}
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_reassignment_survives_the_controller_and_a_target_replica_killed(tmp_path, zk_connect: str) -> None:
+    # Sessions long enough that a paused broker stays registered while the reassignment starts.
+    overrides = {**FAST, "zookeeper.session.timeout.ms": "10000"}
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        controller = cluster.status()["controller"]["broker_id"]
+        staying, joining = [b for b in (1, 2, 3) if b != controller]
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topic = NewTopic("survivor", 1, replica_assignment=[[controller, staying]], config={"min.insync.replicas": "1"})
+        for future in admin.create_topics([topic]).values():
+            future.result(30)
+        cluster.wait_for(lambda s: any(p["topic"] == "survivor" and len(p["isr"]) == 2 for p in s["partitions"]))
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+        for i in range(1000):
+            producer.produce("survivor", b"%04d" % i, partition=0)
+        assert producer.flush(30) == 0
+
+        # The joining replica cannot fetch (stopped), so the reassignment stays in progress
+        # while its controller is killed, and then the joining replica too.
+        cluster.pause(joining)
+        bootstrap = cluster.brokers[staying].bootstrap
+        assert reassign(bootstrap, {("survivor", 0): [staying, joining]}) == {("survivor", 0): 0}
+        assert ongoing(bootstrap) == {("survivor", 0): ([staying, joining, controller], [joining], [controller])}
+        cluster.kill(controller)
+        cluster.kill(joining)
+        cluster.wait_for(lambda s: s["controller"]["broker_id"] == staying, exclude=(controller, joining))
+        assert ongoing(bootstrap) == {("survivor", 0): ([staying, joining, controller], [joining], [controller])}
+
+        cluster.restart(joining)
+        settled(cluster, "survivor", 0, [staying, joining])
+        assert cluster.partition("survivor", 0)["leader"] in (staying, joining)
+        records = read_all(cluster.bootstrap, "survivor", 1, 1000)[0]
+        assert records == [b"%04d" % i for i in range(1000)]
