@@ -267,7 +267,7 @@ class ReplicaManager:
         from_coordinator: bool = False,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append each partition's batches; with acks=all wait until the ISR has them
-        (`from_coordinator`: transaction markers)."""
+        (`from_coordinator`: transaction markers and transactional offset commits)."""
         if required_acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1 (all), 0 or 1, not {required_acks}")
         results: dict[TopicPartition, ProduceResult] = {}

@@ -89,7 +89,7 @@ class MarkerWriter:
             errors[tp] = ErrorCode.NONE if result.error is None else result.error.code
             if result.error is None and tp.topic == OFFSETS_TOPIC:
                 # The marker on the group's partition makes its transactional offsets visible.
-                await self._broker.group_coordinator.complete_txn(producer_id, commit, tp.partition)
+                self._broker.group_coordinator.complete_txn(producer_id, commit, tp.partition)
         return errors
 
 
@@ -262,6 +262,7 @@ class TxnApis:
             errors = await self._broker.group_coordinator.commit_txn_offsets(
                 body["group_id"],
                 body["producer_id"],
+                body["producer_epoch"],
                 body.get("member_id", ""),
                 body.get("generation_id", -1),
                 offsets,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from loglake.errors import ErrorCode, KafkaError
@@ -44,19 +45,44 @@ def partition_for_key(key: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
+@dataclass(frozen=True)
+class TransactionalRecord:
+    """A record written in a producer's transaction (TxnOffsetCommit): it counts only if
+    the producer's next marker on the partition is a COMMIT."""
+
+    producer_id: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class TransactionMarker:
+    """A COMMIT or ABORT marker ending a producer's transaction on the partition."""
+
+    producer_id: int
+    commit: bool
+
+
+# What replaying an internal topic gives: a plain (key, value) record, or a transaction's.
+InternalTopicEntry = tuple[bytes, bytes | None] | TransactionalRecord | TransactionMarker
+
+
 class InternalTopicLog(Protocol):
     """One internal topic as a coordinator needs it (wired to the real log by the broker)."""
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
+    ) -> None:
         """Append (key, value) records, all or none; durable (acks=all) when it returns.
+        With `producer` (id, epoch), as one batch of that producer's transaction.
 
-        Fails with `KafkaError` carrying the produce error (e.g. NOT_LEADER_OR_FOLLOWER),
-        or OSError for a storage failure.
+        Fails with `KafkaError` carrying the produce error (e.g. NOT_LEADER_OR_FOLLOWER,
+        INVALID_PRODUCER_EPOCH), or OSError for a storage failure.
         """
         ...
 
-    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
-        """Every record of the partition, in offset order."""
+    def read(self, partition: int) -> Iterable[InternalTopicEntry]:
+        """Every record and transaction marker of the partition, in offset order."""
         ...
 
 
@@ -86,9 +112,15 @@ class PartitionLoads:
         return self.owned | self._loading.keys()
 
     async def load(
-        self, partition: int, topic_log: InternalTopicLog, apply: Callable[[bytes, bytes | None], None]
+        self,
+        partition: int,
+        topic_log: InternalTopicLog,
+        apply: Callable[[bytes, bytes | None], None],
+        on_transaction: Callable[[TransactionalRecord | TransactionMarker], None] | None = None,
     ) -> bool:
-        """Replay `partition` into `apply(key, value)`; True when the replay completed (the
+        """Replay `partition` into `apply(key, value)` (and its transactions' records and
+        markers into `on_transaction`; without it there must be none, as in
+        `__transaction_state`); True when the replay completed (the
         caller installs what it gathered and `mark_owned`s it, with no await in between),
         False if it was owned or loading already or was unloaded meanwhile.
 
@@ -100,9 +132,12 @@ class PartitionLoads:
             return False
         token = self._loading[partition] = object()
         try:
-            for count, (key, value) in enumerate(topic_log.read(partition), 1):
+            for count, entry in enumerate(topic_log.read(partition), 1):
                 try:
-                    apply(key, value)
+                    if isinstance(entry, tuple):
+                        apply(*entry)
+                    elif on_transaction is not None:
+                        on_transaction(entry)
                 except ValueError as exc:
                     log.warning("%s-%d: skipping a record that does not decode: %s", self.topic, partition, exc)
                 if count % _LOAD_YIELD_EVERY == 0:

@@ -263,3 +263,57 @@ def test_bad_requests_get_kafkas_error_codes(broker, request):
     )
     assert listed["unknown_state_filters"] == ["Bogus"]
     assert [t["transactional_id"] for t in listed["transaction_states"]] == [txn_id]
+
+
+def _offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
+    """(committed offset, error) of partition 0 by a raw OffsetFetch v7."""
+    body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}], "require_stable": require_stable}
+    (t,) = raw_request(bootstrap, ApiKey.OFFSET_FETCH, 7, body)["topics"]
+    (p,) = t["partitions"]
+    return p["committed_offset"], p["error_code"]
+
+
+@pytest.mark.slow
+def test_transactional_offsets_are_durable_across_a_kill(tmp_path):
+    """TxnOffsetCommit is written in the transaction: after kill -9 and restart, a committed
+    transaction's offsets are the group's and an open one's are held (unstable) until its
+    end, here an abort by the producer's next incarnation."""
+    broker = make_broker(tmp_path / "logs", **{"transaction.state.log.num.partitions": "4"}).start()
+    try:
+        topic, group = "durable", "durable-group"
+        create_topic(broker.bootstrap, topic, partitions=1)
+        meta = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group}).consumer_group_metadata()
+
+        def send_offsets(p: Producer, offset: int) -> None:
+            p.begin_transaction()
+            p.produce(topic, value=b"x%d" % offset, partition=0)
+            assert p.flush(30) == 0
+            p.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], meta, 30)
+
+        first = _producer(broker.bootstrap, "durable-txn")
+        first.init_transactions(30)
+        send_offsets(first, 5)
+        first.commit_transaction(30)
+        send_offsets(first, 9)  # left open across the kill
+        broker.kill()
+        broker.start()
+
+        def fetched(require_stable: bool) -> tuple[int, int]:
+            deadline = time.monotonic() + 30
+            while True:
+                offset, error = _offset_fetch(broker.bootstrap, group, topic, require_stable)
+                if error not in (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR):
+                    return offset, error
+                assert time.monotonic() < deadline, "the group's partition did not load"
+                time.sleep(0.1)
+
+        assert fetched(require_stable=False) == (5, ErrorCode.NONE)
+        assert fetched(require_stable=True) == (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)
+        second = _producer(broker.bootstrap, "durable-txn")
+        second.init_transactions(30)  # fences the first and aborts its open transaction
+        assert _committed(broker.bootstrap, group, [(topic, 0)]) == {(topic, 0): 5}
+        send_offsets(second, 12)
+        second.commit_transaction(30)
+        assert _committed(broker.bootstrap, group, [(topic, 0)]) == {(topic, 0): 12}
+    finally:
+        broker.kill()

@@ -21,12 +21,11 @@ choice unchanged) and keeps its assignment; a request naming an instance id held
 another member id gets FENCED_INSTANCE_ID; a static member that has not rejoined is not
 dropped at the end of a join phase, only when its session times out or it leaves.
 
-Transactional offset commits (TxnOffsetCommit) are held per producer id and become the
-group's offsets only when the transaction's COMMIT marker reaches the group's
-`__consumer_offsets` partition (`complete_txn`); an ABORT drops them. They are held in
-memory until then (Kafka writes them to the log as transactional records): a coordinator
-that fails over before the marker loses them, and the committed transaction then moves
-no offsets.
+Transactional offset commits (TxnOffsetCommit) are written as Kafka writes them: a batch
+of the producer's transaction in the group's `__consumer_offsets` partition. They are held
+per producer id and become the group's offsets only when the transaction's COMMIT marker
+reaches that partition (`complete_txn`); an ABORT drops them. A coordinator loading the
+partition replays them the same way, and keeps those whose transaction is still open.
 
 Deliberately left out: group.max.size and KIP-848's consumer protocol.
 """
@@ -46,6 +45,8 @@ from loglake.internal_topics import (
     OFFSETS_TOPIC,
     InternalTopicLog,
     PartitionLoads,
+    TransactionalRecord,
+    TransactionMarker,
     map_append_error,
     partition_for_key,
 )
@@ -199,6 +200,8 @@ class GroupCoordinator:
         """
         offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
         groups: dict[str, GroupMetadataValue] = {}
+        # Producer id -> the offset records of its transaction, until its marker.
+        open_txns: dict[int, list[tuple[bytes, bytes | None]]] = {}
 
         def apply(key_bytes: bytes, value_bytes: bytes | None) -> None:
             key = decode_key(key_bytes)
@@ -214,9 +217,32 @@ class GroupCoordinator:
                 else:
                     groups[key.group] = decode_group_metadata_value(value_bytes)
 
-        if await self._partitions.load(partition, self._log, apply):
+        def on_transaction(entry: TransactionalRecord | TransactionMarker) -> None:
+            if isinstance(entry, TransactionalRecord):
+                open_txns.setdefault(entry.producer_id, []).append((entry.key, entry.value))
+                return
+            committed = open_txns.pop(entry.producer_id, [])
+            if entry.commit:
+                for key_bytes, value_bytes in committed:
+                    apply(key_bytes, value_bytes)
+
+        if await self._partitions.load(partition, self._log, apply, on_transaction):
             self._install_loaded(groups, offsets)
+            self._hold_open_txn_offsets(open_txns)
             self._partitions.mark_owned(partition)
+
+    def _hold_open_txn_offsets(self, open_txns: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
+        """Transactional offsets whose transaction has no marker yet: held until it comes."""
+        for producer_id, records in open_txns.items():
+            for key_bytes, value_bytes in records:
+                key = decode_key(key_bytes)
+                if isinstance(key, OffsetCommitKey) and value_bytes is not None:
+                    value = decode_offset_commit_value(value_bytes)
+                    data = OffsetCommitData(
+                        value.offset, value.leader_epoch, value.metadata, value.commit_timestamp, value.expire_timestamp
+                    )
+                    tp = TopicPartition(key.topic, key.partition)
+                    self._pending_txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[tp] = data
 
     def unload_partition(self, partition: int) -> None:
         """Stop coordinating the groups of `partition`; their waiting requests get NOT_COORDINATOR."""
@@ -429,16 +455,17 @@ class GroupCoordinator:
         self,
         group_id: str,
         producer_id: int,
+        producer_epoch: int,
         member_id: str,
         generation_id: int,
         offsets: Mapping[TopicPartition, OffsetCommitData],
         *,
         group_instance_id: str | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: hold the offsets for the producer's transaction; its COMMIT
-        marker makes them the group's (`complete_txn`). The transaction coordinator has
-        checked the producer; the member and generation are checked as for OffsetCommit
-        (generation -1: a producer outside the group, KIP-447's older clients)."""
+        """TxnOffsetCommit: write the offsets in the producer's transaction and hold them;
+        its COMMIT marker makes them the group's (`complete_txn`). The transaction
+        coordinator has checked the producer; the member and generation are checked as for
+        OffsetCommit (generation -1: a producer outside the group, KIP-447's older clients)."""
         group, error = self._group_to_commit(group_id, generation_id)
         if group is None:
             return {tp: error for tp in offsets}
@@ -446,30 +473,50 @@ class GroupCoordinator:
             error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
             if error is not None:
                 return {tp: error for tp in offsets}
+        now = self.now_ms()
         max_length = self._config.offset_metadata_max_bytes
-        result = {}
-        held = self._pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {})
-        for tp, data in offsets.items():
-            if _utf16_length(data.metadata or "") > max_length:
-                result[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                held[tp] = data
-                result[tp] = ErrorCode.NONE
-        return result
+        valid = {
+            tp: replace(data, commit_timestamp=now if data.commit_timestamp == -1 else data.commit_timestamp)
+            for tp, data in offsets.items()
+            if _utf16_length(data.metadata or "") <= max_length
+        }
+        if valid:
+            records = [
+                (
+                    encode_key(OffsetCommitKey(group_id, tp.topic, tp.partition)),
+                    encode_offset_commit_value(
+                        OffsetCommitValue(
+                            d.offset, d.leader_epoch, d.metadata or "", d.commit_timestamp, d.expire_timestamp
+                        )
+                    ),
+                )
+                for tp, d in valid.items()
+            ]
+            error = await self._append(
+                self.partition_for(group_id), records, for_offsets=True, producer=(producer_id, producer_epoch)
+            )
+            if error is not ErrorCode.NONE:
+                return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
+            self._pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(valid)
+        return {tp: ErrorCode.NONE if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
-    async def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+    def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
         """The producer's COMMIT/ABORT marker was written on `__consumer_offsets-partition`:
-        its held offsets of the groups there become the groups' (written as ordinary offset
-        commits) or are dropped."""
+        its held offsets of the groups there become the groups' or are dropped."""
         by_group = self._pending_txn_offsets.get(producer_id, {})
         for group_id in [g for g in by_group if self.partition_for(g) == partition]:
             offsets = by_group.pop(group_id)
             group = self._groups.get(group_id)
-            if commit and group is not None:
-                errors = await self._store_offsets(group, offsets)
-                failed = {tp: e.name for tp, e in errors.items() if e is not ErrorCode.NONE}
-                if failed:
-                    log.warning("group %s: committing transactional offsets failed: %s", group_id, failed)
+            if commit and group is not None and group.state is not GroupState.DEAD:
+                group.offsets.update(
+                    (
+                        tp,
+                        OffsetAndMetadata(
+                            d.offset, d.leader_epoch, d.metadata or "", d.commit_timestamp, d.expire_timestamp
+                        ),
+                    )
+                    for tp, d in offsets.items()
+                )
         if not by_group:
             self._pending_txn_offsets.pop(producer_id, None)
 
@@ -1058,9 +1105,15 @@ class GroupCoordinator:
 
     # ---------------------------------------------------------------- internals: persistence
 
-    async def _append(self, partition: int, records: list[tuple[bytes, bytes | None]], for_offsets: bool) -> ErrorCode:
+    async def _append(
+        self,
+        partition: int,
+        records: list[tuple[bytes, bytes | None]],
+        for_offsets: bool,
+        producer: tuple[int, int] | None = None,
+    ) -> ErrorCode:
         try:
-            await self._log.append(partition, records)
+            await self._log.append(partition, records, producer)
         except Exception as exc:  # noqa: BLE001 - every failure becomes the client's error code
             log.warning("append to __consumer_offsets-%d failed: %r", partition, exc)
             return map_append_error(

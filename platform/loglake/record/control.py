@@ -56,7 +56,11 @@ def decode_marker(batch: bytes | bytearray | memoryview) -> EndTransactionMarker
     header, records = decode_batch(batch, verify_crc=False)
     if not header.is_control or not header.is_transactional or len(records) != 1:
         raise KafkaError(ErrorCode.INVALID_RECORD, "not a transaction marker: one record in a control batch")
-    key, value = records[0].key, records[0].value
+    return decode_marker_record(records[0].key, records[0].value)
+
+
+def decode_marker_record(key: bytes | None, value: bytes | None) -> EndTransactionMarker:
+    """The marker of a control batch's one record. Raises INVALID_RECORD if it is none."""
     if key is None or len(key) < _KEY.size or value is None or len(value) < _VALUE.size:
         raise KafkaError(ErrorCode.INVALID_RECORD, "transaction marker with a short key or value")
     _, kind = _KEY.unpack_from(key)

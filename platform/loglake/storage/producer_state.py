@@ -174,7 +174,8 @@ class ProducerStateManager:
         Raises KafkaError: INVALID_PRODUCER_EPOCH (an epoch older than the producer's),
         OUT_OF_ORDER_SEQUENCE_NUMBER (a new epoch not starting at sequence 0, or a
         sequence that does not follow the last one), INVALID_RECORD (a control batch not
-        `from_coordinator`, or a producer id with no sequence).
+        `from_coordinator`, or a producer id with no sequence). Batches `from_coordinator`
+        are checked by epoch only.
         """
         # Producer id -> (epoch, last sequence) after the earlier batches of this append.
         pending: dict[int, tuple[int, int]] = {}
@@ -191,6 +192,11 @@ class ProducerStateManager:
                     f"producer {producer_id} sent a control batch to {self.dir.name}; "
                     "only a transaction coordinator writes those",
                 )
+            if from_coordinator:
+                # A group coordinator's TxnOffsetCommit batch: fenced by epoch only, as
+                # Kafka checks coordinator appends (their sequences are not the producer's).
+                self.check_marker(producer_id, header.producer_epoch)
+                continue
             epoch, first_seq, last_seq = header.producer_epoch, header.base_sequence, header.last_sequence
             if first_seq < 0:
                 raise KafkaError(
@@ -292,13 +298,14 @@ class ProducerStateManager:
     # Transactions ------------------------------------------------------------------------
 
     def check_marker(self, producer_id: int, producer_epoch: int) -> None:
-        """A coordinator's marker must not carry an epoch older than the producer's
-        (INVALID_PRODUCER_EPOCH: it comes from a coordinator that lost the transaction)."""
+        """A coordinator's batch (a marker, a transactional offset commit) must not carry an
+        epoch older than the producer's (INVALID_PRODUCER_EPOCH: the producer was fenced,
+        or the coordinator lost the transaction)."""
         entry = self.producers.get(producer_id)
         if entry is not None and producer_epoch < entry.producer_epoch:
             raise KafkaError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
-                f"marker of producer {producer_id} has epoch {producer_epoch} in {self.dir.name}, "
+                f"coordinator batch of producer {producer_id} has epoch {producer_epoch} in {self.dir.name}, "
                 f"older than its current epoch {entry.producer_epoch}",
             )
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from loglake.errors import ErrorCode
+from loglake.internal_topics import InternalTopicEntry, TransactionalRecord, TransactionMarker
 from loglake.groups import (
     GroupConfig,
     GroupCoordinator,
@@ -32,18 +33,28 @@ REBALANCE_MS = 300
 
 
 class FakeOffsetsLog:
-    """The OffsetsLog seam in memory: appended records per partition, in order."""
+    """The OffsetsLog seam in memory: appended records (and transactions' records and
+    markers) per partition, in order."""
 
     def __init__(self) -> None:
-        self.partitions: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        self.partitions: dict[int, list[InternalTopicEntry]] = defaultdict(list)
         self.fail_with: Exception | None = None  # the next appends raise this
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(
+        self, partition: int, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
+    ) -> None:
         if self.fail_with is not None:
             raise self.fail_with
-        self.partitions[partition].extend(records)
+        if producer is None:
+            self.partitions[partition].extend(records)
+        else:
+            self.partitions[partition].extend(TransactionalRecord(producer[0], k, v) for k, v in records)
 
-    def read(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+    def write_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """What a transaction coordinator's WriteTxnMarkers appends."""
+        self.partitions[partition].append(TransactionMarker(producer_id, commit))
+
+    def read(self, partition: int) -> Iterable[InternalTopicEntry]:
         return list(self.partitions[partition])
 
 

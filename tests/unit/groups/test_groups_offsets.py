@@ -182,9 +182,11 @@ async def test_require_stable_sees_commit_in_flight() -> None:
     release = asyncio.Event()
 
     class SlowLog(FakeOffsetsLog):
-        async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        async def append(
+            self, partition: int, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
+        ) -> None:
             await release.wait()
-            await super().append(partition, records)
+            await super().append(partition, records, producer)
 
     coordinator = await new_coordinator(SlowLog())
     commit = asyncio.ensure_future(coordinator.commit_offsets(GROUP, "", -1, commits(t0=4)))
