@@ -6,6 +6,8 @@ fencing, and the coordinator's errors for bad requests."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -17,6 +19,7 @@ from client_helpers import create_topic, make_broker, raw_request, serve
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
+from loglake.record.batch import encode_batch
 
 
 @pytest.fixture(scope="module")
@@ -317,3 +320,106 @@ def test_transactional_offsets_are_durable_across_a_kill(tmp_path):
         assert _committed(broker.bootstrap, group, [(topic, 0)]) == {(topic, 0): 12}
     finally:
         broker.kill()
+
+
+def _cli(broker: BrokerProcess, *args: str) -> list[list[str]]:
+    """`loglake transactions ...` as a subprocess; its table's rows, header first."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "transactions", *args, "--bootstrap-http", broker.http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [line.split() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _hanging_batch(broker: BrokerProcess, topic: str) -> tuple[int, int]:
+    """A transactional batch from a producer no coordinator knows (an idempotent producer
+    id, written with the transactional flag), as a buggy or pre-KIP-890 client leaves one:
+    nothing will end it. Returns (producer id, its offset)."""
+    init = raw_request(
+        broker.bootstrap,
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {"transactional_id": None, "transaction_timeout_ms": 60000, "producer_id": -1, "producer_epoch": -1},
+    )
+    assert init["error_code"] == 0, init
+    batch = encode_batch(
+        [(None, b"hanging", [], None)],
+        int(time.time() * 1000),
+        producer_id=init["producer_id"],
+        producer_epoch=init["producer_epoch"],
+        base_sequence=0,
+        transactional=True,
+    )
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    (t,) = raw_request(broker.bootstrap, ApiKey.PRODUCE, 9, body)["responses"]
+    (part,) = t["partition_responses"]
+    assert part["error_code"] == 0, part
+    return init["producer_id"], part["base_offset"]
+
+
+def test_transactions_cli_lists_describes_finds_and_aborts_hanging(broker, request):
+    name = request.node.name[:40]
+    topic, txn_id = f"{name}-t", f"{name}-txn"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    p = _producer(broker.bootstrap, txn_id)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    assert p.flush(30) == 0
+
+    listed = {row[0]: row for row in _cli(broker, "list")[1:]}
+    assert listed[txn_id][1:] == ["0", listed[txn_id][2], "Ongoing"]
+    header, described = _cli(broker, "describe", "--transactional-id", txn_id)
+    assert header[0] == "CoordinatorId" and described[1] == txn_id and described[4] == "Ongoing"
+    assert described[-1] == f"{topic}-0"
+    header, *producers = _cli(broker, "describe-producers", "--topic", topic, "--partition", "0")
+    assert header[0] == "ProducerId" and [row[-1] for row in producers] == ["0"]  # open from offset 0
+
+    # The client's transaction is ongoing at its coordinator: not hanging.
+    assert _cli(broker, "find-hanging", "--broker-id", "0")[1:] == []
+    p.commit_transaction(30)
+
+    hanging_pid, start = _hanging_batch(broker, topic)
+    found = _cli(broker, "find-hanging", "--broker-id", "0")[1:]
+    assert [(row[0], row[2], row[4]) for row in found] == [(topic, str(hanging_pid), str(start))]
+    # A read_committed reader is stuck before it: the LSO does not pass an open transaction.
+    assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed")] == [b"open"]
+
+    (line,) = _cli(broker, "abort", "--topic", topic, "--partition", "0", "--start-offset", str(start))[:1]
+    assert line[0] == "Aborted"
+    assert _cli(broker, "find-hanging", "--broker-id", "0")[1:] == []
+    after = _cli(broker, "describe-producers", "--topic", topic, "--partition", "0")[1:]
+    assert all(row[-1] == "-" for row in after)
+    assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed")] == [b"open"]
+    # Records after the aborted one are readable by read_committed readers again.
+    p.begin_transaction()
+    p.produce(topic, value=b"later", partition=0)
+    p.commit_transaction(30)
+    assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed")] == [b"open", b"later"]
+
+
+def test_transactions_cli_errors(broker):
+    proc = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "transactions", "describe", "--transactional-id", "never-seen"]
+        + ["--bootstrap-http", broker.http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in proc.stderr, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "transactions", "abort", "--topic", "nope", "--partition", "0"]
+        + ["--start-offset", "0", "--bootstrap-http", broker.http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "no partition nope-0" in proc.stderr, proc.stderr
