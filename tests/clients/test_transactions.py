@@ -423,3 +423,133 @@ def test_transactions_cli_errors(broker):
         timeout=60,
     )
     assert proc.returncode == 1 and "no partition nope-0" in proc.stderr, proc.stderr
+
+
+def test_kafka_python_transactions(broker, request):
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    name = request.node.name
+    topic, group = f"{name}-t", f"{name}-g"
+    create_topic(broker.bootstrap, topic, partitions=2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=f"{name}-txn")
+    try:
+        producer.init_transactions()
+        for tag, commit, offset in ((b"kept", True, 3), (b"dropped", False, 7)):
+            producer.begin_transaction()
+            for i in range(5):
+                producer.send(topic, value=b"%s-%d" % (tag, i), partition=i % 2)
+            producer.flush()
+            producer.send_offsets_to_transaction({KTopicPartition(topic, 0): OffsetAndMetadata(offset, "", -1)}, group)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close()
+
+    def values(isolation: str) -> list[bytes]:
+        consumer = KafkaConsumer(
+            bootstrap_servers=broker.bootstrap, isolation_level=isolation, enable_auto_commit=False
+        )
+        try:
+            consumer.assign([KTopicPartition(topic, 0), KTopicPartition(topic, 1)])
+            consumer.seek_to_beginning()
+            ends = consumer.end_offsets([KTopicPartition(topic, 0), KTopicPartition(topic, 1)])
+            out = []
+            deadline = time.monotonic() + 30
+            while any(consumer.position(tp) < end for tp, end in ends.items()):
+                assert time.monotonic() < deadline
+                for records in consumer.poll(200).values():
+                    out.extend(r.value for r in records)
+            return sorted(out)
+        finally:
+            consumer.close()
+
+    assert values("read_committed") == sorted(b"kept-%d" % i for i in range(5))
+    assert values("read_uncommitted") == sorted(
+        [b"kept-%d" % i for i in range(5)] + [b"dropped-%d" % i for i in range(5)]
+    )
+    assert _committed(broker.bootstrap, group, [(topic, 0)]) == {(topic, 0): 3}
+
+
+@pytest.mark.slow
+def test_an_abandoned_transaction_times_out_and_the_lso_moves_on(tmp_path):
+    overrides = {
+        "transaction.state.log.num.partitions": "4",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+    }
+    broker = make_broker(tmp_path / "logs", **overrides).start()
+    try:
+        topic = "abandoned"
+        create_topic(broker.bootstrap, topic, partitions=1)
+        settings = {"bootstrap.servers": broker.bootstrap, "transaction.timeout.ms": 2000, "linger.ms": 5}
+        abandoned = Producer({**settings, "transactional.id": "abandoned-txn"})
+        abandoned.init_transactions(30)
+        abandoned.begin_transaction()
+        abandoned.produce(topic, value=b"never", partition=0)
+        assert abandoned.flush(30) == 0  # written, then nothing more from this producer
+
+        other = Producer({**settings, "transactional.id": "other-txn"})
+        other.init_transactions(30)
+        other.begin_transaction()
+        other.produce(topic, value=b"after", partition=0)
+        other.commit_transaction(30)
+        # The coordinator aborts the abandoned transaction once its timeout passes; the LSO
+        # then moves past it and a read_committed reader gets the later commit.
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{broker.http_url}/transactions/abandoned-txn").json()["state"] != "CompleteAbort":
+            assert time.monotonic() < deadline, "the abandoned transaction was not aborted"
+            time.sleep(0.1)
+        assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed", timeout=60)] == [b"after"]
+        assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_uncommitted")] == [b"never", b"after"]
+        with pytest.raises(KafkaException) as failure:
+            abandoned.commit_transaction(30)  # fenced: its epoch was bumped by the abort
+        assert failure.value.args[0].code() in (
+            KafkaError._FENCED,
+            KafkaError.INVALID_PRODUCER_EPOCH,
+            KafkaError.PRODUCER_FENCED,
+            KafkaError.INVALID_TXN_STATE,
+        ), failure.value
+    finally:
+        broker.kill()
+
+
+@pytest.mark.slow
+def test_recovery_rebuilds_txnindex_and_lso(tmp_path):
+    """kill -9 with committed, aborted and open transactions in small segments: after the
+    restart both isolation levels read what they read before."""
+    broker = make_broker(
+        tmp_path / "logs", **{"transaction.state.log.num.partitions": "4", "log.segment.bytes": "2048"}
+    ).start()
+    try:
+        topic = "recovered"
+        create_topic(broker.bootstrap, topic, partitions=1)
+        p = _producer(broker.bootstrap, "recovered-txn")
+        p.init_transactions(30)
+        for round_number in range(12):
+            p.begin_transaction()
+            for i in range(20):
+                p.produce(topic, value=b"r%d-%02d" % (round_number, i), partition=0)
+            assert p.flush(30) == 0
+            if round_number % 2:
+                p.abort_transaction(30)
+            else:
+                p.commit_transaction(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"open", partition=0)
+        assert p.flush(30) == 0  # left open across the kill
+        before = {iso: _read(broker.bootstrap, [(topic, 0)], iso) for iso in ("read_committed", "read_uncommitted")}
+        assert len(before["read_committed"]) == 120 and len(before["read_uncommitted"]) == 241
+        assert len(list((tmp_path / "logs" / f"{topic}-0").glob("*.log"))) >= 3  # markers in several segments
+        broker.kill()
+        for index in (tmp_path / "logs" / f"{topic}-0").glob("*.txnindex"):
+            index.unlink()  # rebuilt from the log by recovery
+        broker.start()
+        after = {iso: _read(broker.bootstrap, [(topic, 0)], iso) for iso in ("read_committed", "read_uncommitted")}
+        assert after == before
+        p.commit_transaction(30)  # the open transaction ends as its producer decides
+        assert _read(broker.bootstrap, [(topic, 0)], "read_committed")[-1][3] == b"open"
+    finally:
+        broker.kill()
