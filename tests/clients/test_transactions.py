@@ -6,16 +6,19 @@ fencing, and the coordinator's errors for bad requests."""
 from __future__ import annotations
 
 import base64
+import random
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from client_helpers import create_topic, make_broker, raw_request, serve
+from crash_helpers import kill_at_random
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -553,3 +556,41 @@ def test_recovery_rebuilds_txnindex_and_lso(tmp_path):
         assert _read(broker.bootstrap, [(topic, 0)], "read_committed")[-1][3] == b"open"
     finally:
         broker.kill()
+
+
+@pytest.mark.slow
+def test_exactly_once_consume_transform_produce_under_kill_9(broker, request):
+    """N input records become exactly N output records and the group's offsets end at the
+    input's end, while input keeps arriving and the processing process is kill -9'd at
+    random moments and restarted."""
+    name = request.node.name[:40]
+    source, target, group = f"{name}-in", f"{name}-out", f"{name}-group"
+    partitions = 3
+    create_topic(broker.bootstrap, source, partitions=partitions)
+    create_topic(broker.bootstrap, target, partitions=partitions)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    produced = 0
+
+    def more_input(count: int = 150) -> None:
+        nonlocal produced
+        for i in range(produced, produced + count):
+            p.produce(source, value=b"in-%05d" % i, partition=i % partitions)
+        produced += count
+        assert p.flush(30) == 0
+
+    more_input(600)
+    processor = [sys.executable, str(Path(__file__).with_name("eos_processor.py")), broker.bootstrap, source, target]
+    rng = random.Random(20261124)
+    killed = 0
+    for _ in range(6):
+        # Until killed it never finishes: its target is beyond any input.
+        exited = kill_at_random([*processor, group, str(10**9)], rng, (1.5, 4.0), meanwhile=more_input)
+        killed += exited is None
+    assert killed >= 5
+    finished = subprocess.run([*processor, group, str(produced)], timeout=180, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    out = [v for *_, v in _read(broker.bootstrap, [(target, q) for q in range(partitions)], "read_committed")]
+    assert sorted(out) == [b"out-in-%05d" % i for i in range(produced)]  # each once: none lost, none twice
+    ends = {(source, q): len(range(q, produced, partitions)) for q in range(partitions)}
+    assert _committed(broker.bootstrap, group, list(ends)) == ends

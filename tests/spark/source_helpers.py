@@ -3,16 +3,13 @@ Spark jobs as child processes and killing them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import signal
-import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crash_helpers import kill_at_random
 from ingest_gateway.process import BrokerProcess
 from loglake.spark.faults import FAULT_ENV
 
@@ -30,18 +27,7 @@ def kill_job_at_random(
 ) -> None:
     """Start a job and SIGKILL its whole process group (driver and JVM) at a random moment
     within `seconds`, calling `meanwhile` (a burst of records) every half second until then."""
-    child = subprocess.Popen(
-        argv, cwd=REPO, env=job_environment(None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + rng.uniform(*seconds)
-    while time.monotonic() < deadline and child.poll() is None:
-        if meanwhile is not None:
-            meanwhile()
-        time.sleep(0.5)
-    with contextlib.suppress(ProcessLookupError):  # it may have finished its run already
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
+    kill_at_random(argv, rng, seconds, env=job_environment(None), cwd=REPO, meanwhile=meanwhile)
 
 
 def produce(broker: BrokerProcess, topic: str, records: list[dict], **config: object) -> None:
