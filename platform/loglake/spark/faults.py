@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-FAULT_ENV = "LOGLAKE_FAULT"
+from loglake.faults import FAULT_ENV
 
 
 def _is_named(name: str, at: int) -> bool:

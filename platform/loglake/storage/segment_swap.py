@@ -30,12 +30,11 @@ after-deleted, after-rename.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from loglake.faults import crash_point
 from loglake.storage.fileutil import atomic_write_text, fsync_dir
 from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, filename_prefix
 
@@ -44,16 +43,13 @@ logger = logging.getLogger(__name__)
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SWAP_END_SUFFIX = ".swap-end"
-FAULT_ENV = "LOGLAKE_FAULT"
 
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 
 def maybe_fault(step: str) -> None:
-    """Die like a kill -9 at `step` when LOGLAKE_FAULT names it (crash tests only)."""
-    if os.environ.get(FAULT_ENV) == f"cleaner-{step}":
-        logger.warning("LOGLAKE_FAULT=cleaner-%s: killing the process", step)
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Die like a kill -9 at `step` when LOGLAKE_FAULT is cleaner-<step> (crash tests only)."""
+    crash_point(f"cleaner-{step}")
 
 
 def swap_in(dir: Path, new: LogSegment, old: Sequence[LogSegment], end_offset: int) -> Path:

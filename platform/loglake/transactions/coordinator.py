@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from loglake.errors import ErrorCode, KafkaError
+from loglake.faults import crash_point
 from loglake.groups.api import TopicPartition
 from loglake.internal_topics import (
     OFFSETS_TOPIC,
@@ -279,6 +280,7 @@ class TransactionCoordinator:
             target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
             error = await self._transition(txn, target)
             if error is ErrorCode.NONE:
+                crash_point("txn-after-prepare")
                 self._spawn(self._complete_with_markers(txn, commit))
             return error
         if state is (TransactionState.COMPLETE_COMMIT if commit else TransactionState.COMPLETE_ABORT):

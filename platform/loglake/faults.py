@@ -1,0 +1,25 @@
+"""Fault injection for the broker's crash tests.
+
+`LOGLAKE_FAULT=<point>` makes the process kill itself with SIGKILL when it reaches that
+point, so a test hits a narrow crash window every time rather than by luck. Points:
+`cleaner-<step>` (the segment swap, see `storage/segment_swap.py`) and
+`txn-after-prepare` (a transaction coordinator, once PrepareCommit/PrepareAbort is
+durable and before any marker is written).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+FAULT_ENV = "LOGLAKE_FAULT"
+
+log = logging.getLogger(__name__)
+
+
+def crash_point(point: str) -> None:
+    """Die like a kill -9 here when LOGLAKE_FAULT names `point` (crash tests only)."""
+    if os.environ.get(FAULT_ENV) == point:
+        log.warning("%s=%s: killing the process", FAULT_ENV, point)
+        os.kill(os.getpid(), signal.SIGKILL)
