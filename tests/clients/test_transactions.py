@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from client_helpers import create_topic, make_broker, raw_request, serve
 from crash_helpers import kill_at_random
@@ -270,11 +270,56 @@ def test_bad_requests_get_kafkas_error_codes(broker, request):
     assert listed["unknown_state_filters"] == ["Bogus"]
     assert [t["transactional_id"] for t in listed["transaction_states"]] == [txn_id]
 
+    # TxnOffsetCommit before AddOffsetsToTxn put the group in the transaction, and from a
+    # producer id the transactional id does not have: refused, nothing stored.
+    topic, group = f"{name}-t", f"{name}-g"
+    create_topic(broker.bootstrap, topic)
+
+    def txn_offset_commit(producer_id: int) -> int:
+        body = {
+            "transactional_id": txn_id,
+            "group_id": group,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 5,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        }
+        (t,) = raw_request(broker.bootstrap, ApiKey.TXN_OFFSET_COMMIT, 3, body)["topics"]
+        return t["partitions"][0]["error_code"]
+
+    assert txn_offset_commit(pid) == ErrorCode.INVALID_TXN_STATE
+    assert txn_offset_commit(pid + 1000) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+    assert _committed(broker.bootstrap, group, [(topic, 0)]) == {(topic, 0): OFFSET_INVALID}
+    # The broker keeps serving: the same id still runs a transaction end to end.
+    p = _producer(broker.bootstrap, txn_id)
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"fine", partition=0)
+    p.commit_transaction(30)
+    assert [v for *_, v in _read(broker.bootstrap, [(topic, 0)], "read_committed")] == [b"fine"]
+
 
 def _offset_fetch(bootstrap: str, group: str, topic: str, require_stable: bool) -> tuple[int, int]:
     """(committed offset, error) of partition 0 by a raw OffsetFetch v7."""
     body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}], "require_stable": require_stable}
-    (t,) = raw_request(bootstrap, ApiKey.OFFSET_FETCH, 7, body)["topics"]
+    response = raw_request(bootstrap, ApiKey.OFFSET_FETCH, 7, body)
+    if response["error_code"]:  # e.g. the group's partition still loading
+        return -1, response["error_code"]
+    (t,) = response["topics"]
     (p,) = t["partitions"]
     return p["committed_offset"], p["error_code"]
 
