@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ingest_gateway.http_groups import group_routes
+from ingest_gateway.http_reassignments import reassignment_routes
 from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_transactions import transaction_routes
 from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
@@ -97,6 +98,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(group_routes(broker))
     app.include_router(tiering_routes(broker))
     app.include_router(transaction_routes(broker))
+    app.include_router(reassignment_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""The `loglake` command: broker, topics, cluster, groups, transactions, produce, consume.
+"""The `loglake` command: broker, topics, cluster, reassign, groups, transactions, produce, consume.
 
-Flags follow kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh and
-kafka-console-{producer,consumer}.sh. Everything but
+Flags follow kafka-topics.sh, kafka-reassign-partitions.sh, kafka-consumer-groups.sh,
+kafka-transactions.sh and kafka-console-{producer,consumer}.sh. Everything but
 `broker start` talks to a broker's HTTP API (`--bootstrap-http`, default the local one).
 """
 
@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import httpx
 import orjson
 
+from loglake.cluster.assignment import assign_replicas
 from loglake.config import parse_overrides
 
 DEFAULT_HTTP = os.environ.get("LOGLAKE_HTTP", "http://127.0.0.1:8082")
@@ -146,11 +147,19 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
         body["partitions"] = args.partitions
     if args.config or args.delete_config:
         body["configs"] = {**parse_overrides(args.config), **{k: "" for k in args.delete_config}}
-    if not body:
-        raise CliError("nothing to alter: give --partitions, --config or --delete-config")
+    if not body and args.replication_factor is None:
+        raise CliError("nothing to alter: give --partitions, --replication-factor, --config or --delete-config")
     with _client(args) as c:
-        _check(c.patch(f"/topics/{args.topic}", json=body))
-    print(f"Altered topic {args.topic}.")
+        if body:
+            _check(c.patch(f"/topics/{args.topic}", json=body))
+            print(f"Altered topic {args.topic}.")
+        if args.replication_factor is not None:
+            # A reassignment of every partition: `loglake reassign verify` follows it.
+            brokers = sorted(b["broker_id"] for b in _check(c.get("/cluster"))["brokers"])
+            plan = _plan(_replication_factor_plan(_current(c), args.topic, args.replication_factor, brokers))
+            print(f"Reassigning {args.topic} to replication factor {args.replication_factor}:")
+            _print_json(plan)
+            return _submit_plan(c, plan)
     return 0
 
 
@@ -275,6 +284,137 @@ def cmd_groups_delete(args: argparse.Namespace) -> int:
 
 
 # produce / consume -------------------------------------------------------------------------
+
+
+# reassign ------------------------------------------------------------------------------------
+
+
+def _read_plan(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            plan = orjson.loads(f.read())
+    except OSError as exc:
+        raise CliError(f"cannot read the plan {path}: {exc}") from None
+    except orjson.JSONDecodeError as exc:
+        raise CliError(f"the plan {path} is not JSON: {exc}") from None
+    if not isinstance(plan, dict) or not isinstance(plan.get("partitions"), list):
+        raise CliError(f'the plan {path} is not {{"version": 1, "partitions": [...]}}')
+    return plan
+
+
+def _plan(entries: list[tuple[str, int, list[int] | None]]) -> dict[str, Any]:
+    return {"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": r} for t, p, r in entries]}
+
+
+def _print_json(doc: Any) -> None:
+    print(orjson.dumps(doc).decode())
+
+
+def _submit_plan(c: httpx.Client, plan: dict[str, Any]) -> int:
+    """POST the plan; print each partition's outcome; 1 if any was refused."""
+    failed = 0
+    for r in _check(c.post("/reassignments", json=plan))["partitions"]:
+        if r["error"] is None:
+            print(f"{r['topic']}-{r['partition']}: accepted")
+        else:
+            failed += 1
+            print(f"{r['topic']}-{r['partition']}: {r['error']}: {r['message']}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _current(c: httpx.Client) -> dict[tuple[str, int], list[int]]:
+    return {(p["topic"], p["partition"]): p["replicas"] for p in _check(c.get("/cluster"))["partitions"]}
+
+
+def cmd_reassign_generate(args: argparse.Namespace) -> int:
+    """As kafka-reassign-partitions.sh --generate: the current assignment of the topics and
+    a proposal spreading them round-robin over the given brokers."""
+    topics = [t for t in args.topics.split(",") if t]
+    brokers = sorted({int(b) for b in args.brokers.split(",") if b})
+    with _client(args) as c:
+        current = _current(c)
+    proposal = []
+    for topic in topics:
+        partitions = sorted(p for t, p in current if t == topic)
+        if not partitions:
+            raise CliError(f"topic {topic!r} does not exist")
+        rf = args.replication_factor or len(current[(topic, partitions[0])])
+        if rf > len(brokers):
+            raise CliError(f"replication factor {rf} is larger than the {len(brokers)} brokers given")
+        spread = assign_replicas(brokers, len(partitions), rf, start_index=sum(map(ord, topic)) % len(brokers))
+        proposal += [(topic, p, list(spread[p])) for p in partitions]
+    print("Current partition replica assignment")
+    _print_json(_plan([(t, p, current[(t, p)]) for t, p, _ in proposal]))
+    print("\nProposed partition reassignment configuration")
+    _print_json(_plan(proposal))
+    return 0
+
+
+def cmd_reassign_execute(args: argparse.Namespace) -> int:
+    plan = _read_plan(args.plan)
+    with _client(args) as c:
+        current = _current(c)
+        print("Current partition replica assignment (save it to roll back)")
+        _print_json(
+            _plan([(e["topic"], e["partition"], current.get((e["topic"], e["partition"]))) for e in plan["partitions"]])
+        )
+        return _submit_plan(c, plan)
+
+
+def cmd_reassign_verify(args: argparse.Namespace) -> int:
+    """Each partition of the plan: complete, still in progress, or not as planned."""
+    plan = _read_plan(args.plan)
+    with _client(args) as c:
+        ongoing = {(r["topic"], r["partition"]) for r in _check(c.get("/reassignments"))["partitions"]}
+        current = _current(c)
+    done = True
+    for e in plan["partitions"]:
+        key = (e["topic"], e["partition"])
+        if key in ongoing:
+            done = False
+            print(f"Reassignment of partition {key[0]}-{key[1]} is still in progress.")
+        elif current.get(key) == e["replicas"]:
+            print(f"Reassignment of partition {key[0]}-{key[1]} is completed.")
+        else:
+            done = False
+            print(
+                f"There is no active reassignment of partition {key[0]}-{key[1]}, but its replicas are {current.get(key)}."
+            )
+    return 0 if done else 1
+
+
+def cmd_reassign_cancel(args: argparse.Namespace) -> int:
+    plan = _read_plan(args.plan)
+    with _client(args) as c:
+        return _submit_plan(c, _plan([(e["topic"], e["partition"], None) for e in plan["partitions"]]))
+
+
+def _replication_factor_plan(
+    current: dict[tuple[str, int], list[int]], topic: str, rf: int, brokers: list[int]
+) -> list[tuple[str, int, list[int]]]:
+    """Targets giving every partition of `topic` `rf` replicas: the current ones kept (the
+    preferred leader first), brokers added where they host the fewest replicas, or the last
+    ones dropped."""
+    if not 1 <= rf <= len(brokers):
+        raise CliError(f"replication factor {rf} must be between 1 and the {len(brokers)} live brokers")
+    load = {b: 0 for b in brokers}
+    for replicas in current.values():
+        for r in replicas:
+            if r in load:
+                load[r] += 1
+    targets = []
+    for (t, p), replicas in sorted(current.items()):
+        if t != topic:
+            continue
+        target = list(replicas[:rf])
+        while len(target) < rf:
+            candidate = min((b for b in brokers if b not in target), key=lambda b: (load[b], b))
+            target.append(candidate)
+            load[candidate] += 1
+        targets.append((t, p, target))
+    if not targets:
+        raise CliError(f"topic {topic!r} does not exist")
+    return targets
 
 
 # transactions --------------------------------------------------------------------------------
@@ -576,6 +716,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int)
     p.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    p.add_argument("--replication-factor", type=int, help="reassign every partition to this many replicas")
     p.set_defaults(func=cmd_topics_alter)
 
     cluster = sub.add_parser("cluster", help="cluster state").add_subparsers(dest="action", required=True)
@@ -602,6 +743,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = http_command(groups, "delete", "delete an inactive group and its offsets")
     p.add_argument("--group", required=True)
     p.set_defaults(func=cmd_groups_delete)
+
+    reassign = sub.add_parser(
+        "reassign", help="move partitions between brokers (as kafka-reassign-partitions.sh)"
+    ).add_subparsers(dest="action", required=True)
+    p = http_command(reassign, "generate", "propose a plan spreading topics over brokers")
+    p.add_argument("--topics", required=True, help="comma-separated topics")
+    p.add_argument("--brokers", required=True, help="comma-separated broker ids")
+    p.add_argument("--replication-factor", type=int, help="default: each topic's current one")
+    p.set_defaults(func=cmd_reassign_generate)
+    for name, help_text, func in (
+        ("execute", "start the plan's reassignments (prints the current assignment first)", cmd_reassign_execute),
+        ("verify", "each partition of the plan: completed or still in progress", cmd_reassign_verify),
+        ("cancel", "cancel the plan's reassignments in progress", cmd_reassign_cancel),
+    ):
+        p = http_command(reassign, name, help_text)
+        p.add_argument("--plan", required=True, help="a plan JSON file")
+        p.set_defaults(func=func)
 
     txns = sub.add_parser(
         "transactions", help="list, describe, find hanging and abort transactions (as kafka-transactions.sh)"

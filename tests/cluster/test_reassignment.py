@@ -5,9 +5,12 @@ requested through ZooKeeper's /admin/reassign_partitions, and bad input changes 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
+import httpx
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -168,6 +171,10 @@ def test_bad_reassignments_get_kafkas_errors_and_change_nothing(cluster: LocalCl
     assert reassign(bootstrap, {("fixed", 0): []}) == {("fixed", 0): ErrorCode.INVALID_REPLICA_ASSIGNMENT}
     assert reassign(bootstrap, {("fixed", 0): None}) == {("fixed", 0): ErrorCode.NO_REASSIGNMENT_IN_PROGRESS}
     assert ongoing(bootstrap) == {}
+    # Over HTTP, a malformed plan is refused before anything is tried.
+    for bad in ({"partitions": [{"topic": 1, "partition": 0, "replicas": [1]}]}, {"partitions": []}, [1]):
+        answer = httpx.post(f"{cluster.http_url(1)}/reassignments", json=bad, timeout=30)
+        assert answer.status_code == 422, answer.text
     assert [cluster.partition("fixed", p)["replicas"] for p in (0, 1)] == before
 
 
@@ -225,3 +232,56 @@ def test_a_reassignment_survives_the_controller_and_a_target_replica_killed(tmp_
         assert cluster.partition("survivor", 0)["leader"] in (staying, joining)
         records = read_all(cluster.bootstrap, "survivor", 1, 1000)[0]
         assert records == [b"%04d" % i for i in range(1000)]
+
+
+def loglake(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess:
+    """The CLI against broker 1's HTTP API."""
+    argv = [sys.executable, "-m", "loglake.cli", *args, "--bootstrap-http", cluster.http_url(1)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def test_the_cli_changes_replication_factors_and_runs_plans(cluster: LocalCluster, tmp_path) -> None:
+    create_topic(cluster, "cli-moved", 2, 1, {"min.insync.replicas": "1"})
+    raised = loglake(cluster, "topics", "alter", "--topic", "cli-moved", "--replication-factor", "3")
+    assert raised.returncode == 0, raised.stderr
+    for p in (0, 1):
+        settled(cluster, "cli-moved", p, cluster.partition("cli-moved", p)["replicas"])
+        assert sorted(cluster.partition("cli-moved", p)["replicas"]) == [1, 2, 3]
+    lowered = loglake(cluster, "topics", "alter", "--topic", "cli-moved", "--replication-factor", "1")
+    assert lowered.returncode == 0, lowered.stderr
+    for p in (0, 1):
+        settled(cluster, "cli-moved", p, cluster.partition("cli-moved", p)["replicas"])
+        assert len(cluster.partition("cli-moved", p)["replicas"]) == 1
+
+    generated = loglake(
+        cluster, "reassign", "generate", "--topics", "cli-moved", "--brokers", "2,3", "--replication-factor", "2"
+    )
+    assert generated.returncode == 0, generated.stderr
+    proposal = json.loads(generated.stdout.split("Proposed partition reassignment configuration")[1])
+    assert {e["partition"] for e in proposal["partitions"]} == {0, 1}
+    assert all(sorted(e["replicas"]) == [2, 3] for e in proposal["partitions"])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposal))
+    executed = loglake(cluster, "reassign", "execute", "--plan", str(plan))
+    assert executed.returncode == 0, executed.stderr
+    deadline = time.monotonic() + 60
+    while (verified := loglake(cluster, "reassign", "verify", "--plan", str(plan))).returncode != 0:
+        assert "still in progress" in verified.stdout, verified.stdout
+        assert time.monotonic() < deadline, verified.stdout
+        time.sleep(0.2)
+    assert verified.stdout.count("is completed") == 2
+    assert [cluster.partition("cli-moved", p)["replicas"] for p in (0, 1)] == [
+        e["replicas"] for e in proposal["partitions"]
+    ]
+
+    # Cancelling what already completed, and plans that cannot run: Kafka's errors, exit 1.
+    cancelled = loglake(cluster, "reassign", "cancel", "--plan", str(plan))
+    assert cancelled.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in cancelled.stderr
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "cli-moved", "partition": 0, "replicas": [7]}]}))
+    refused = loglake(cluster, "reassign", "execute", "--plan", str(plan))
+    assert refused.returncode == 1 and "INVALID_REPLICA_ASSIGNMENT" in refused.stderr
+    too_many = loglake(cluster, "topics", "alter", "--topic", "cli-moved", "--replication-factor", "4")
+    assert too_many.returncode == 1 and "between 1 and the 3 live brokers" in too_many.stderr
+    plan.write_text("{not json")
+    malformed = loglake(cluster, "reassign", "execute", "--plan", str(plan))
+    assert malformed.returncode == 1 and "is not JSON" in malformed.stderr
