@@ -1,4 +1,4 @@
-"""The `loglake` command: broker, topics, cluster, reassign, groups, transactions, produce, consume.
+"""The `loglake` command: broker(s), topics, cluster, reassign, groups, transactions, produce, consume.
 
 Flags follow kafka-topics.sh, kafka-reassign-partitions.sh, kafka-consumer-groups.sh,
 kafka-transactions.sh and kafka-console-{producer,consumer}.sh. Everything but
@@ -389,6 +389,61 @@ def cmd_reassign_cancel(args: argparse.Namespace) -> int:
         return _submit_plan(c, _plan([(e["topic"], e["partition"], None) for e in plan["partitions"]]))
 
 
+def _replica_load(current: dict[tuple[str, int], list[int]], brokers: list[int]) -> dict[int, int]:
+    """How many replicas each of `brokers` hosts."""
+    load = {b: 0 for b in brokers}
+    for replicas in current.values():
+        for r in replicas:
+            if r in load:
+                load[r] += 1
+    return load
+
+
+def _drain_plan(
+    current: dict[tuple[str, int], list[int]], leaving: int, brokers: list[int]
+) -> list[tuple[str, int, list[int]]]:
+    """Targets moving every replica off `leaving`, each to the remaining broker hosting the
+    fewest replicas (in the leaving replica's place, so preferred leaders stay where they were
+    unless it was `leaving`)."""
+    remaining = [b for b in brokers if b != leaving]
+    load = _replica_load(current, remaining)
+    targets = []
+    for (t, p), replicas in sorted(current.items()):
+        if leaving not in replicas:
+            continue
+        candidates = [b for b in remaining if b not in replicas]
+        if not candidates:
+            raise CliError(f"cannot drain broker {leaving}: {t}-{p} has {len(replicas)} replicas and no other broker")
+        substitute = min(candidates, key=lambda b: (load[b], b))
+        load[substitute] += 1
+        targets.append((t, p, [substitute if r == leaving else r for r in replicas]))
+    return targets
+
+
+def cmd_brokers_drain(args: argparse.Namespace) -> int:
+    """Move every replica (and so every leadership) off a broker, then wait until it holds
+    nothing: it can then be stopped without clients noticing."""
+    with _client(args) as c:
+        brokers = sorted(b["broker_id"] for b in _check(c.get("/cluster"))["brokers"])
+        if args.broker not in brokers:
+            raise CliError(f"broker {args.broker} is not alive")
+        targets = _drain_plan(_current(c), args.broker, brokers)
+        if targets:
+            print(f"Moving {len(targets)} partition(s) off broker {args.broker}")
+            if _submit_plan(c, _plan(targets)):
+                return 1
+        deadline = time.monotonic() + args.timeout
+        while True:
+            status = _check(c.get("/cluster"))
+            hosting = [p for p in status["partitions"] if args.broker in p["replicas"] or p["leader"] == args.broker]
+            if not hosting and not _check(c.get("/reassignments"))["partitions"]:
+                print(f"Broker {args.broker} holds no replica and leads nothing.")
+                return 0
+            if time.monotonic() > deadline:
+                raise CliError(f"broker {args.broker} still hosts {len(hosting)} partition(s) after {args.timeout}s")
+            time.sleep(0.5)
+
+
 def _replication_factor_plan(
     current: dict[tuple[str, int], list[int]], topic: str, rf: int, brokers: list[int]
 ) -> list[tuple[str, int, list[int]]]:
@@ -397,11 +452,7 @@ def _replication_factor_plan(
     ones dropped."""
     if not 1 <= rf <= len(brokers):
         raise CliError(f"replication factor {rf} must be between 1 and the {len(brokers)} live brokers")
-    load = {b: 0 for b in brokers}
-    for replicas in current.values():
-        for r in replicas:
-            if r in load:
-                load[r] += 1
+    load = _replica_load(current, brokers)
     targets = []
     for (t, p), replicas in sorted(current.items()):
         if t != topic:
@@ -743,6 +794,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = http_command(groups, "delete", "delete an inactive group and its offsets")
     p.add_argument("--group", required=True)
     p.set_defaults(func=cmd_groups_delete)
+
+    brokers = sub.add_parser("brokers", help="operate on brokers").add_subparsers(dest="action", required=True)
+    p = http_command(brokers, "drain", "move every replica and leadership off a broker before retiring it")
+    p.add_argument("--broker", type=int, required=True)
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for the broker to empty (default 600)")
+    p.set_defaults(func=cmd_brokers_drain)
 
     reassign = sub.add_parser(
         "reassign", help="move partitions between brokers (as kafka-reassign-partitions.sh)"

@@ -285,3 +285,26 @@ def test_the_cli_changes_replication_factors_and_runs_plans(cluster: LocalCluste
     plan.write_text("{not json")
     malformed = loglake(cluster, "reassign", "execute", "--plan", str(plan))
     assert malformed.returncode == 1 and "is not JSON" in malformed.stderr
+
+
+def test_a_drained_broker_holds_nothing_and_stopping_it_changes_nothing(cluster: LocalCluster) -> None:
+    create_topic(cluster, "drained", 3, 2, {"min.insync.replicas": "1"})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+    for i in range(300):
+        producer.produce("drained", b"%03d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    leaving = 3
+    assert any(leaving in cluster.partition("drained", p)["replicas"] for p in range(3))
+
+    drained = loglake(cluster, "brokers", "drain", "--broker", str(leaving), "--timeout", "120")
+    assert drained.returncode == 0, drained.stderr
+    assert f"Broker {leaving} holds no replica and leads nothing." in drained.stdout
+    status = cluster.status()
+    assert all(leaving not in p["replicas"] and p["leader"] != leaving for p in status["partitions"])
+    assert all(len(cluster.partition("drained", p)["replicas"]) == 2 for p in range(3))
+
+    cluster.brokers[leaving].stop()  # retired: clients do not notice
+    cluster.wait_for(lambda s: leaving not in [b["broker_id"] for b in s["brokers"]], exclude=(leaving,))
+    records = read_all(cluster.brokers[1].bootstrap, "drained", 3, 300)
+    assert sorted(v for values in records.values() for v in values) == [b"%03d" % i for i in range(300)]
+    assert loglake(cluster, "brokers", "drain", "--broker", str(leaving)).returncode == 1  # not alive any more
