@@ -145,7 +145,7 @@ class Broker:
     def endpoint(self) -> BrokerEndpoint:
         kafka = self.config.listeners[0]
         http = self.config.http_listeners[0]
-        return BrokerEndpoint(self.config.broker_id, kafka.host, kafka.port, http.host, http.port)
+        return BrokerEndpoint(self.config.broker_id, kafka.host, kafka.port, http.host, http.port, self.config.rack)
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -656,7 +656,12 @@ class Broker:
         return {
             "controller": {"broker_id": controller_id, "epoch": self.store.controller_epoch()},
             "brokers": [
-                {"broker_id": b.broker_id, "kafka": f"{b.host}:{b.port}", "http": f"http://{b.http_host}:{b.http_port}"}
+                {
+                    "broker_id": b.broker_id,
+                    "kafka": f"{b.host}:{b.port}",
+                    "http": f"http://{b.http_host}:{b.http_port}",
+                    "rack": b.rack,
+                }
                 for b in sorted(brokers.values(), key=lambda b: b.broker_id)
             ],
             "partitions": partitions,

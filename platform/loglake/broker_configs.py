@@ -36,6 +36,7 @@ _T = ConfigType
 # The static broker configs loglake reads, with the defaults it applies.
 _STATIC_KEYS = (
     ConfigKey("broker.id", _T.INT, -1, "This broker's id."),
+    ConfigKey("broker.rack", _T.STRING, None, "This broker's rack: replicas of a partition go to different racks."),
     ConfigKey("log.dirs", _T.STRING, None, "Directories holding the log data."),
     ConfigKey("log.dir", _T.STRING, "/tmp/loglake-logs", "The log directory, if log.dirs is not set."),
     ConfigKey("listeners", _T.STRING, "PLAINTEXT://127.0.0.1:9092", "The Kafka protocol listeners."),

@@ -328,11 +328,13 @@ def _current(c: httpx.Client) -> dict[tuple[str, int], list[int]]:
 
 def cmd_reassign_generate(args: argparse.Namespace) -> int:
     """As kafka-reassign-partitions.sh --generate: the current assignment of the topics and
-    a proposal spreading them round-robin over the given brokers."""
+    a proposal spreading them round-robin over the given brokers (over their racks too,
+    when every one has a `broker.rack`)."""
     topics = [t for t in args.topics.split(",") if t]
     brokers = sorted({int(b) for b in args.brokers.split(",") if b})
     with _client(args) as c:
         current = _current(c)
+        racks = {b["broker_id"]: b.get("rack") for b in _check(c.get("/cluster"))["brokers"]}
     proposal = []
     for topic in topics:
         partitions = sorted(p for t, p in current if t == topic)
@@ -341,7 +343,9 @@ def cmd_reassign_generate(args: argparse.Namespace) -> int:
         rf = args.replication_factor or len(current[(topic, partitions[0])])
         if rf > len(brokers):
             raise CliError(f"replication factor {rf} is larger than the {len(brokers)} brokers given")
-        spread = assign_replicas(brokers, len(partitions), rf, start_index=sum(map(ord, topic)) % len(brokers))
+        spread = assign_replicas(
+            brokers, len(partitions), rf, start_index=sum(map(ord, topic)) % len(brokers), racks=racks
+        )
         proposal += [(topic, p, list(spread[p])) for p in partitions]
     print("Current partition replica assignment")
     _print_json(_plan([(t, p, current[(t, p)]) for t, p, _ in proposal]))

@@ -494,6 +494,7 @@ class BrokerConfig:
     """What a broker process needs, from server.properties plus --override."""
 
     broker_id: int = 0
+    rack: str | None = None
     log_dirs: tuple[str, ...] = ("/tmp/loglake-logs",)
     listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
     http_listeners: tuple[Listener, ...] = (Listener("http", "127.0.0.1", 8082),)
@@ -528,6 +529,7 @@ class BrokerConfig:
         log_dirs = props.get("log.dirs") or props.get("log.dir")
         return cls(
             broker_id=get("broker.id", base.broker_id),
+            rack=props.get("broker.rack") or None,
             log_dirs=tuple(d.strip() for d in log_dirs.split(",") if d.strip()) if log_dirs else base.log_dirs,
             listeners=tuple(Listener.parse(s) for s in props["listeners"].split(",") if s.strip())
             if props.get("listeners")

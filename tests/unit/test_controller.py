@@ -227,3 +227,34 @@ def test_unclean_election_follows_the_broker_default_under_topic_overrides(tmp_p
     controller.on_brokers_changed({2: -1})
     assert store.partition_states("lenient")[0].leader == 2
     assert store.partition_states("strict")[0].leader == -1
+
+
+def test_rack_aware_assignment_spreads_each_partitions_replicas_over_racks() -> None:
+    racks = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    assignment = assign_replicas(list(racks), 12, 3, racks=racks)
+    for replicas in assignment.values():
+        assert len(set(replicas)) == 3
+        assert {racks[r] for r in replicas} == {"a", "b", "c"}  # one replica per rack
+    leaders = [replicas[0] for replicas in assignment.values()]
+    assert sorted(leaders) == sorted(list(racks) * 2)  # leaders evenly spread
+    replica_counts = [sum(b in replicas for replicas in assignment.values()) for b in racks]
+    assert replica_counts == [6] * 6
+    # More replicas than racks: every rack first, then any broker not yet used.
+    for replicas in assign_replicas([1, 2, 3, 4], 4, 3, racks={1: "a", 2: "a", 3: "b", 4: "b"}).values():
+        assert len(set(replicas)) == 3 and {racks[r] for r in replicas} == {"a", "b"}
+    # Without racks on every broker, the plain rule.
+    assert assign_replicas([1, 2, 3], 2, 2, racks={1: "a", 2: None, 3: "b"}) == assign_replicas([1, 2, 3], 2, 2)
+
+
+def test_topics_created_and_grown_on_brokers_with_racks_spread_over_racks(tmp_path: Path) -> None:
+    store = EmbeddedMetadataStore(tmp_path)
+    racks = {1: "a", 2: "a", 3: "b", 4: "b"}
+    for b, rack in racks.items():
+        store.register_broker(BrokerEndpoint(b, "127.0.0.1", 9092 + b, "127.0.0.1", 8082 + b, rack))
+    controller = Controller(store, 1, RecordingChannel())
+    assert controller.startup()
+    topic = controller.create_topic("racked", 4, 2)
+    grown = controller.create_partitions("racked", 8)
+    assert topic.assignment.items() <= grown.assignment.items()
+    for replicas in grown.assignment.values():
+        assert {racks[r] for r in replicas} == {"a", "b"}

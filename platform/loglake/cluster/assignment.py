@@ -1,6 +1,9 @@
-"""Replica assignment: partition i leads on broker i % n, its j-th replica on (i + j) % n."""
+"""Replica assignment: partition i leads on broker i % n, its j-th replica on (i + j) % n;
+rack-aware (Kafka's AdminUtils rule) when the brokers have racks."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from loglake.errors import ErrorCode, KafkaError
 
@@ -11,8 +14,10 @@ def assign_replicas(
     replication_factor: int,
     first_partition: int = 0,
     start_index: int = 0,
+    racks: Mapping[int, str | None] | None = None,
 ) -> dict[int, tuple[int, ...]]:
-    """Kafka's round-robin rule over the sorted broker ids, without rack awareness.
+    """Kafka's round-robin rule over the sorted broker ids; rack-aware (Kafka's rule too)
+    when every broker has a rack in `racks` and there are several.
 
     `start_index` shifts which broker leads partition 0 (Kafka picks it at random to
     spread leaders of many topics); `first_partition` lets added partitions continue the
@@ -26,11 +31,53 @@ def assign_replicas(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication factor {replication_factor} is larger than the {len(ordered)} available brokers",
         )
+    rack_of = {b: (racks or {}).get(b) for b in ordered}
+    if all(rack_of.values()) and len(set(rack_of.values())) > 1:
+        return _assign_rack_aware(rack_of, num_partitions, replication_factor, first_partition, start_index)
     n = len(ordered)
     return {
         p: tuple(ordered[(p + start_index + j) % n] for j in range(replication_factor))
         for p in range(first_partition, first_partition + num_partitions)
     }
+
+
+def _rack_alternated(rack_of: Mapping[int, str]) -> list[int]:
+    """The brokers taking one of each rack in turn (racks and brokers sorted), so that
+    consecutive brokers sit in different racks."""
+    by_rack: dict[str, list[int]] = {}
+    for broker, rack in sorted(rack_of.items()):
+        by_rack.setdefault(rack, []).append(broker)
+    columns = [by_rack[rack] for rack in sorted(by_rack)]
+    return [column[i] for i in range(max(map(len, columns))) for column in columns if i < len(column)]
+
+
+def _assign_rack_aware(
+    rack_of: Mapping[int, str], num_partitions: int, replication_factor: int, first_partition: int, start_index: int
+) -> dict[int, tuple[int, ...]]:
+    """Kafka's rack-aware assignment: leaders round-robin over the rack-alternated broker
+    list; each further replica the next broker (shifted per round of partitions) whose rack
+    holds no replica yet, unless every rack already does."""
+    arranged = _rack_alternated(rack_of)
+    n, num_racks = len(arranged), len(set(rack_of.values()))
+    shift = start_index
+    assignment = {}
+    for p in range(first_partition, first_partition + num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start_index) % n
+        replicas = [arranged[first]]
+        racks_used = {rack_of[arranged[first]]}
+        k = 0
+        while len(replicas) < replication_factor:
+            broker = arranged[(first + 1 + (shift * num_racks + k) % (n - 1)) % n]
+            k += 1
+            if broker in replicas:
+                continue
+            if rack_of[broker] not in racks_used or len(racks_used) == num_racks:
+                replicas.append(broker)
+                racks_used.add(rack_of[broker])
+        assignment[p] = tuple(replicas)
+    return assignment
 
 
 def _invalid(message: str) -> KafkaError:

@@ -438,7 +438,9 @@ class Controller:
             if assignment is None:
                 if num_partitions < 1:
                     raise KafkaError(ErrorCode.INVALID_PARTITIONS, "number of partitions must be at least 1")
-                assignment = assign_replicas(list(self._store.brokers()), num_partitions, replication_factor)
+                brokers = self._store.brokers()
+                racks = {b: e.rack for b, e in brokers.items()}
+                assignment = assign_replicas(list(brokers), num_partitions, replication_factor, racks=racks)
             else:
                 validate_manual_assignment(assignment, set(self._store.brokers()))
             topic = TopicDescription(name=name, topic_id=str(uuid.uuid4()), assignment=assignment, config=config)
@@ -483,6 +485,7 @@ class Controller:
                     total - topic.num_partitions,
                     topic.replication_factor,
                     first_partition=topic.num_partitions,
+                    racks={b: e.rack for b, e in brokers.items()},
                 )
             else:
                 if len(assignment) != total - topic.num_partitions:
