@@ -46,22 +46,33 @@ class LocalCluster:
         if self.zookeeper is not None:
             self.zookeeper.start()
         for broker_id in range(1, self.size + 1):
-            logs = self.base_dir / f"broker-{broker_id}" / "logs"
-            log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
-            broker = BrokerProcess(
-                logs,
-                config=CLUSTER_CONF / f"broker-{broker_id}.properties",
-                overrides={
-                    "zookeeper.connect": self.zookeeper_connect,
-                    "log.dirs": ",".join(log_dirs),
-                    **self.overrides,
-                },
-                broker_id=broker_id,
-            )
-            self.brokers[broker_id] = broker
-            broker.start(timeout)
+            self._start_broker(broker_id, timeout)
         self.wait_for(lambda s: len(s["brokers"]) == self.size and s["controller"]["broker_id"] is not None, timeout)
         return self
+
+    def add_broker(self, timeout: float = 60.0) -> int:
+        """Start one more broker (conf/cluster has up to four); returns its id once the
+        cluster lists it."""
+        self.size += 1
+        self._start_broker(self.size, timeout)
+        self.wait_for(lambda s: self.size in [b["broker_id"] for b in s["brokers"]], timeout)
+        return self.size
+
+    def _start_broker(self, broker_id: int, timeout: float) -> None:
+        logs = self.base_dir / f"broker-{broker_id}" / "logs"
+        log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
+        broker = BrokerProcess(
+            logs,
+            config=CLUSTER_CONF / f"broker-{broker_id}.properties",
+            overrides={
+                "zookeeper.connect": self.zookeeper_connect,
+                "log.dirs": ",".join(log_dirs),
+                **self.overrides,
+            },
+            broker_id=broker_id,
+        )
+        self.brokers[broker_id] = broker
+        broker.start(timeout)
 
     def stop(self) -> None:
         """A clean shutdown: SIGTERM every broker (resumed first if paused), then ZooKeeper."""

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
@@ -308,3 +308,83 @@ def test_a_drained_broker_holds_nothing_and_stopping_it_changes_nothing(cluster:
     records = read_all(cluster.brokers[1].bootstrap, "drained", 3, 300)
     assert sorted(v for values in records.values() for v in values) == [b"%03d" % i for i in range(300)]
     assert loglake(cluster, "brokers", "drain", "--broker", str(leaving)).returncode == 1  # not alive any more
+
+
+def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(cluster: LocalCluster) -> None:
+    """A fourth broker joins a loaded cluster and half the partitions move onto it while an
+    idempotent acks=all producer and a consumer group run: nothing acknowledged is lost or
+    doubled, and the group keeps consuming."""
+    topic, partitions = "loaded", 4
+    create_topic(cluster, topic, partitions, 2, {"min.insync.replicas": "1"})
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    )
+    acked: list[bytes] = []
+    failed: list[str] = []
+    done = threading.Event()
+
+    def produce() -> None:
+        i = 0
+        while not done.is_set():
+            for _ in range(20):
+                producer.produce(
+                    topic,
+                    b"%06d" % i,
+                    partition=i % partitions,
+                    on_delivery=lambda err, msg: failed.append(str(err)) if err else acked.append(msg.value()),
+                )
+                i += 1
+            producer.poll(0)
+            done.wait(0.02)
+        assert producer.flush(60) == 0
+
+    consumed: list[bytes] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "loaded-group",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+        }
+    )
+    consumer.subscribe([topic])
+    writer = threading.Thread(target=produce, daemon=True)
+    writer.start()
+
+    def consume_for(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(500, 0.2):
+                if msg.error() is None:
+                    consumed.append(msg.value())
+
+    consume_for(2)
+    new_broker = cluster.add_broker()
+    moves = {}
+    for p in range(0, partitions, 2):
+        replicas = cluster.partition(topic, p)["replicas"]
+        moves[(topic, p)] = [new_broker, replicas[1]]  # the new broker leads them once moved
+    assert reassign(cluster.brokers[1].bootstrap, moves) == dict.fromkeys(moves, 0)
+    deadline = time.monotonic() + 90
+    while ongoing(cluster.brokers[1].bootstrap):
+        before = len(consumed)
+        consume_for(1)
+        assert time.monotonic() < deadline, "the reassignment did not complete"
+        assert len(consumed) > before, "the group stopped consuming during the reassignment"
+    for (t, p), target in moves.items():
+        settled(cluster, t, p, target)
+    consume_for(1)
+    done.set()
+    writer.join(90)
+    assert not failed, failed[:3]
+    deadline = time.monotonic() + 60
+    while len(set(consumed)) < len(acked):
+        assert time.monotonic() < deadline, f"consumed {len(set(consumed))} of {len(acked)}"
+        consume_for(0.5)
+    consumer.close()
+
+    everything = read_all(cluster.bootstrap, topic, partitions, len(acked))
+    stored = [v for values in everything.values() for v in values]
+    assert sorted(stored) == sorted(acked)  # nothing lost, nothing twice
+    assert set(consumed) == set(acked)
+    assert all(new_broker in cluster.partition(topic, p)["replicas"] for p in range(0, partitions, 2))
