@@ -19,7 +19,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from ingest_gateway.kafka_client import KafkaClient
-from loglake.errors import ErrorCode
+from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
 from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from loglake.protocol import ApiKey, RequestHeader
@@ -43,6 +43,7 @@ _TXN_APIS = (
     ApiKey.TXN_OFFSET_COMMIT,
     ApiKey.DESCRIBE_TRANSACTIONS,
     ApiKey.LIST_TRANSACTIONS,
+    ApiKey.DESCRIBE_PRODUCERS,
 )
 TXN_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _TXN_APIS}
 # AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
@@ -349,6 +350,48 @@ class TxnApis:
             ],
         }
 
+    async def describe_producers(self, header: RequestHeader, body: Body) -> Body:
+        """DescribeProducers (KIP-664): each partition's producers from this leader's producer
+        state, with the first offset of an open transaction. Coordinator epochs are not kept
+        per producer here: -1."""
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            for index in t["partition_indexes"]:
+                try:
+                    log_ = self._broker.replica_manager.leader_partition(t["name"], index).log
+                except KafkaError as exc:
+                    partitions.append(
+                        {
+                            "partition_index": index,
+                            "error_code": exc.code,
+                            "error_message": exc.message,
+                            "active_producers": [],
+                        }
+                    )
+                    continue
+                entries = sorted(list(log_.producer_state.producers.values()), key=lambda e: e.producer_id)
+                partitions.append(
+                    {
+                        "partition_index": index,
+                        "error_code": ErrorCode.NONE,
+                        "error_message": None,
+                        "active_producers": [
+                            {
+                                "producer_id": e.producer_id,
+                                "producer_epoch": e.producer_epoch,
+                                "last_sequence": e.last_seq,
+                                "last_timestamp": e.last_timestamp,
+                                "coordinator_epoch": -1,
+                                "current_txn_start_offset": e.current_txn_first_offset,
+                            }
+                            for e in entries
+                        ],
+                    }
+                )
+            topics.append({"name": t["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}
+
 
 def register_txn_apis(
     apis: KafkaApis, broker: Broker, coordinator: TransactionCoordinator, writer: MarkerWriter
@@ -362,6 +405,7 @@ def register_txn_apis(
         ApiKey.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
         ApiKey.DESCRIBE_TRANSACTIONS: txn_apis.describe_transactions,
         ApiKey.LIST_TRANSACTIONS: txn_apis.list_transactions,
+        ApiKey.DESCRIBE_PRODUCERS: txn_apis.describe_producers,
     }
     for key, handler in handlers.items():
         apis.register(key, TXN_API_VERSIONS[key], handler)

@@ -436,6 +436,13 @@ def test_transactions_cli_lists_describes_finds_and_aborts_hanging(broker, reque
     p.commit_transaction(30)
 
     hanging_pid, start = _hanging_batch(broker, topic)
+    # DescribeProducers (what kafka-transactions.sh asks) shows it open, like the CLI.
+    body = {"topics": [{"name": topic, "partition_indexes": [0, 9]}]}
+    (t,) = raw_request(broker.bootstrap, ApiKey.DESCRIBE_PRODUCERS, 0, body)["topics"]
+    known, missing = t["partitions"]
+    assert missing["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    open_txns = {p["producer_id"]: p["current_txn_start_offset"] for p in known["active_producers"]}
+    assert open_txns[hanging_pid] == start
     found = _cli(broker, "find-hanging", "--broker-id", "0")[1:]
     assert [(row[0], row[2], row[4]) for row in found] == [(topic, str(hanging_pid), str(start))]
     # A read_committed reader is stuck before it: the LSO does not pass an open transaction.

@@ -1512,6 +1512,38 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "DescribeProducersRequest": {
+        "apiKey": 61, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "topics", "type": "[]TopicRequest", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partition_indexes", "type": "[]int32", "versions": "0+"},
+            )},
+        ),
+    },
+    "DescribeProducersResponse": {
+        "apiKey": 61, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "topics", "type": "[]TopicResponse", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "partitions", "type": "[]PartitionResponse", "versions": "0+", "fields": (
+                    {"name": "partition_index", "type": "int32", "versions": "0+"},
+                    {"name": "error_code", "type": "int16", "versions": "0+"},
+                    {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                        "default": None},
+                    {"name": "active_producers", "type": "[]ProducerState", "versions": "0+", "fields": (
+                        {"name": "producer_id", "type": "int64", "versions": "0+"},
+                        {"name": "producer_epoch", "type": "int32", "versions": "0+"},
+                        {"name": "last_sequence", "type": "int32", "versions": "0+", "default": -1},
+                        {"name": "last_timestamp", "type": "int64", "versions": "0+", "default": -1},
+                        {"name": "coordinator_epoch", "type": "int32", "versions": "0+"},
+                        {"name": "current_txn_start_offset", "type": "int64", "versions": "0+", "default": -1},
+                    )},
+                )},
+            )},
+        ),
+    },
     "DescribeProducersResponse": {
         "apiKey": 61, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
         "fields": (
