@@ -4,7 +4,8 @@ The documents live in the metadata store (/config/brokers/<id> and /config/broke
 every broker watches them (ZooKeeper: through Kafka's /config/changes notifications) and,
 when the broker-level topic defaults change (`log.retention.ms`, `message.max.bytes`, ...),
 re-resolves the config of every log it hosts: topics without an override of a config
-take the new default at once, topics with one keep it.
+take the new default at once, topics with one keep it. The replication throttle rates
+(`leader.replication.throttled.rate`, `follower.replication.throttled.rate`) apply at once.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class DynamicConfigManager:
         """Load the stored dynamic configs and follow their changes (call on the event loop)."""
         loop = asyncio.get_running_loop()
         self._broker.store.watch_broker_configs(lambda entities: loop.call_soon_threadsafe(self.apply, entities))
+        self._apply_throttles()  # server.properties may set them too
         self.reload()
 
     def reload(self) -> None:
@@ -47,6 +49,20 @@ class DynamicConfigManager:
     def apply(self, entities: dict[str, dict[str, str]]) -> None:
         if not self.config.update(entities):
             return
+        self._apply_throttles()
+        self._apply_log_defaults()
+
+    def _apply_throttles(self) -> None:
+        try:
+            leader, follower = self.config.throttle_rates()
+        except ValueError as exc:
+            log.warning("ignoring replication throttle rates that do not parse: %s", exc)
+            return
+        rm = self._broker.replica_manager
+        rm.leader_quota.update_rate(leader)
+        rm.follower_quota.update_rate(follower)
+
+    def _apply_log_defaults(self) -> None:
         try:
             defaults = self.config.log_defaults()
         except KafkaError as exc:

@@ -10,6 +10,10 @@ From v13 topics travel by id: an id this broker does not know gets UNKNOWN_TOPIC
 that names a topic whose local replica has another id (a recreated topic) gets
 INCONSISTENT_TOPIC_ID. From v16 a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer
 names the current leader and its endpoint (KIP-951), so the client need not ask Metadata.
+
+From v11 consumers may read from followers (KIP-392): a follower serves them up to its own
+high watermark, and a leader whose `replica.selector.class` is the rack-aware selector
+points a consumer that names its rack to an in-sync replica there (`preferred_read_replica`).
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from loglake.broker_configs import RACK_AWARE_REPLICA_SELECTOR
+from loglake.cluster.partition import Partition, monotonic_ms
+from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import IsolationLevel, RequestHeader
 
@@ -61,6 +69,16 @@ def _partition_response(partition: int, error: int = ErrorCode.NONE) -> Partitio
         "preferred_read_replica": -1,
         "records": b"",
     }
+
+
+@dataclass(frozen=True)
+class ConsumerRead:
+    """How a consumer's fetch reads: isolation level, and whether followers may serve it
+    (KIP-392, Fetch v11+) with the consumer's rack."""
+
+    read_committed: bool
+    from_followers: bool
+    rack: str
 
 
 class FetchApis:
@@ -160,8 +178,10 @@ class FetchApis:
             )
         else:
             read_committed = version >= 4 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
+            # From v11 a consumer may read from followers (KIP-392) and says its rack.
+            reader = ConsumerRead(read_committed, version >= 11, body.get("rack_id") or "" if version >= 11 else "")
             answers = await self._fetch_for_consumer(
-                readable, body["max_wait_ms"], body["min_bytes"], max_bytes, read_committed
+                readable, body["max_wait_ms"], body["min_bytes"], max_bytes, reader
             )
             if metrics is not None:
                 # BytesOutPerSec counts what consumers are sent (replication is not in it).
@@ -185,35 +205,64 @@ class FetchApis:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
-        read_committed: bool,
+        reader: ConsumerRead,
     ) -> Answers:
-        """Committed data (`read_committed`: below the LSO, with the aborted transactions);
-        long-polls until `min_bytes` or `max_wait_ms` (an error answers at once)."""
+        """Committed data (read_committed: below the LSO, with the aborted transactions);
+        long-polls until `min_bytes` or `max_wait_ms` (an error or a redirection to a
+        preferred read replica answers at once)."""
         rm = self.broker.replica_manager
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
         keys = [(tp.topic, tp.partition) for tp, _ in readable]
         while True:
-            answers, total = self._read_committed(readable, max_bytes, read_committed)
+            answers, total = self._read_committed(readable, max_bytes, reader)
             remaining = deadline - loop.time()
             if total >= min_bytes or remaining <= 0 or total < 0:
                 return answers
             await rm.wait_for_change(keys, remaining)  # type: ignore[arg-type]
 
+    def _preferred_read_replica(self, partition: Partition, reader: ConsumerRead, fetch_offset: int) -> int:
+        """KIP-392: another replica this consumer should read from, or -1."""
+        if not reader.rack or not partition.is_leader:
+            return -1
+        if self.broker.config.raw.get("replica.selector.class") != RACK_AWARE_REPLICA_SELECTOR:
+            return -1
+        brokers = self.broker.image.brokers
+
+        def rack_of(broker_id: int) -> str | None:
+            b = brokers.get(broker_id)
+            return None if b is None else b.rack
+
+        chosen = rack_aware_read_replica(partition, reader.rack, rack_of, fetch_offset, monotonic_ms())
+        return -1 if chosen == partition.broker_id else chosen
+
     def _read_committed(
-        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int, read_committed: bool
+        self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int, reader: ConsumerRead
     ) -> tuple[Answers, int]:
-        """One pass over the partitions: (answers, bytes, or -1 if an answer is an error)."""
+        """One pass over the partitions: (answers, bytes, or -1 to answer at once)."""
         rm = self.broker.replica_manager
+        read_committed = reader.read_committed
         budget = max_bytes
         total = 0
-        has_error = False
+        answer_now = False
         answers = []
         for tp, request in readable:
             entry = _partition_response(tp.partition)
             try:
-                partition = rm.leader_partition(tp.topic, tp.partition)  # type: ignore[arg-type]
+                if reader.from_followers:
+                    partition = rm.hosted_partition(tp.topic, tp.partition)  # type: ignore[arg-type]
+                else:
+                    partition = rm.leader_partition(tp.topic, tp.partition)  # type: ignore[arg-type]
                 partition.check_leader_epoch(request.current_leader_epoch)
+                preferred = self._preferred_read_replica(partition, reader, request.fetch_offset)
+                if preferred >= 0:
+                    entry["preferred_read_replica"] = preferred
+                    entry["high_watermark"] = partition.high_watermark
+                    entry["last_stable_offset"] = partition.last_stable_offset
+                    entry["log_start_offset"] = partition.log_start_offset
+                    answers.append((tp, entry))
+                    answer_now = True  # the consumer should go there at once
+                    continue
                 # KIP-74: the first batch goes out whole even over the limits, so a
                 # consumer can always make progress.
                 piece = partition.read(
@@ -239,9 +288,9 @@ class FetchApis:
                     budget -= piece.size
             except KafkaError as exc:
                 entry["error_code"] = exc.code
-                has_error = True
+                answer_now = True
             answers.append((tp, entry))
-        return answers, (-1 if has_error else total)
+        return answers, (-1 if answer_now else total)
 
     async def _fetch_for_follower(
         self,
@@ -251,8 +300,7 @@ class FetchApis:
         min_bytes: int,
         max_bytes: int,
     ) -> Answers:
-        """Up to the log end; the replica manager records the follower's position (KIP-392
-        consumers of followers are not supported)."""
+        """Up to the log end; the replica manager records the follower's position."""
         requests = [
             FollowerFetchPartition(tp.topic, tp.partition, r.fetch_offset, r.current_leader_epoch, r.max_bytes)  # type: ignore[arg-type]
             for tp, r in readable

@@ -15,27 +15,28 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 from fastapi import FastAPI, Request, Response
+from loglake.errors import ErrorCode, KafkaError
+from loglake.partitioner import StickyPartitioner
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ingest_gateway.http_broker_configs import broker_config_routes
+from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
 from ingest_gateway.http_groups import group_routes
 from ingest_gateway.http_reassignments import reassignment_routes
 from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_transactions import transaction_routes
-from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
 from ingest_gateway.rest_records import (
     BINARY_V2,
     JSON_V2,
     accept_format,
     embedded_format,
+    parse_isolation,
     parse_records,
     partition_records,
-    parse_isolation,
     read_records,
     render_records,
     visible_end,
 )
-from loglake.errors import ErrorCode, KafkaError
-from loglake.partitioner import StickyPartitioner
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -99,6 +100,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(tiering_routes(broker))
     app.include_router(transaction_routes(broker))
     app.include_router(reassignment_routes(broker))
+    app.include_router(broker_config_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -31,13 +31,16 @@ class LocalCluster:
         overrides: dict[str, str] | None = None,
         zookeeper_connect: str | None = None,
         log_dirs_per_broker: int = 1,
+        broker_overrides: dict[int, dict[str, str]] | None = None,
     ) -> None:
         """With `zookeeper_connect` (e.g. a chroot of a shared test ZooKeeper) no ZooKeeper
-        of its own is started. Broker n's log dirs are broker-n/logs, then logs2, logs3..."""
+        of its own is started. Broker n's log dirs are broker-n/logs, then logs2, logs3...
+        `broker_overrides` are one broker's own (its `broker.rack`, say)."""
         self.base_dir = Path(base_dir)
         self.size = size
         self.log_dirs_per_broker = log_dirs_per_broker
         self.overrides = overrides or {}
+        self.broker_overrides = broker_overrides or {}
         self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper")
         self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
         self.brokers: dict[int, BrokerProcess] = {}
@@ -68,6 +71,7 @@ class LocalCluster:
                 "zookeeper.connect": self.zookeeper_connect,
                 "log.dirs": ",".join(log_dirs),
                 **self.overrides,
+                **self.broker_overrides.get(broker_id, {}),
             },
             broker_id=broker_id,
         )

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ingest_gateway.fetch_session import ZERO_UUID, PartitionRequest
 from ingest_gateway.fetch_session_handler import FetchSessionHandler
 from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError
+from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, ProtocolDecodeError
 from loglake.record.header import RecordBatchHeader, peek_batch_size
@@ -102,6 +103,8 @@ class PartitionFetchState:
     out_of_range: bool = False
     failed: bool = False
     delayed_until: float = 0.0  # event-loop time
+    # Caught up with the leader's HW at the last fetch: replication throttles spare it.
+    in_sync: bool = False
 
     @property
     def state(self) -> str:
@@ -120,6 +123,7 @@ class ReplicaFetcher:
         partition_of: Callable[[TopicPartition], Partition | None],
         endpoint_of: EndpointOf,
         config: ReplicaFetcherConfig,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
@@ -127,6 +131,7 @@ class ReplicaFetcher:
         self._partition_of = partition_of
         self._endpoint_of = endpoint_of
         self.config = config
+        self.quota = quota or ReplicationQuota(broker_id)
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._client: KafkaClient | None = None
@@ -207,6 +212,13 @@ class ReplicaFetcher:
                     await asyncio.sleep(backoff)
         finally:
             self._close_client()
+
+    async def _wait_for_quota(self) -> None:
+        delay = min(self.quota.seconds_until_allowed(), self.config.fetch_backoff_ms / 1000)
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), delay)
+        except asyncio.TimeoutError:
+            pass
 
     async def _idle(self, now: float) -> None:
         delays = [s.delayed_until for s in self.partitions.values() if not s.failed and s.delayed_until > now]
@@ -400,16 +412,24 @@ class ReplicaFetcher:
         wanted: dict[TopicPartition, PartitionRequest] = {}
         topic_ids: dict[str, str] = {}
         config = self.config
+        quota = self.quota
+        throttled: set[TopicPartition] = set()
         for tp, s in states.items():
             partition = self._current(tp, s)
             if partition is None:
                 continue
+            if not s.in_sync and quota.is_throttled(tp[1], partition.config.follower_replication_throttled_replicas):
+                if quota.is_quota_exceeded():
+                    continue  # left out of this fetch (and of the session) until the quota allows
+                throttled.add(tp)
             sent[tp] = (s, s.fetch_offset)
             wanted[tp] = PartitionRequest(
                 s.fetch_offset, config.fetch_max_bytes, s.leader_epoch, log_start_offset=partition.log_start_offset
             )
             topic_ids[tp[0]] = partition.topic_id
         if not sent:
+            # Everything ready is throttled: wait for the quota, or for new partitions.
+            await self._wait_for_quota()
             return
         # Topics travel by id when every one has an id (as Kafka's fetcher decides).
         ids = {t: uuid.UUID(i) for t, i in topic_ids.items()} if all(topic_ids.values()) else {}
@@ -459,6 +479,8 @@ class ReplicaFetcher:
                 partition = self._current(tp, s)
                 if partition is None or s.truncating or s.fetch_offset != offset:
                     continue
+                if tp in throttled and p["records"]:
+                    quota.record(len(p["records"]))
                 try:
                     self._process_partition_data(tp, s, partition, p)
                 except KafkaError as exc:
@@ -514,6 +536,7 @@ class ReplicaFetcher:
             partition.append_records_as_follower(records)
             s.fetch_offset = partition.log_end_offset
         partition.update_follower_high_watermark(data["high_watermark"])
+        s.in_sync = partition.log_end_offset >= data["high_watermark"]
         if data["log_start_offset"] >= 0:
             partition.maybe_increment_log_start_offset(data["log_start_offset"])
 
@@ -571,9 +594,12 @@ class ReplicaFetcherManager:
         partition_of: Callable[[TopicPartition], Partition | None],
         endpoint_of: EndpointOf,
         config: ReplicaFetcherConfig | None = None,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.config = config or ReplicaFetcherConfig()
+        # follower.replication.throttled.rate, shared by all fetchers as in Kafka.
+        self.quota = quota or ReplicationQuota(broker_id)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._partition_of = partition_of
         self._endpoint_of = endpoint_of
@@ -595,7 +621,7 @@ class ReplicaFetcherManager:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(
-                    self.broker_id, leader, self._partition_of, self._endpoint_of, self.config
+                    self.broker_id, leader, self._partition_of, self._endpoint_of, self.config, self.quota
                 )
             fetcher.add_partitions(partitions)
         self._shutdown_idle_fetchers()

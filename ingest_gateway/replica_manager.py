@@ -26,6 +26,7 @@ from pathlib import Path
 from ingest_gateway.metrics import BrokerMetrics, add_remote_time
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
+from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.config import LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
@@ -101,8 +102,15 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         # Milliseconds for follower fetch and lag bookkeeping (a fake clock in tests).
         self.clock: Callable[[], int] = monotonic_ms
+        # Replication throttles (leader.replication.throttled.rate and the follower's).
+        self.leader_quota = ReplicationQuota(broker_id)
+        self.follower_quota = ReplicationQuota(broker_id)
         self.fetcher_manager = ReplicaFetcherManager(
-            broker_id, self.partitions.get, self._endpoint, fetcher_config or ReplicaFetcherConfig()
+            broker_id,
+            self.partitions.get,
+            self._endpoint,
+            fetcher_config or ReplicaFetcherConfig(),
+            self.follower_quota,
         )
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
         # Follower fetches waiting for new data wait on the LEO; kept apart so produce
@@ -247,12 +255,17 @@ class ReplicaManager:
 
     # Produce ----------------------------------------------------------------------------
 
-    def leader_partition(self, topic: str, partition: int) -> Partition:
+    def hosted_partition(self, topic: str, partition: int) -> Partition:
+        """A partition this broker hosts, leader or follower."""
         p = self.partitions.get((topic, partition))
         if p is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker hosts no partition {topic}-{partition}"
             )
+        return p
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        p = self.hosted_partition(topic, partition)
         if not p.is_leader:
             raise KafkaError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is not the leader of {topic}-{partition}"
@@ -378,6 +391,7 @@ class ReplicaManager:
         expand: list[Partition] = []
         results = []
         now = self.clock()
+        quota = self.leader_quota
         for req in requests:
             partition = self.partitions.get((req.topic, req.partition))
             if partition is None:
@@ -390,9 +404,17 @@ class ReplicaManager:
                 partition.check_leader_epoch(req.current_leader_epoch)
                 if not partition.is_leader or replica_id == self.broker_id or replica_id not in partition.replicas:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                piece = partition.read(
-                    req.fetch_offset, min(req.max_bytes, budget), committed_only=False, min_one_message=total == 0
+                throttled = replica_id not in partition.isr and quota.is_throttled(
+                    req.partition, partition.config.leader_replication_throttled_replicas
                 )
+                if throttled and quota.is_quota_exceeded():
+                    piece = None  # the follower learns the HW now and gets data when the quota allows
+                else:
+                    piece = partition.read(
+                        req.fetch_offset, min(req.max_bytes, budget), committed_only=False, min_one_message=total == 0
+                    )
+                    if throttled:
+                        quota.record(piece.size)
                 if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
                     expand.append(partition)
             except KafkaError as exc:
@@ -417,11 +439,12 @@ class ReplicaManager:
                     partition.high_watermark,
                     partition.log_start_offset,
                     partition.log_end_offset,
-                    piece if piece.size else None,
+                    piece if piece is not None and piece.size else None,
                 )
             )
-            total += piece.size
-            budget -= piece.size
+            if piece is not None:
+                total += piece.size
+                budget -= piece.size
         return results, (-1 if has_error else total), expand
 
     # ISR changes ----------------------------------------------------------------------------

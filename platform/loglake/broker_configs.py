@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from loglake.config import TOPIC_PROPERTIES, LogConfig
 from loglake.config_defs import (
+    LONG_MAX,
     ConfigKey,
     ConfigSource,
     ConfigType,
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 
 # The entity names under /config/brokers: a broker id, or this for the cluster-wide default.
 DEFAULT_ENTITY = "<default>"
+# replica.selector.class values (Kafka's class names): consumers read from the leader, or
+# from an in-sync replica in their rack (KIP-392).
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
 _T = ConfigType
 # The static broker configs loglake reads, with the defaults it applies.
@@ -70,6 +75,29 @@ _STATIC_KEYS = (
     ConfigKey("replica.fetch.response.max.bytes", _T.INT, 10485760, "Bytes of a follower's fetch response."),
     ConfigKey("replica.fetch.backoff.ms", _T.INT, 1000, "Pause of a follower after a fetch error."),
     ConfigKey("replica.socket.timeout.ms", _T.INT, 30000, "Timeout of a follower's fetch requests."),
+    ConfigKey(
+        "leader.replication.throttled.rate",
+        _T.LONG,
+        LONG_MAX,
+        "Bytes/s a leader sends to the followers of its throttled replicas (topic config "
+        "leader.replication.throttled.replicas).",
+        at_least(0),
+    ),
+    ConfigKey(
+        "follower.replication.throttled.rate",
+        _T.LONG,
+        LONG_MAX,
+        "Bytes/s a follower fetches for its throttled replicas (topic config follower.replication.throttled.replicas).",
+        at_least(0),
+    ),
+    ConfigKey(
+        "replica.selector.class",
+        _T.STRING,
+        None,
+        "Which replica consumers read from (KIP-392): unset for the leader, or "
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector for an in-sync replica in the consumer's rack.",
+        one_of(LEADER_SELECTOR, RACK_AWARE_REPLICA_SELECTOR),
+    ),
     ConfigKey("log.flush.scheduler.interval.ms", _T.LONG, 1000, "How often logs are checked for a due flush."),
     ConfigKey("log.retention.check.interval.ms", _T.LONG, 300000, "How often logs are checked for deletion."),
     ConfigKey("socket.request.max.bytes", _T.INT, 104857600, "Largest request the broker reads."),
@@ -107,10 +135,12 @@ def _log_keys() -> list[ConfigKey]:
 BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {**_BY_NAME_STATIC, **{k.name: k for k in _log_keys()}}
 
 # What loglake applies at run time: the main broker synonym of every topic config (Kafka's
-# DynamicLogConfig.ReconfigurableConfigs), message.format.version excepted as in Kafka.
+# DynamicLogConfig.ReconfigurableConfigs), message.format.version excepted as in Kafka, and
+# the replication throttles.
+REPLICATION_THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 DYNAMIC_CONFIGS = frozenset(
     p.broker_name for p in TOPIC_PROPERTIES if p.broker_name and p.broker_name != "log.message.format.version"
-)
+) | frozenset(REPLICATION_THROTTLE_RATES)
 
 
 def broker_synonyms(name: str) -> list[str]:
@@ -158,6 +188,15 @@ class DynamicBrokerConfig:
 
     def effective(self) -> dict[str, str]:
         return {**self.static, **self.cluster_default, **self.per_broker}
+
+    def throttle_rates(self) -> tuple[int, int]:
+        """(leader, follower) replication throttle rates in bytes/s."""
+        effective = self.effective()
+        leader, follower = (
+            BROKER_CONFIG_KEYS[name].parse(effective[name]) if name in effective else LONG_MAX
+            for name in REPLICATION_THROTTLE_RATES
+        )
+        return leader, follower
 
     def log_defaults(self) -> LogConfig:
         """The broker-wide topic defaults with the dynamic layers applied."""

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import httpx
 import orjson
 
+from loglake.broker_configs import REPLICATION_THROTTLE_RATES
 from loglake.cluster.assignment import assign_replicas
 from loglake.config import parse_overrides
 
@@ -362,28 +363,87 @@ def cmd_reassign_execute(args: argparse.Namespace) -> int:
         _print_json(
             _plan([(e["topic"], e["partition"], current.get((e["topic"], e["partition"]))) for e in plan["partitions"]])
         )
+        if args.throttle is not None:
+            _set_throttles(c, plan, current, args.throttle)
         return _submit_plan(c, plan)
 
 
+_THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def _throttled_replicas(
+    plan: dict[str, Any], current: dict[tuple[str, int], list[int]]
+) -> tuple[dict[str, dict[str, str]], set[int]]:
+    """As kafka-reassign-partitions.sh: per topic, the moving partitions' current replicas
+    (leader side) and the replicas being added (follower side); and the brokers involved."""
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    brokers: set[int] = set()
+    for e in plan["partitions"]:
+        existing = current.get((e["topic"], e["partition"]))
+        adding = [b for b in e["replicas"] or () if existing is not None and b not in existing]
+        if not adding:
+            continue
+        leaders.setdefault(e["topic"], []).extend(f"{e['partition']}:{b}" for b in existing)
+        followers.setdefault(e["topic"], []).extend(f"{e['partition']}:{b}" for b in adding)
+        brokers.update(existing, adding)
+    configs = {
+        t: {
+            "leader.replication.throttled.replicas": ",".join(leaders[t]),
+            "follower.replication.throttled.replicas": ",".join(followers[t]),
+        }
+        for t in leaders
+    }
+    return configs, brokers
+
+
+def _set_throttles(c: httpx.Client, plan: dict[str, Any], current: dict[tuple[str, int], list[int]], rate: int) -> None:
+    if rate < 1:
+        raise CliError(f"--throttle must be a positive number of bytes/s, not {rate}")
+    configs, brokers = _throttled_replicas(plan, current)
+    for topic, config in configs.items():
+        _check(c.patch(f"/topics/{topic}", json={"configs": config}))
+    for b in sorted(brokers):
+        _check(c.patch(f"/brokers/{b}/configs", json={"configs": dict.fromkeys(REPLICATION_THROTTLE_RATES, str(rate))}))
+    print(f"Throttling replication of the moving replicas to {rate} B/s on brokers {sorted(brokers)}")
+
+
+def _remove_throttles(c: httpx.Client, topics: set[str]) -> None:
+    """What `verify` does once a plan is complete: no throttle left on any broker or topic."""
+    for topic in sorted(topics):
+        config = _check(c.get(f"/topics/{topic}"))["configs"]
+        if any(config.get(n) for n in _THROTTLED_REPLICAS):
+            _check(c.patch(f"/topics/{topic}", json={"configs": dict.fromkeys(_THROTTLED_REPLICAS, "")}))
+    for b in _broker_urls(c):
+        stored = _check(c.get(f"/brokers/{b}/configs"))["configs"]
+        if any(n in stored for n in REPLICATION_THROTTLE_RATES):
+            _check(c.patch(f"/brokers/{b}/configs", json={"configs": dict.fromkeys(REPLICATION_THROTTLE_RATES, "")}))
+    print("Throttles removed.")
+
+
 def cmd_reassign_verify(args: argparse.Namespace) -> int:
-    """Each partition of the plan: complete, still in progress, or not as planned."""
+    """Each partition of the plan: complete, still in progress, or not as planned; when all
+    are complete, the replication throttles are removed (unless --preserve-throttles)."""
     plan = _read_plan(args.plan)
     with _client(args) as c:
         ongoing = {(r["topic"], r["partition"]) for r in _check(c.get("/reassignments"))["partitions"]}
         current = _current(c)
-    done = True
-    for e in plan["partitions"]:
-        key = (e["topic"], e["partition"])
-        if key in ongoing:
-            done = False
-            print(f"Reassignment of partition {key[0]}-{key[1]} is still in progress.")
-        elif current.get(key) == e["replicas"]:
-            print(f"Reassignment of partition {key[0]}-{key[1]} is completed.")
-        else:
-            done = False
-            print(
-                f"There is no active reassignment of partition {key[0]}-{key[1]}, but its replicas are {current.get(key)}."
-            )
+        done = True
+        for e in plan["partitions"]:
+            key = (e["topic"], e["partition"])
+            if key in ongoing:
+                done = False
+                print(f"Reassignment of partition {key[0]}-{key[1]} is still in progress.")
+            elif current.get(key) == e["replicas"]:
+                print(f"Reassignment of partition {key[0]}-{key[1]} is completed.")
+            else:
+                done = False
+                print(
+                    f"There is no active reassignment of partition {key[0]}-{key[1]}, "
+                    f"but its replicas are {current.get(key)}."
+                )
+        if done and not args.preserve_throttles:
+            _remove_throttles(c, {e["topic"] for e in plan["partitions"]})
     return 0 if done else 1
 
 
@@ -813,14 +873,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brokers", required=True, help="comma-separated broker ids")
     p.add_argument("--replication-factor", type=int, help="default: each topic's current one")
     p.set_defaults(func=cmd_reassign_generate)
+    commands = {}
     for name, help_text, func in (
         ("execute", "start the plan's reassignments (prints the current assignment first)", cmd_reassign_execute),
-        ("verify", "each partition of the plan: completed or still in progress", cmd_reassign_verify),
+        (
+            "verify",
+            "each partition of the plan: completed (then throttles are removed) or in progress",
+            cmd_reassign_verify,
+        ),
         ("cancel", "cancel the plan's reassignments in progress", cmd_reassign_cancel),
     ):
-        p = http_command(reassign, name, help_text)
+        p = commands[name] = http_command(reassign, name, help_text)
         p.add_argument("--plan", required=True, help="a plan JSON file")
         p.set_defaults(func=func)
+    commands["execute"].add_argument(
+        "--throttle", type=int, help="bytes/s for moving replicas (leader and follower replication throttles)"
+    )
+    commands["verify"].add_argument(
+        "--preserve-throttles", action="store_true", help="keep the throttles after the plan completes"
+    )
 
     txns = sub.add_parser(
         "transactions", help="list, describe, find hanging and abort transactions (as kafka-transactions.sh)"

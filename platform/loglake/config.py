@@ -257,7 +257,7 @@ TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
     _prop(
         "follower.replication.throttled.replicas",
         _T.LIST,
-        "Replicas whose follower fetches are throttled (stored; throttling is not implemented).",
+        "Replicas (partition:broker, or *) whose follower fetches follower.replication.throttled.rate bounds.",
         _throttled_replicas,
     ),
     _prop(
@@ -270,7 +270,7 @@ TOPIC_PROPERTIES: tuple[_TopicProperty, ...] = (
     _prop(
         "leader.replication.throttled.replicas",
         _T.LIST,
-        "Replicas whose leader-side reads are throttled (stored; throttling is not implemented).",
+        "Replicas (partition:broker, or *) whose leader sends at most leader.replication.throttled.rate.",
         _throttled_replicas,
     ),
     _prop(

@@ -388,3 +388,103 @@ def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(clust
     assert sorted(stored) == sorted(acked)  # nothing lost, nothing twice
     assert set(consumed) == set(acked)
     assert all(new_broker in cluster.partition(topic, p)["replicas"] for p in range(0, partitions, 2))
+
+
+class FullSpeedProducer(threading.Thread):
+    """Produces 10 KB records as fast as the cluster takes them (acks=all); the bytes
+    delivered are sampled to measure throughput over a window."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10})
+        self.delivered_bytes = 0
+        self.failed: list[str] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        value = bytes(range(256)) * 40
+
+        def delivered(err, msg) -> None:
+            if err is not None:
+                self.failed.append(str(err))
+            else:
+                self.delivered_bytes += len(msg.value())
+
+        while not self._done.is_set():
+            try:
+                self.producer.produce(self.topic, value, on_delivery=delivered)
+            except BufferError:
+                self.producer.poll(0.01)
+            self.producer.poll(0)
+        self.producer.flush(60)
+
+    def rate_over(self, seconds: float) -> float:
+        start, t0 = self.delivered_bytes, time.monotonic()
+        time.sleep(seconds)
+        return (self.delivered_bytes - start) / (time.monotonic() - t0)
+
+    def finish(self) -> None:
+        self._done.set()
+        self.join(90)
+        assert not self.failed, self.failed[:3]
+
+
+def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(cluster: LocalCluster, tmp_path) -> None:
+    """200 MB move onto a new replica at a 16 MB/s throttle: the copy takes as long as the
+    throttle says (within 20 %), a producer on the same brokers keeps >= 0.7 of its
+    throughput, and `verify` removes the throttles afterwards."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topics = [
+        NewTopic("heavy", 1, replica_assignment=[[1]], config={"min.insync.replicas": "1"}),
+        NewTopic("busy", 2, replica_assignment=[[1, 2], [2, 1]], config={"min.insync.replicas": "1"}),
+    ]
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+    cluster.wait_for(lambda s: sum(p["topic"] in ("heavy", "busy") for p in s["partitions"]) == 3)
+    filler = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 20, "batch.size": 1 << 20})
+    chunk = bytes(range(256)) * 400  # 100 KB, stored as is (no compression)
+    for _ in range(2000):
+        while True:
+            try:
+                filler.produce("heavy", chunk, partition=0)
+                break
+            except BufferError:
+                filler.poll(0.05)
+    assert filler.flush(120) == 0
+    size = httpx.get(f"{cluster.http_url(1)}/topics/heavy", timeout=10).json()["partitions"][0]["size"]
+    assert size >= 200_000_000
+
+    busy = FullSpeedProducer(cluster.bootstrap, "busy")
+    busy.start()
+    busy.rate_over(1)  # warmed up
+    before = busy.rate_over(4)
+
+    throttle = 16_000_000
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "heavy", "partition": 0, "replicas": [1, 2]}]}))
+    started = time.monotonic()
+    executed = loglake(cluster, "reassign", "execute", "--plan", str(plan), "--throttle", str(throttle))
+    assert executed.returncode == 0, executed.stderr
+    assert "Throttling replication" in executed.stdout
+    during = busy.rate_over(6)
+    while ongoing(cluster.brokers[1].bootstrap):
+        assert time.monotonic() - started < 60, "the throttled reassignment did not complete"
+        time.sleep(0.05)
+    took = time.monotonic() - started
+    busy.finish()
+    settled(cluster, "heavy", 0, [1, 2])
+
+    rate = size / took
+    assert 0.8 * throttle <= rate <= 1.2 * throttle, f"moved {size} B in {took:.1f} s: {rate / 1e6:.1f} MB/s"
+    assert during >= 0.7 * before, f"producer: {during / 1e6:.1f} MB/s during the move, {before / 1e6:.1f} before"
+
+    verified = loglake(cluster, "reassign", "verify", "--plan", str(plan))
+    assert verified.returncode == 0, verified.stdout
+    assert "Throttles removed." in verified.stdout
+    for b in (1, 2, 3):
+        assert httpx.get(f"{cluster.http_url(1)}/brokers/{b}/configs", timeout=10).json()["configs"] == {}
+    configs = httpx.get(f"{cluster.http_url(1)}/topics/heavy", timeout=10).json()["configs"]
+    assert "leader.replication.throttled.replicas" not in configs
+    assert "follower.replication.throttled.replicas" not in configs
+    assert read_all(cluster.bootstrap, "heavy", 1, 2000, timeout=120)[0][-1] == chunk

@@ -187,6 +187,7 @@ async def fetch(
     current_leader_epoch: int = -1,
     max_wait_ms: int = 0,
     min_bytes: int = 0,
+    version: int = 12,
 ) -> dict[str, Any]:
     body = {
         "replica_id": replica_id,
@@ -214,7 +215,7 @@ async def fetch(
         "forgotten_topics_data": [],
         "rack_id": "",
     }
-    response = await client.request(ApiKey.FETCH, 12, body, timeout_ms=max_wait_ms + 5000)
+    response = await client.request(ApiKey.FETCH, version, body, timeout_ms=max_wait_ms + 5000)
     return response["responses"][0]["partitions"][0]
 
 

@@ -44,8 +44,11 @@ async def test_acks_all_replicates_advances_hw_and_consumers_read(cluster: Clust
     consumed = await fetch(leader, T)
     assert consumed["error_code"] == 0 and consumed["high_watermark"] == 10
     assert values_of(consumed["records"]) == [v for i in range(5) for v in (f"m{i}".encode(), f"n{i}".encode())]
-    # Followers do not serve consumers.
-    assert (await fetch(cluster.client(2), T))["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    # Followers serve consumers from Fetch v11 (KIP-392), up to their own HW; not before.
+    from_follower = await fetch(cluster.client(2), T, offset=4)
+    assert from_follower["error_code"] == 0 and from_follower["high_watermark"] == 10
+    assert values_of(from_follower["records"]) == values_of(consumed["records"])[4:]
+    assert (await fetch(cluster.client(2), T, version=10))["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
 @cluster_test

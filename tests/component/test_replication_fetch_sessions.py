@@ -46,14 +46,16 @@ class Recorder:
         self.answered.clear()
 
 
-def consumer_fetch(topic_id: uuid.UUID, offsets: dict[int, int], session_id: int = 0, epoch: int = -1) -> dict:
+def consumer_fetch(
+    topic_id: uuid.UUID, offsets: dict[int, int], session_id: int = 0, epoch: int = -1, leader_epoch: int = -1
+) -> dict:
     """A consumer's Fetch body (v13+) for partitions of one topic."""
     partitions = [
         {
             "partition": p,
             "fetch_offset": offset,
             "partition_max_bytes": 1 << 20,
-            "current_leader_epoch": -1,
+            "current_leader_epoch": leader_epoch,
             "last_fetched_epoch": -1,
             "log_start_offset": -1,
         }
@@ -174,15 +176,18 @@ async def test_a_topic_id_that_is_not_the_local_replicas_is_inconsistent(cluster
 
 @cluster_test
 async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster) -> None:
-    """The session stays valid; the partition that moved answers NOT_LEADER_OR_FOLLOWER
-    with, from v16, the new leader and its endpoint (KIP-951)."""
+    """The session stays valid; the partition whose leader moved answers FENCED_LEADER_EPOCH
+    (the consumer knows the old epoch) with, from v16, the new leader and its endpoint
+    (KIP-951). (Without an epoch the old leader, now a follower, would serve it: KIP-392.)"""
     old, new = await cluster.start_node(1), await cluster.start_node(2)
     cluster.create_topic("t0", (1, 2))
     client = cluster.client(1)
     assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
     topic_id = uuid.UUID(cluster.topics["t0"].topic_id)
     header = RequestHeader(ApiKey.FETCH, 16, 1, "test")
-    full = await old.apis.fetch_apis.fetch(header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0))
+    full = await old.apis.fetch_apis.fetch(
+        header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0, leader_epoch=0)
+    )
     session_id = full["session_id"]
     assert session_id > 0
 
@@ -195,7 +200,7 @@ async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster)
     moved = await old.apis.fetch_apis.fetch(header, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
     assert (moved["error_code"], moved["session_id"]) == (ErrorCode.NONE, session_id)
     (entry,) = moved["responses"][0]["partitions"]
-    assert entry["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert entry["error_code"] == ErrorCode.FENCED_LEADER_EPOCH
     assert entry["current_leader"] == {"leader_id": 2, "leader_epoch": 1}
     assert moved["node_endpoints"] == [{"node_id": 2, "host": "127.0.0.1", "port": cluster.ports[2], "rack": None}]
     assert new.partition("t0").is_leader

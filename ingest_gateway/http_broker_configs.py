@@ -1,0 +1,56 @@
+"""HTTP for dynamic broker configs (what `kafka-configs.sh --entity-type brokers` alters):
+each broker's document under /config/brokers/<id>, or the cluster-wide default
+(`<default>`). Any broker writes any entity: the document lives in the metadata store and
+each broker applies its own on the store's notification. `loglake reassign` sets the
+replication throttle rates this way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import APIRouter, Request
+from loglake.broker_configs import DEFAULT_ENTITY
+
+from ingest_gateway.http_errors import BadRequest
+
+if TYPE_CHECKING:
+    from ingest_gateway.broker import Broker
+
+
+def broker_config_routes(broker: Broker) -> APIRouter:
+    router = APIRouter()
+
+    def entity_of(name: str) -> str:
+        if name == DEFAULT_ENTITY:
+            return name
+        if not name.isdigit() or int(name) not in broker.image.brokers:
+            raise BadRequest(404, f"no broker {name!r} is registered (or use {DEFAULT_ENTITY!r})", 3)
+        return name
+
+    @router.get("/brokers/{name}/configs")
+    async def describe(name: str) -> dict[str, Any]:
+        """The dynamic configs stored for one broker (or the cluster-wide default)."""
+        entity = entity_of(name)
+        return {"broker": name, "configs": broker.store.broker_configs().get(entity, {})}
+
+    @router.patch("/brokers/{name}/configs")
+    async def alter(name: str, request: Request) -> dict[str, Any]:
+        """Set configs ({"configs": {name: value}}); an empty value removes one."""
+        entity = entity_of(name)
+        try:
+            doc = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+        changes = doc.get("configs") if isinstance(doc, dict) else None
+        if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
+            raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
+        manager = broker.dynamic_config
+        stored = dict(broker.store.broker_configs().get(entity, {}))
+        wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
+        manager.config.validate({k: v for k, v in changes.items() if v != ""})
+        manager.write(entity, wanted)
+        return {"broker": name, "configs": wanted}
+
+    return router
