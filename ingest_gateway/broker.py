@@ -648,7 +648,10 @@ class Broker:
                         "leader_epoch": state.leader_epoch,
                         "replicas": list(replicas),
                         "isr": list(state.isr),
-                        "under_replicated": len(state.isr) < len(replicas),
+                        "adding_replicas": list(topic.adding.get(p, ())),
+                        "removing_replicas": list(topic.removing.get(p, ())),
+                        # Replicas being added do not count until they have caught up (Kafka's rule).
+                        "under_replicated": len(state.isr) < len(replicas) - len(topic.adding.get(p, ())),
                         "offline": state.leader not in brokers,
                     }
                 )
@@ -687,6 +690,8 @@ class Broker:
                     {"broker": r, "leader": r == state.leader, "in_sync": r in state.isr} for r in topic.assignment[p]
                 ],
                 "isr": list(state.isr),
+                "adding_replicas": list(topic.adding.get(p, ())),
+                "removing_replicas": list(topic.removing.get(p, ())),
             }
             local = self.replica_manager.partitions.get((name, p))
             if local is not None and local.is_leader:

@@ -43,6 +43,7 @@ from loglake.protocol import ApiKey
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
+    from loglake.cluster.partition import Partition
 
 request_log = logging.getLogger("kafka.request.logger")
 
@@ -361,7 +362,7 @@ class BrokerCollector(Collector):
         yield _gauge(
             prefix + "under_replicated_partitions",
             "Led partitions whose ISR is smaller than their replicas (UnderReplicatedPartitions)",
-            sum(1 for p in led if len(p.isr) < len(p.replicas)),
+            sum(1 for p in led if len(p.isr) < len(p.replicas) - len(self._adding(p))),
         )
         yield _gauge(
             prefix + "under_min_isr_partitions",
@@ -374,6 +375,11 @@ class BrokerCollector(Collector):
         yield _counter(
             prefix + "isr_expands_total", "ISR expansions written by this leader (IsrExpandsPerSec)", rm.isr_expands
         )
+
+    def _adding(self, partition: Partition) -> tuple[int, ...]:
+        """Replicas a reassignment is adding: not counted as missing until they catch up (Kafka's rule)."""
+        topic = self._broker.image.topics.get(partition.topic)
+        return () if topic is None else topic.adding.get(partition.partition, ())
 
     def _controller(self) -> Iterator[Metric]:
         broker = self._broker

@@ -130,9 +130,18 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
                     )
                 print(
                     f"\tTopic: {t['name']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
-                    f"Replicas: {replicas}\tIsr: {isr}{offsets}"
+                    f"Replicas: {replicas}\tIsr: {isr}{_moving(p)}{offsets}"
                 )
     return 0
+
+
+def _moving(p: dict[str, Any]) -> str:
+    """kafka-topics.sh's columns of a reassignment in progress."""
+    if not (p.get("adding_replicas") or p.get("removing_replicas")):
+        return ""
+    adding = ",".join(map(str, p["adding_replicas"]))
+    removing = ",".join(map(str, p["removing_replicas"]))
+    return f"\tAdding Replicas: {adding}\tRemoving Replicas: {removing}"
 
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
@@ -182,6 +191,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     rows = [["TOPIC", "PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATUS"]]
     for p in status["partitions"]:
         flag = "offline" if p["offline"] else "under-replicated" if p["under_replicated"] else "ok"
+        if p.get("adding_replicas") or p.get("removing_replicas"):
+            flag += ",reassigning"
         rows.append(
             [
                 p["topic"],
