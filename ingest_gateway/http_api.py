@@ -17,6 +17,7 @@ import pyarrow as pa
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ingest_gateway.console import console_routes
 from ingest_gateway.http_groups import group_routes
 from ingest_gateway.http_reassignments import reassignment_routes
 from ingest_gateway.http_tiering import tiering_routes
@@ -99,6 +100,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(tiering_routes(broker))
     app.include_router(transaction_routes(broker))
     app.include_router(reassignment_routes(broker))
+    app.include_router(console_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -282,15 +284,19 @@ def create_app(broker: Broker) -> FastAPI:
         max_bytes: int = 1048576,
         timeout_ms: int = 0,
         isolation: str = "read_committed",
+        max_records: int | None = None,
     ) -> Response:
-        """Records from `offset` (default: the log start). `isolation=read_committed` (the
-        default) reads up to the last stable offset and leaves out aborted transactions'
-        records; `read_uncommitted` reads up to the high watermark.
+        """Records from `offset` (default: the log start), at most `max_records` of them.
+        `isolation=read_committed` (the default) reads up to the last stable offset and
+        leaves out aborted transactions' records; `read_uncommitted` reads up to the high
+        watermark.
 
         When nothing is there yet, waits up to `timeout_ms` for new records.
         """
         if max_bytes <= 0:
             raise BadRequest(422, "max_bytes must be positive", 2)
+        if max_records is not None and max_records <= 0:
+            raise BadRequest(422, "max_records must be positive", 2)
         read_committed = parse_isolation(isolation, "isolation")
         fmt = accept_format(request.headers.get("accept"))
         p = broker.replica_manager.leader_partition(topic, partition)
@@ -310,6 +316,7 @@ def create_app(broker: Broker) -> FastAPI:
         if visible_end(p, read_committed) <= offset:
             return JSONBytesResponse([])
         records, size = read_records(p, offset, max_bytes, read_committed)
+        records = records[:max_records]
         if broker.metrics is not None:
             broker.metrics.record_bytes_out(topic, size)
         out = render_records(topic, partition, records, fmt)
