@@ -64,7 +64,7 @@ def line_chart(title: str, unit: str, lines: list[Line], width: int = 640, heigh
         f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" class="axis"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>',
     ]
-    if len(points) < 2:
+    if max((len(line.points) for line in lines), default=0) < 2:
         parts.append(f'<text x="{left + 10}" y="{height // 2}" class="chart-note">collecting samples…</text>')
     else:
         t0, t1 = min(t for t, _ in points), max(t for t, _ in points)
@@ -111,20 +111,19 @@ class TrafficSample:
 
 def traffic_sample(exposition: bytes, at: float) -> TrafficSample:
     """This broker's byte counters and Produce latency totals, read from its Prometheus exposition."""
-    bytes_in = bytes_out = produce_seconds = produces = 0.0
+    totals = {"in": 0.0, "out": 0.0, "seconds": 0.0, "count": 0.0}
     for family in text_string_to_metric_families(exposition.decode()):
-        if family.name == "kafka_server_broker_topic_bytes_in":
-            bytes_in = sum(s.value for s in family.samples if s.name.endswith("_total"))
-        elif family.name == "kafka_server_broker_topic_bytes_out":
-            bytes_out = sum(s.value for s in family.samples if s.name.endswith("_total"))
-        elif family.name == "kafka_network_request_total_time_seconds":
-            for s in family.samples:
-                if s.labels.get("request") == "Produce":
-                    if s.name.endswith("_sum"):
-                        produce_seconds = s.value
-                    elif s.name.endswith("_count"):
-                        produces = s.value
-    return TrafficSample(at, bytes_in, bytes_out, produce_seconds, produces)
+        for s in family.samples:
+            if s.name == "kafka_server_broker_topic_bytes_in_total":
+                totals["in"] += s.value
+            elif s.name == "kafka_server_broker_topic_bytes_out_total":
+                totals["out"] += s.value
+            elif s.name.startswith("kafka_network_request_total_time_seconds") and s.labels.get("request") == "Produce":
+                if s.name.endswith("_sum"):
+                    totals["seconds"] = s.value
+                elif s.name.endswith("_count"):
+                    totals["count"] = s.value
+    return TrafficSample(at, totals["in"], totals["out"], totals["seconds"], totals["count"])
 
 
 @dataclass
