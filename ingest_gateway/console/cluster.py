@@ -120,9 +120,7 @@ class Cluster:
 
     def brokers(self) -> list[BrokerInfo]:
         """The registered brokers, and the brokers that hold replicas but are not registered (down)."""
-        alive = [
-            BrokerInfo(b["broker_id"], b["kafka"], b["http"], b["rack"], True) for b in self.status["brokers"]
-        ]
+        alive = [BrokerInfo(b["broker_id"], b["kafka"], b["http"], b["rack"], True) for b in self.status["brokers"]]
         known = {b.broker_id for b in alive}
         down = {r for p in self.status["partitions"] for r in p["replicas"]} - known
         return sorted(alive + [BrokerInfo(r, None, None, None, False) for r in down], key=lambda b: b.broker_id)

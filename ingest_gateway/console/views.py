@@ -38,9 +38,7 @@ templates.env.filters["urlpart"] = lambda s: quote(str(s), safe="")
 
 
 def _error_page(request: Request, status: int, message: str) -> HTMLResponse:
-    return templates.TemplateResponse(
-        request, "error.html", {"status": status, "message": message}, status_code=status
-    )
+    return templates.TemplateResponse(request, "error.html", {"status": status, "message": message}, status_code=status)
 
 
 class _ConsoleRoute(APIRoute):
@@ -83,7 +81,9 @@ def _timestamp_ms(raw: str) -> int:
     try:
         when = dt.datetime.fromisoformat(raw.strip())
     except ValueError:
-        raise ConsoleError(422, f"time must be like 2026-01-31T12:00 (UTC) or epoch milliseconds, not {raw!r}") from None
+        raise ConsoleError(
+            422, f"time must be like 2026-01-31T12:00 (UTC) or epoch milliseconds, not {raw!r}"
+        ) from None
     return int(when.replace(tzinfo=when.tzinfo or dt.UTC).timestamp() * 1000)
 
 
