@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from console_helpers import error_message, table_cells
 from ingest_gateway.broker import Broker
 from ingest_gateway.console.render import LagHistory, TrafficHistory, render_bytes, traffic_sample
 from ingest_gateway.http_api import create_app
@@ -36,28 +37,13 @@ def produce(client: TestClient, topic: str, records: list[dict], partition: int 
     assert r.status_code == 200, r.text
 
 
-def cells(html: str, table_id: str) -> list[list[str]]:
-    """The text of each data row's cells of the table with that id."""
-    table = re.search(rf'<table id="{table_id}">(.*?)</table>', html, re.S)
-    assert table, f"no table {table_id}"
-    rows = re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)
-    text = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
-    return [r for r in text if r]
-
-
-def error_message(html: str) -> str:
-    found = re.search(r'id="error-message">(.*?)</div>', html, re.S)
-    assert found, html[:500]
-    return found.group(1)
-
-
 def test_overview_shows_brokers_controller_and_health(client: TestClient) -> None:
     create(client, "overview")
     r = client.get("/ui")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/html")
-    assert cells(r.text, "brokers")[0][0] == "0"
-    assert "alive" in cells(r.text, "brokers")[0]
+    assert table_cells(r.text, "brokers")[0][0] == "0"
+    assert "alive" in table_cells(r.text, "brokers")[0]
     assert re.search(r'id="controller">broker 0<', r.text)
     assert "All partitions are fully replicated" in r.text
     assert client.get("/ui/static/htmx.min.js").status_code == 200
@@ -73,7 +59,7 @@ def test_create_topic_asks_for_confirmation_first(client: TestClient) -> None:
     assert r.status_code == 303 and r.headers["location"] == "/ui/topics/made"
     described = client.get("/topics/made").json()
     assert described["partitions_count"] == 3 and described["configs"] == {"retention.ms": "60000"}
-    assert [row[0] for row in cells(client.get("/ui/topics").text, "topics")] == ["made"]
+    assert [row[0] for row in table_cells(client.get("/ui/topics").text, "topics")] == ["made"]
 
 
 @pytest.mark.parametrize(
@@ -114,11 +100,11 @@ def test_topic_page_partitions_offsets_and_configs(client: TestClient) -> None:
     produce(client, "described", [{"value": b64(b"x" * 10)}] * 5, partition=1)
     r = client.get("/ui/topics/described")
     assert r.status_code == 200
-    rows = cells(r.text, "partitions")
+    rows = table_cells(r.text, "partitions")
     # partition, leader, replicas, ISR, log start, high watermark, log end, size, status
     assert [row[:7] for row in rows] == [["0", "0", "0", "0", "0", "0", "0"], ["1", "0", "0", "0", "0", "5", "5"]]
     assert int(rows[1][7]) > 50 and rows[1][8] == "ok"
-    assert cells(r.text, "configs") == [["None: the broker defaults apply."]]
+    assert table_cells(r.text, "configs") == [["None: the broker defaults apply."]]
 
 
 def test_alter_config_and_delete_with_confirmation(client: TestClient) -> None:
@@ -128,7 +114,7 @@ def test_alter_config_and_delete_with_confirmation(client: TestClient) -> None:
     assert client.get("/topics/altered").json()["configs"] == {}
     r = client.post("/ui/topics/altered/config", data={"name": "retention.ms", "value": "1234", "confirm": "yes"})
     assert r.status_code == 200  # the redirect to the topic page, followed
-    assert cells(r.text, "configs") == [["retention.ms", "1234"]]
+    assert table_cells(r.text, "configs") == [["retention.ms", "1234"]]
     for bad, message in (
         ({"name": "bogus.config", "value": "1"}, "Unknown topic config name"),
         ({"name": "retention.ms", "value": "abc"}, "retention.ms"),
@@ -162,13 +148,13 @@ def test_message_browser_renders_json_text_and_hex(client: TestClient) -> None:
     )
     r = client.get("/ui/topics/shown/messages", params={"partition": "0", "offset": "0"})
     assert r.status_code == 200
-    rows = cells(r.text, "records")
+    rows = table_cells(r.text, "records")
     assert [row[0] for row in rows] == ["0", "1", "2"]
     assert rows[0][2] == "json{\n  &#34;id&#34;: 7\n}"
     assert "&#34;a&#34;: [" in rows[0][3] and rows[0][4] == "h: textv1"
     assert rows[1][2:4] == ["textplain", "texthello world"]
     assert rows[2][2:4] == ["nullnull", "hex00 01 fe"]
-    hexed = cells(client.get("/ui/topics/shown/messages?offset=1&render=hex").text, "records")
+    hexed = table_cells(client.get("/ui/topics/shown/messages?offset=1&render=hex").text, "records")
     assert hexed[0][2] == "hex" + b"plain".hex(" ")
 
 
@@ -176,18 +162,18 @@ def test_message_browser_pages_and_times(client: TestClient) -> None:
     create(client, "paged")
     produce(client, "paged", [{"value": b64(str(i).encode()), "timestamp": 1_000_000 + i} for i in range(120)])
     # No offset: the last page.
-    last = cells(client.get("/ui/topics/paged/messages").text, "records")
+    last = table_cells(client.get("/ui/topics/paged/messages").text, "records")
     assert [int(r[0]) for r in last] == list(range(70, 120))
     page = client.get("/ui/topics/paged/messages?offset=10").text
-    assert [int(r[0]) for r in cells(page, "records")] == list(range(10, 60))
+    assert [int(r[0]) for r in table_cells(page, "records")] == list(range(10, 60))
     assert 'id="next" href="?partition=0&amp;offset=60' in page
     assert 'id="previous" href="?partition=0&amp;offset=0' in page
     # By time: the first record at or after it (epoch ms or a UTC datetime).
-    by_time = cells(client.get("/ui/topics/paged/messages?time=1000100").text, "records")
+    by_time = table_cells(client.get("/ui/topics/paged/messages?time=1000100").text, "records")
     assert int(by_time[0][0]) == 100 and len(by_time) == 20
-    assert cells(client.get("/ui/topics/paged/messages?time=1970-01-01T00:16:40").text, "records")[0][0] == "0"
+    assert table_cells(client.get("/ui/topics/paged/messages?time=1970-01-01T00:16:40").text, "records")[0][0] == "0"
     late = client.get("/ui/topics/paged/messages?time=2100-01-01T00:00").text
-    assert "no record at or after" in late and cells(late, "records") == [["No records here."]]
+    assert "no record at or after" in late and table_cells(late, "records") == [["No records here."]]
 
 
 @pytest.mark.parametrize(
@@ -222,11 +208,11 @@ def test_group_page_lag_equals_the_groups_api(client: TestClient) -> None:
             break
         time.sleep(0.05)
     assert r.status_code == 200, r.text
-    groups = cells(client.get("/ui/groups").text, "groups")
+    groups = table_cells(client.get("/ui/groups").text, "groups")
     assert groups == [["watchers", "Empty", "-", "0"]]  # offsets only: no protocol type yet
     described = client.get("/groups/watchers").json()  # what `loglake groups describe` prints
     html = client.get("/ui/groups/watchers").text
-    shown = [(row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4])) for row in cells(html, "offsets")]
+    shown = [(row[0], int(row[1]), int(row[2]), int(row[3]), int(row[4])) for row in table_cells(html, "offsets")]
     expected = [
         (o["topic"], o["partition"], o["committed_offset"], o["log_end_offset"], o["lag"]) for o in described["offsets"]
     ]
