@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 import subprocess
 import sys
 
 
 def table_cells(html: str, table_id: str) -> list[list[str]]:
-    """The text of each data row's cells of the table with that id."""
+    """The text of each data row's cells of the table with that id (entities decoded)."""
     table = re.search(rf'<table id="{table_id}">(.*?)</table>', html, re.S)
     assert table, f"no table {table_id}"
     rows = re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)
-    text = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
+    text = [
+        [html_lib.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+        for r in rows
+    ]
     return [r for r in text if r]
 
 

@@ -150,8 +150,8 @@ def test_message_browser_renders_json_text_and_hex(client: TestClient) -> None:
     assert r.status_code == 200
     rows = table_cells(r.text, "records")
     assert [row[0] for row in rows] == ["0", "1", "2"]
-    assert rows[0][2] == "json{\n  &#34;id&#34;: 7\n}"
-    assert "&#34;a&#34;: [" in rows[0][3] and rows[0][4] == "h: textv1"
+    assert rows[0][2] == 'json{\n  "id": 7\n}'
+    assert '"a": [' in rows[0][3] and rows[0][4] == "h: textv1"
     assert rows[1][2:4] == ["textplain", "texthello world"]
     assert rows[2][2:4] == ["nullnull", "hex00 01 fe"]
     hexed = table_cells(client.get("/ui/topics/shown/messages?offset=1&render=hex").text, "records")
