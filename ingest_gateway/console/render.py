@@ -85,10 +85,8 @@ def line_chart(title: str, unit: str, lines: list[Line], width: int = 640, heigh
         for line in lines:
             coords = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in line.points)
             parts.append(f'<polyline fill="none" stroke="{line.color}" stroke-width="2" points="{coords}"/>')
-    legend_x = left + 200
-    for line in lines:
-        parts.append(f'<text x="{legend_x}" y="14" fill="{line.color}" class="legend">■ {escape(line.label)}</text>')
-        legend_x += 16 + 8 * len(line.label)
+    legend = "".join(f'<tspan fill="{line.color}"> ■ {escape(line.label)}</tspan>' for line in lines)
+    parts.append(f'<text x="{width - right}" y="14" text-anchor="end" class="legend">{legend}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

@@ -146,9 +146,9 @@ def test_console_in_a_browser(broker: BrokerProcess, browser: WebDriver, shots: 
     finally:
         consumer.close()
 
-    # Live charts: htmx polls every 2 s; three samples make a line.
+    # Live charts: htmx polls every 2 s; three samples make a line, a few more a chart worth a screenshot.
     visit(browser, f"{ui}/metrics", shots)
-    for i in range(3):
+    for i in range(5):
         producer.produce(busy, value=b"x" * 2000, partition=0)
         producer.flush(10)
         time.sleep(1.5)
