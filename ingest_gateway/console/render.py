@@ -39,7 +39,7 @@ def render_bytes(data: bytes | None, mode: str) -> Rendered:
     if mode in ("auto", "json", "text"):
         try:
             text = data.decode()
-            if mode == "text" or text.isprintable() or all(c.isprintable() or c in "\n\t\r" for c in text):
+            if mode == "text" or all(c.isprintable() or c in "\n\t\r" for c in text):
                 return Rendered("text", text)
         except UnicodeDecodeError:
             pass

@@ -187,18 +187,18 @@ def console_routes(broker: Broker) -> APIRouter:
     async def topic_page(request: Request, topic: str) -> HTMLResponse:
         async with cluster(request) as c:
             described = await c.describe_topic(topic)
-            flags = {(p["partition"]): p for p in c.partitions_of(topic)}
+            flags = {p["partition"]: p for p in c.partitions_of(topic)}
             return page(request, "topic.html", topic=described, flags=flags)
 
     @router.post("/topics/{topic}/config")
     async def alter_config(request: Request, topic: str) -> Response:
+        broker.image.topic(topic)
         form = await _form(request)
         name = form.get("name", "").strip()
         if not name:
             raise ConsoleError(422, "name: a config name is required")
         # An empty value removes the override (back to the broker default).
         configs = _configs(f"{name}={form.get('value', '').strip()}")
-        broker.image.topic(topic)
         await broker.alter_topic_config(topic, configs, validate_only=True)
         if form.get("confirm") != "yes":
             value = configs[name]
@@ -217,8 +217,8 @@ def console_routes(broker: Broker) -> APIRouter:
 
     @router.post("/topics/{topic}/delete")
     async def delete_topic(request: Request, topic: str) -> Response:
-        form = await _form(request)
         broker.image.topic(topic)
+        form = await _form(request)
         if not broker.config.delete_topic_enable:
             raise ConsoleError(403, "topic deletion is disabled on this broker (delete.topic.enable=false)")
         if form.get("confirm") != "yes":

@@ -91,8 +91,10 @@ def test_unknown_topic_and_group_are_404_pages(client: TestClient) -> None:
         assert r.status_code == 404, path
         assert r.headers["content-type"].startswith("text/html")
         assert "nope" in error_message(r.text)
-    r = client.post("/ui/topics/nope/delete", data={"confirm": "yes"})
-    assert r.status_code == 404 and "nope" in error_message(r.text)
+    for action, form in (("delete", {}), ("config", {"name": "retention.ms", "value": "1"})):
+        r = client.post(f"/ui/topics/nope/{action}", data={**form, "confirm": "yes"})
+        assert r.status_code == 404 and "nope" in error_message(r.text)
+    assert client.get("/topics").json() == []
 
 
 def test_topic_page_partitions_offsets_and_configs(client: TestClient) -> None:
