@@ -80,7 +80,7 @@ class Cluster:
         self.self_id = broker.config.broker_id
         self._urls = {b["broker_id"]: b["http"] for b in self.status["brokers"]}
         self._local = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console")
-        self._remote = httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S)
+        self._remote: httpx.AsyncClient | None = None  # made on the first call to another broker
 
     async def __aenter__(self) -> Cluster:
         return self
@@ -88,7 +88,9 @@ class Cluster:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await asyncio.gather(self._local.aclose(), self._remote.aclose())
+        await self._local.aclose()
+        if self._remote is not None:
+            await self._remote.aclose()
 
     # Plain HTTP to a broker ----------------------------------------------------------------
 
@@ -101,6 +103,8 @@ class Cluster:
             url = self._urls.get(broker_id)
             if url is None:
                 raise ConsoleError(503, f"broker {broker_id} is not alive")
+            if self._remote is None:
+                self._remote = httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S)
             try:
                 response = await self._remote.request(method, url + path, **kwargs)
             except httpx.HTTPError as exc:
