@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import re
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -236,17 +238,36 @@ def test_metrics_charts(broker: Broker, client: TestClient) -> None:
     assert sample.bytes_in > 100 and sample.bytes_out > 100
 
 
-def test_metrics_disabled_is_said(tmp_path: Path) -> None:
-    config = BrokerConfig.from_properties({"log.dirs": str(tmp_path / "logs"), "metrics.enabled": "false"})
-    broker = Broker(config)
-    broker.startup()
-    try:
-        with TestClient(create_app(broker)) as client:
-            assert "metrics.enabled=false" in client.get("/ui/metrics").text
-            r = client.get("/ui/metrics/charts")
-            assert r.status_code == 404 and "metrics.enabled=false" in error_message(r.text)
-    finally:
+@pytest.fixture
+def client_with(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
+    """A client of a broker with these broker configs."""
+    brokers: list[Broker] = []
+    with ExitStack() as clients:
+
+        def make(**props: str) -> TestClient:
+            config = BrokerConfig.from_properties({"log.dirs": str(tmp_path / f"logs-{len(brokers)}"), **props})
+            brokers.append(Broker(config))
+            brokers[-1].startup()
+            return clients.enter_context(TestClient(create_app(brokers[-1])))
+
+        yield make
+    for broker in brokers:
         broker.shutdown()
+
+
+def test_metrics_disabled_is_said(client_with: Callable[..., TestClient]) -> None:
+    client = client_with(**{"metrics.enabled": "false"})
+    assert "metrics.enabled=false" in client.get("/ui/metrics").text
+    r = client.get("/ui/metrics/charts")
+    assert r.status_code == 404 and "metrics.enabled=false" in error_message(r.text)
+
+
+def test_deletion_disabled_is_403(client_with: Callable[..., TestClient]) -> None:
+    client = client_with(**{"delete.topic.enable": "false"})
+    create(client, "kept")
+    r = client.post("/ui/topics/kept/delete", data={"confirm": "yes"})
+    assert r.status_code == 403 and "delete.topic.enable=false" in error_message(r.text)
+    assert client.get("/topics").json() == ["kept"]
 
 
 def test_render_bytes() -> None:
