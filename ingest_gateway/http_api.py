@@ -19,6 +19,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ingest_gateway.console import console_routes
 from ingest_gateway.http_broker_configs import broker_config_routes
 from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
 from ingest_gateway.http_groups import group_routes
@@ -101,6 +102,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(transaction_routes(broker))
     app.include_router(reassignment_routes(broker))
     app.include_router(broker_config_routes(broker))
+    app.include_router(console_routes(broker))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -284,15 +286,19 @@ def create_app(broker: Broker) -> FastAPI:
         max_bytes: int = 1048576,
         timeout_ms: int = 0,
         isolation: str = "read_committed",
+        max_records: int | None = None,
     ) -> Response:
-        """Records from `offset` (default: the log start). `isolation=read_committed` (the
-        default) reads up to the last stable offset and leaves out aborted transactions'
-        records; `read_uncommitted` reads up to the high watermark.
+        """Records from `offset` (default: the log start), at most `max_records` of them.
+        `isolation=read_committed` (the default) reads up to the last stable offset and
+        leaves out aborted transactions' records; `read_uncommitted` reads up to the high
+        watermark.
 
         When nothing is there yet, waits up to `timeout_ms` for new records.
         """
         if max_bytes <= 0:
             raise BadRequest(422, "max_bytes must be positive", 2)
+        if max_records is not None and max_records <= 0:
+            raise BadRequest(422, "max_records must be positive", 2)
         read_committed = parse_isolation(isolation, "isolation")
         fmt = accept_format(request.headers.get("accept"))
         p = broker.replica_manager.leader_partition(topic, partition)
@@ -312,6 +318,7 @@ def create_app(broker: Broker) -> FastAPI:
         if visible_end(p, read_committed) <= offset:
             return JSONBytesResponse([])
         records, size = read_records(p, offset, max_bytes, read_committed)
+        records = records[:max_records]
         if broker.metrics is not None:
             broker.metrics.record_bytes_out(topic, size)
         out = render_records(topic, partition, records, fmt)

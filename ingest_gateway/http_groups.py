@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
 
@@ -176,10 +178,12 @@ def group_routes(broker: Broker) -> APIRouter:
                 }
             )
         rows = []
-        for tp in sorted(set(fetched.partitions) | set(owner)):
+        partitions = sorted(set(fetched.partitions) | set(owner))
+        ends = await _log_ends(broker, partitions)
+        for tp in partitions:
             po = fetched.partitions.get(tp)
             committed_offset = po.offset if po is not None and po.offset >= 0 else None
-            end = _log_end(broker, tp)
+            end = ends[tp]
             rows.append(
                 {
                     "topic": tp.topic,
@@ -245,8 +249,37 @@ def group_routes(broker: Broker) -> APIRouter:
     return router
 
 
-def _log_end(broker: Broker, tp: TopicPartition) -> int | None:
-    try:
-        return broker.replica_manager.leader_partition(tp.topic, tp.partition).high_watermark
-    except KafkaError:
-        return None
+# A leader that does not answer within this leaves its partitions' lag unknown.
+LEADER_TIMEOUT_S = 5.0
+
+
+async def _log_ends(broker: Broker, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+    """Each partition's high watermark: read here for the partitions this broker leads, asked
+    of the leader's HTTP API for the others (None where there is no answer)."""
+    ends: dict[TopicPartition, int | None] = {}
+    remote = []
+    for tp in partitions:
+        try:
+            ends[tp] = broker.replica_manager.leader_partition(tp.topic, tp.partition).high_watermark
+        except KafkaError:
+            remote.append(tp)
+    if not remote:
+        return ends
+    urls = {b.broker_id: f"http://{b.http_host}:{b.http_port}" for b in broker.store.brokers().values()}
+    urls.pop(broker.config.broker_id, None)
+
+    async def ask(client: httpx.AsyncClient, tp: TopicPartition) -> int | None:
+        state = broker.image.partition_states.get(tp.topic, {}).get(tp.partition)
+        url = urls.get(state.leader) if state is not None else None
+        if url is None:
+            return None
+        try:
+            answer = await client.get(f"{url}/topics/{tp.topic}/partitions/{tp.partition}/offsets")
+        except httpx.HTTPError:
+            return None
+        return answer.json()["end_offset"] if answer.status_code == 200 else None
+
+    async with httpx.AsyncClient(timeout=LEADER_TIMEOUT_S) as client:
+        for tp, end in zip(remote, await asyncio.gather(*(ask(client, tp) for tp in remote))):
+            ends[tp] = end
+    return ends

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(kcat zookeeper)
+# chromium + chromium-driver: the console's browser tests (tests/clients/test_console_browser.py).
+apt_packages=(kcat zookeeper chromium chromium-driver)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -19,6 +19,7 @@ import orjson
 
 from loglake.broker_configs import REPLICATION_THROTTLE_RATES
 from loglake.cluster.assignment import assign_replicas
+from loglake.cluster.leader_offsets import leaders_without_offsets, merge_leader_offsets
 from loglake.config import parse_overrides
 
 DEFAULT_HTTP = os.environ.get("LOGLAKE_HTTP", "http://127.0.0.1:8082")
@@ -85,18 +86,17 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 def _with_leader_offsets(c: httpx.Client, topic: dict[str, Any]) -> dict[str, Any]:
     """A broker describes the offsets of the partitions it leads; ask the other leaders
     (through their HTTP listeners) for theirs."""
-    missing = {p["leader"] for p in topic["partitions"] if "log_end_offset" not in p and p["leader"] >= 0}
+    missing = leaders_without_offsets(topic)
     if not missing:
         return topic
-    brokers = {b["broker_id"]: b["http"] for b in _check(c.get("/cluster"))["brokers"]}
+    brokers = _broker_urls(c)
     for leader in missing & brokers.keys():
         try:
             with httpx.Client(base_url=brokers[leader], timeout=10) as other:
                 theirs = _check(other.get(f"/topics/{topic['name']}"))
         except (httpx.HTTPError, CliError):
             continue  # that leader is unreachable: its partitions show no offsets
-        led = {p["partition"]: p for p in theirs["partitions"] if "log_end_offset" in p and p["leader"] == leader}
-        topic["partitions"] = [led.get(p["partition"], p) if p["leader"] == leader else p for p in topic["partitions"]]
+        topic = merge_leader_offsets(topic, leader, theirs)
     return topic
 
 

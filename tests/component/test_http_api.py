@@ -115,6 +115,7 @@ def test_explicit_partition_and_fetch_from_middle(client: TestClient) -> None:
     assert [g["value"] for g in fetch(client, "p", 1, 7, JSON_V2)] == [7, 8, 9]
     assert [g["value"] for g in fetch(client, "p", 0, 0, JSON_V2)] == [99]
     assert fetch(client, "p", 1, 10) == []
+    assert [g["value"] for g in fetch(client, "p", 1, 2, JSON_V2, max_records=3)] == [2, 3, 4]
 
 
 def test_many_segments_read_back_in_order(client: TestClient) -> None:
@@ -177,6 +178,7 @@ def test_alter_and_delete_topic(client: TestClient) -> None:
         (lambda c: produce_json(c, "t", [{"value": 1}], acks="2"), 422, None),
         (lambda c: c.get("/topics/t/partitions/0/records", params={"offset": 99}), 416, "OFFSET_OUT_OF_RANGE"),
         (lambda c: c.get("/topics/t/partitions/9/records", params={"offset": 0}), 404, "UNKNOWN_TOPIC_OR_PARTITION"),
+        (lambda c: c.get("/topics/t/partitions/0/records", params={"max_records": 0}), 422, None),
         (lambda c: c.post("/topics", json={"name": "bad name!"}), 422, "INVALID_TOPIC_EXCEPTION"),
         (lambda c: c.post("/topics", json={"name": "t"}), 409, "TOPIC_ALREADY_EXISTS"),
         (lambda c: c.post("/topics", json={"name": "u", "configs": {"segment.bytes": "big"}}), 422, "INVALID_CONFIG"),

@@ -1,0 +1,115 @@
+"""The web console of a 3-broker cluster, read from a broker that is not the controller: the
+whole cluster, other leaders' offsets, a group's lag as the CLI prints it, and partitions
+flagged under-replicated while a follower is SIGSTOP'ed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from cluster_helpers import FAST, serving
+from console_helpers import cli_lags, table_cells
+from ingest_gateway.local_cluster import LocalCluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+TOPIC = "console-watched"
+GROUP = "console-group"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
+    # The paused follower must leave the ISR through its leaders' lag checks, not through
+    # its ZooKeeper session expiring: sessions outlast the pause by far.
+    with LocalCluster(tmp_path, 3, FAST | {"zookeeper.session.timeout.ms": "30000"}, zookeeper_connect=zk_connect) as c:
+        yield c
+
+
+def page(url: str) -> str:
+    r = httpx.get(url, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.text
+
+
+def produce(cluster: LocalCluster, leader: int, partition: int, count: int) -> None:
+    r = serving(
+        "POST",
+        f"{cluster.http_url(leader)}/topics/{TOPIC}/partitions/{partition}",
+        params={"acks": "1"},
+        json={"records": [{"value": i} for i in range(count)]},
+        headers={"content-type": "application/vnd.kafka.json.v2+json"},
+    )
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.timeout(240)
+def test_console_of_a_non_controller(cluster: LocalCluster) -> None:
+    controller = cluster.status()["controller"]["broker_id"]
+    viewer, follower = [b for b in sorted(cluster.brokers) if b != controller]
+    # Partition 0 led by the viewer, partition 1 by the controller; the follower in both.
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    assignment = [[viewer, follower, controller], [controller, follower, viewer]]
+    admin.create_topics([NewTopic(TOPIC, 2, replica_assignment=assignment)])[TOPIC].result(30)
+    cluster.wait_for(lambda s: sum(p["topic"] == TOPIC and len(p["isr"]) == 3 for p in s["partitions"]) == 2)
+    produce(cluster, viewer, 0, 5)
+    produce(cluster, controller, 1, 8)
+    ui = f"{cluster.http_url(viewer)}/ui"
+
+    overview = page(ui)
+    assert [(row[0], row[4]) for row in table_cells(overview, "brokers")] == [
+        (str(b), "alive") for b in sorted(cluster.brokers)
+    ]
+    assert f'id="controller">broker {controller}<' in overview
+    assert "All partitions are fully replicated" in overview
+
+    # The other leader's offsets, asked of it as `loglake topics describe` does.
+    rows = table_cells(page(f"{ui}/topics/{TOPIC}"), "partitions")
+    assert [(row[0], row[1], row[6]) for row in rows] == [("0", str(viewer), "5"), ("1", str(controller), "8")]
+    records = table_cells(page(f"{ui}/topics/{TOPIC}/messages?partition=1&offset=6"), "records")
+    assert [(row[0], row[3]) for row in records] == [("6", "json6"), ("7", "json7")]
+
+    # A group's committed offsets, on whichever broker coordinates it.
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, 0, 2), TopicPartition(TOPIC, 1, 3)], asynchronous=False)
+    finally:
+        consumer.close()
+    groups = table_cells(page(f"{ui}/groups"), "groups")
+    assert [row[0] for row in groups] == [GROUP]
+    coordinator = int(groups[0][3])
+    shown = {(row[0], int(row[1])): row[4] for row in table_cells(page(f"{ui}/groups/{GROUP}"), "offsets")}
+    assert shown == cli_lags(cluster.http_url(coordinator), GROUP) == {(TOPIC, 0): "3", (TOPIC, 1): "5"}
+
+    cluster.pause(follower)
+    try:
+        # A follower is out of sync once it lags its leader's log end: records it cannot fetch.
+        produce(cluster, viewer, 0, 1)
+        produce(cluster, controller, 1, 1)
+        deadline = time.monotonic() + 60
+        while True:
+            overview = page(ui)
+            flagged = (
+                [row for row in table_cells(overview, "flagged") if row[0] == TOPIC] if "flagged" in overview else []
+            )
+            if len(flagged) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert 'class="banner bad" id="health"' in overview
+        assert [(row[0], row[1], row[5]) for row in flagged] == [
+            (TOPIC, "0", "under-replicated"),
+            (TOPIC, "1", "under-replicated"),
+        ]
+        topics = table_cells(page(f"{ui}/topics"), "topics")
+        assert topics == [[TOPIC, "2", "3", "2 under-replicated"]]
+        rows = table_cells(page(f"{ui}/topics/{TOPIC}"), "partitions")
+        assert [row[8] for row in rows] == ["under-replicated", "under-replicated"]
+    finally:
+        cluster.resume(follower)
+    cluster.wait_for(lambda s: s["under_replicated_partitions"] == 0)
+    assert "All partitions are fully replicated" in page(ui)

@@ -1,0 +1,43 @@
+"""Reading the web console's HTML in tests, and what the `loglake` CLI prints to compare it with."""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+import subprocess
+import sys
+
+
+def table_cells(html: str, table_id: str) -> list[list[str]]:
+    """The text of each data row's cells of the table with that id (entities decoded)."""
+    table = re.search(rf'<table id="{table_id}">(.*?)</table>', html, re.S)
+    assert table, f"no table {table_id}"
+    rows = re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)
+    text = [
+        [html_lib.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+        for r in rows
+    ]
+    return [r for r in text if r]
+
+
+def error_message(html: str) -> str:
+    found = re.search(r'id="error-message">(.*?)</div>', html, re.S)
+    assert found, html[:500]
+    return found.group(1)
+
+
+def cli_lags(http_url: str, group: str) -> dict[tuple[str, int], str]:
+    """(topic, partition) -> the LAG column of `loglake groups describe --group` against that broker."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "groups", "describe", "--group", group, "--bootstrap-http", http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    lags = {}
+    for line in out.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[0] == group:
+            lags[(cols[1], int(cols[2]))] = cols[5]
+    return lags
