@@ -16,6 +16,7 @@ from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
 
 from ingest_gateway import authorized_operations
+from ingest_gateway.client_endpoints import node_endpoints
 from ingest_gateway.kafka_apis import KafkaApis
 
 if TYPE_CHECKING:
@@ -108,7 +109,10 @@ class AdminApis:
         return response | {
             # A controller this broker does not know as alive is reported as unknown (-1), as Kafka.
             "controller_id": image.controller_id if image.controller_id in image.brokers else -1,
-            "brokers": [{"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack} for b in brokers],
+            "brokers": [
+                {"broker_id": n["node_id"], "host": n["host"], "port": n["port"], "rack": n["rack"]}
+                for n in node_endpoints(brokers)
+            ],
             "cluster_authorized_operations": authorized_operations.cluster_operations(
                 body["include_cluster_authorized_operations"]
             ),

@@ -24,6 +24,7 @@ from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.listener_security import listener_security
 from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
@@ -143,9 +144,11 @@ class Broker:
 
     @property
     def endpoint(self) -> BrokerEndpoint:
-        kafka = self.config.listeners[0]
-        http = self.config.http_listeners[0]
-        return BrokerEndpoint(self.config.broker_id, kafka.host, kafka.port, http.host, http.port, self.config.rack)
+        config = self.config
+        listeners = tuple((a.scheme, config.protocol_map[a.scheme].value, a.host, a.port) for a in config.advertised)
+        http = config.http_listeners[0]
+        (host, port) = next((h, p) for n, _, h, p in listeners if n == config.inter_broker_listener_name)
+        return BrokerEndpoint(config.broker_id, host, port, http.host, http.port, config.rack, listeners=listeners)
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -243,6 +246,7 @@ class Broker:
                 self.kafka_apis.handle,
                 self.config.socket_request_max_bytes,
                 self.metrics,
+                listener_security(self.config, listener, self.store),
             )
             await server.start()
             self._kafka_servers.append(server)
@@ -351,7 +355,7 @@ class Broker:
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
         endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
-        return None if endpoint is None else (endpoint.host, endpoint.port)
+        return None if endpoint is None else endpoint.kafka_endpoint(self.config.inter_broker_listener_name)
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
         coordinator = self._internal_topic_coordinators.get(topic)

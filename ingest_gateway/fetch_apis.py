@@ -30,6 +30,7 @@ from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import IsolationLevel, RequestHeader
 
+from ingest_gateway.client_endpoints import node_endpoints
 from ingest_gateway.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     DEFAULT_EVICTION_MS,
@@ -44,6 +45,8 @@ from ingest_gateway.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult
 
 if TYPE_CHECKING:
+    from loglake.coordination.model import BrokerEndpoint
+
     from ingest_gateway.broker import Broker
 
 Body = dict[str, Any]
@@ -313,7 +316,7 @@ class FetchApis:
     def _current_leaders(self, answers: Answers) -> list[Body]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
         image = self.broker.image
-        endpoints: dict[int, Body] = {}
+        endpoints: dict[int, BrokerEndpoint] = {}
         for tp, entry in answers:
             if entry["error_code"] not in _LEADER_ERRORS:
                 continue
@@ -323,13 +326,8 @@ class FetchApis:
             entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
             broker = image.brokers.get(state.leader)
             if broker is not None:
-                endpoints[broker.broker_id] = {
-                    "node_id": broker.broker_id,
-                    "host": broker.host,
-                    "port": broker.port,
-                    "rack": broker.rack,
-                }
-        return list(endpoints.values())
+                endpoints[broker.broker_id] = broker
+        return node_endpoints(list(endpoints.values()))
 
 
 def _follower_response(r: FollowerFetchResult) -> PartitionResponse:

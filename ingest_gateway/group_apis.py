@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ingest_gateway.kafka_apis import KafkaApis
 from loglake.errors import ErrorCode
 from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, SyncResult, TopicPartition
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
+
+from ingest_gateway.kafka_apis import KafkaApis
+from ingest_gateway.kafka_server import current_request
 
 Body = dict[str, Any]
 
@@ -48,11 +50,9 @@ class GroupApis:
     def __init__(
         self,
         coordinator: GroupCoordinator,
-        client_host: str = "/127.0.0.1",
         partition_exists: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.coordinator = coordinator
-        self._client_host = client_host
         # Whether the cluster has this partition (None: take every commit).
         self._partition_exists = partition_exists
 
@@ -62,7 +62,7 @@ class GroupApis:
             body["group_id"],
             body["member_id"],
             header.client_id or "",
-            self._client_host,
+            "/" + current_request().client_host,  # Kafka's form of a member's host
             body["session_timeout_ms"],
             body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
             body["protocol_type"],

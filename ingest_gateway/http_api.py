@@ -21,11 +21,19 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ingest_gateway.console import console_routes
 from ingest_gateway.http_broker_configs import broker_config_routes
-from ingest_gateway.http_errors import RETRIABLE, BadRequest, JSONBytesResponse, error_response, kafka_error_response
+from ingest_gateway.http_errors import (
+    RETRIABLE,
+    BadRequest,
+    json_object,
+    JSONBytesResponse,
+    error_response,
+    kafka_error_response,
+)
 from ingest_gateway.http_groups import group_routes
 from ingest_gateway.http_reassignments import reassignment_routes
 from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_transactions import transaction_routes
+from ingest_gateway.http_users import user_routes
 from ingest_gateway.rest_records import (
     BINARY_V2,
     JSON_V2,
@@ -102,6 +110,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(transaction_routes(broker))
     app.include_router(reassignment_routes(broker))
     app.include_router(broker_config_routes(broker))
+    app.include_router(user_routes(broker))
     app.include_router(console_routes(broker))
 
     @app.get("/healthz")
@@ -126,7 +135,7 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.post("/topics", status_code=201)
     async def create_topic(request: Request) -> dict[str, Any]:
-        doc = await _json_body(request)
+        doc = await json_object(request)
         name = doc.get("name", doc.get("topic_name"))
         if not isinstance(name, str):
             raise BadRequest(422, "'name' (the topic name) is required", 2)
@@ -143,7 +152,7 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.patch("/topics/{topic}")
     async def alter_topic(topic: str, request: Request) -> dict[str, Any]:
-        doc = await _json_body(request)
+        doc = await json_object(request)
         broker.image.topic(topic)
         if "configs" in doc:
             await broker.alter_topic_config(topic, _configs(doc["configs"]))
@@ -325,16 +334,6 @@ def create_app(broker: Broker) -> FastAPI:
         return JSONBytesResponse(out, media_type=JSON_V2 if fmt == "json" else BINARY_V2)
 
     return app
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(await request.body())
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise BadRequest(422, "request body must be a JSON object", 2)
-    return doc
 
 
 def _configs(raw: Any) -> dict[str, str]:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from fastapi import APIRouter, Request
 from loglake.broker_configs import DEFAULT_ENTITY
 
-from ingest_gateway.http_errors import BadRequest
+from ingest_gateway.http_errors import BadRequest, json_object
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -39,11 +38,7 @@ def broker_config_routes(broker: Broker) -> APIRouter:
     async def alter(name: str, request: Request) -> dict[str, Any]:
         """Set configs ({"configs": {name: value}}); an empty value removes one."""
         entity = entity_of(name)
-        try:
-            doc = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
-        changes = doc.get("configs") if isinstance(doc, dict) else None
+        changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
         manager = broker.dynamic_config

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from fastapi import Request
 from fastapi.responses import Response
 
 from loglake.errors import ErrorCode, KafkaError
@@ -99,3 +100,14 @@ def kafka_error_response(exc: KafkaError) -> JSONBytesResponse:
     # REST Proxy tells "topic not found" (40401) from "partition not found" (40402).
     sub = 2 if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and "partition" in exc.message else 1
     return error_response(status, exc.message, exc.code, sub)
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The request's body, which must be a JSON object (400 if not JSON, 422 if not an object)."""
+    try:
+        doc = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(422, "request body must be a JSON object", 2)
+    return doc

@@ -33,13 +33,13 @@ from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
 
 from ingest_gateway import authorized_operations
+from ingest_gateway.client_endpoints import node_endpoint, node_endpoints
 from ingest_gateway.config_apis import describe_topic_configs
 from ingest_gateway.fetch_apis import FetchApis
-from ingest_gateway.kafka_server import CloseConnection
+from ingest_gateway.kafka_server import CloseConnection, current_request
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage
-    from loglake.coordination.model import BrokerEndpoint
 
     from ingest_gateway.broker import Broker
 
@@ -62,6 +62,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: release_versions(ApiKey.INIT_PRODUCER_ID),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: release_versions(ApiKey.OFFSET_FOR_LEADER_EPOCH),
     ApiKey.CREATE_PARTITIONS: release_versions(ApiKey.CREATE_PARTITIONS),
+    # SASL listeners answer these before KafkaApis (sasl_authenticator.py); here they reach
+    # only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
+    ApiKey.SASL_HANDSHAKE: release_versions(ApiKey.SASL_HANDSHAKE),
+    ApiKey.SASL_AUTHENTICATE: release_versions(ApiKey.SASL_AUTHENTICATE),
 }
 
 LATEST_TIMESTAMP = -1
@@ -106,6 +110,8 @@ class KafkaApis:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.DELETE_RECORDS: self.delete_records,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
+            ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
         }
 
     def register(
@@ -118,7 +124,7 @@ class KafkaApis:
         SUPPORTED_VERSIONS[api_key] = versions
         self._handlers[api_key] = handler
 
-    async def handle(self, payload: memoryview, peer: str) -> list[Chunk] | None:
+    async def handle(self, payload: memoryview) -> list[Chunk] | None:
         """One request frame's payload to its response frame (None: send nothing)."""
         header, _ = decode_request_header(payload)
         key, version = header.request_api_key, header.request_api_version
@@ -195,7 +201,7 @@ class KafkaApis:
         image = self.broker.image
         return {
             "throttle_time_ms": 0,
-            "brokers": [_node_endpoint(b) for b in sorted(image.brokers.values(), key=lambda b: b.broker_id)],
+            "brokers": node_endpoints(sorted(image.brokers.values(), key=lambda b: b.broker_id)),
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id,
             "topics": topics,
@@ -328,7 +334,7 @@ class KafkaApis:
                 if state is not None and state.leader in image.brokers:
                     entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                     leaders.add(state.leader)
-        return [_node_endpoint(image.brokers[b]) for b in sorted(leaders)]
+        return node_endpoints([image.brokers[b] for b in sorted(leaders)])
 
     # Offsets -------------------------------------------------------------------------------
 
@@ -515,10 +521,25 @@ class KafkaApis:
                 endpoint = self.broker.transaction_coordinator_endpoint(key)
             else:
                 endpoint = self.broker.group_coordinator_endpoint(key)
-            entry.update(node_id=endpoint.broker_id, host=endpoint.host, port=endpoint.port)
+            node = node_endpoint(endpoint)
+            if node is None:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
+            entry.update(node_id=node["node_id"], host=node["host"], port=node["port"])
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = exc.code, exc.message
         return entry
+
+    async def sasl_without_sasl(self, header: RequestHeader, body: Body) -> Body:
+        """SASL on a listener without it, or after authentication without re-authenticating."""
+        message = f"listener {current_request().listener_name} does not authenticate with SASL here"
+        if header.request_api_key == ApiKey.SASL_HANDSHAKE:
+            return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {
+            "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+            "error_message": message,
+            "auth_bytes": b"",
+            "session_lifetime_ms": 0,
+        }
 
     async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
         if body["transactional_id"] is not None:
@@ -527,10 +548,6 @@ class KafkaApis:
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
-
-
-def _node_endpoint(broker: BrokerEndpoint) -> Body:
-    return {"node_id": broker.broker_id, "host": broker.host, "port": broker.port, "rack": broker.rack}
 
 
 def _per_partition(

@@ -5,6 +5,12 @@ a stream transport owns its socket, so a fetch response could not hand file rang
 `os.sendfile`. Requests on a connection are handled one at a time, in order, as Kafka's
 broker does (it mutes a channel while its request is in flight); pipelined requests wait
 in the read buffer. Other connections are not blocked: a fetch waiting for data awaits.
+
+A listener has a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). TLS runs
+over the same raw socket through an `ssl.SSLObject` and memory buffers; record batches
+are then read from their files and encrypted (no sendfile, as in Kafka). SASL listeners
+authenticate each connection first (sasl_authenticator.py). Every request is handed over
+with its `RequestContext`: the listener, the security protocol, the peer and the principal.
 """
 
 from __future__ import annotations
@@ -14,20 +20,54 @@ import logging
 import os
 import socket
 import time
+from contextvars import ContextVar
+import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loglake.protocol import Chunk, ProtocolDecodeError, read_frame_size
+from loglake.security.listeners import SecurityProtocol
+from loglake.security.principal import ANONYMOUS, KafkaPrincipal
+from loglake.security.tls import certificate_principal_name
 
 if TYPE_CHECKING:
     from ingest_gateway.metrics import BrokerMetrics
+    from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
 log = logging.getLogger(__name__)
 
-# A request payload in, the response frame's chunks out (None: no response, acks=0).
-RequestHandler = Callable[[memoryview, str], Awaitable[list[Chunk] | None]]
-
 _RECV_SIZE = 256 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass
+class RequestContext:
+    """Who sent a request, and how (Kafka's RequestContext)."""
+
+    listener_name: str
+    security_protocol: SecurityProtocol
+    peer: str  # host:port
+    principal: KafkaPrincipal = ANONYMOUS
+
+    @property
+    def client_host(self) -> str:
+        return self.peer.rpartition(":")[0]
+
+
+# The context of the request being handled: each connection's task sets its own.
+_current_request: ContextVar[RequestContext] = ContextVar("loglake_request_context")
+_NO_CONNECTION = RequestContext("PLAINTEXT", SecurityProtocol.PLAINTEXT, "0.0.0.0:0")
+
+
+def current_request() -> RequestContext:
+    """Who sent the request being handled (a PLAINTEXT anonymous one outside a connection)."""
+    return _current_request.get(_NO_CONNECTION)
+
+
+# A request payload in, the response frame's chunks out (None: no response, acks=0); the
+# handler finds the request's context with `current_request()`.
+RequestHandler = Callable[[memoryview], Awaitable[list[Chunk] | None]]
 
 
 class ConnectionClosed(Exception):
@@ -35,8 +75,24 @@ class ConnectionClosed(Exception):
 
 
 class CloseConnection(Exception):
-    """Raised by a request handler: close the connection without a response (as Kafka
-    does for a failed acks=0 produce)."""
+    """Raised by a request handler: close the connection, after `response` if one is given
+    (Kafka closes silently after a failed acks=0 produce, and after answering a failed
+    SASL authentication)."""
+
+    def __init__(self, reason: str, response: list[Chunk] | None = None) -> None:
+        super().__init__(reason)
+        self.response = response
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    """How a listener's connections are secured."""
+
+    name: str = "PLAINTEXT"
+    protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
+    tls: ssl.SSLContext | None = None
+    # A new authenticator per connection (SASL_* listeners).
+    authenticator: Callable[[], SaslAuthenticator] | None = None
 
 
 class KafkaServer:
@@ -47,9 +103,11 @@ class KafkaServer:
         handler: RequestHandler,
         max_request_bytes: int,
         metrics: BrokerMetrics | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        self.security = security or ListenerSecurity()
         self._handler = handler
         self._metrics = metrics
         self._max_request_bytes = max_request_bytes
@@ -85,38 +143,63 @@ class KafkaServer:
 
     async def _serve(self, conn: socket.socket, peer: str) -> None:
         loop = asyncio.get_running_loop()
+        security = self.security
+        context = RequestContext(security.name, security.protocol, peer)
+        _current_request.set(context)  # this task's own context: its requests see it
+        channel: PlainChannel | TlsChannel = PlainChannel(loop, conn)
+        authenticator = None if security.authenticator is None else security.authenticator()
         buffer = bytearray()
         metrics = self._metrics
-        # When the last bytes came in: a request already whole in the buffer (pipelined)
-        # arrived then, and waits in the buffer as in Kafka's request queue.
-        received = time.perf_counter()
         try:
+            if security.tls is not None:
+                tls = TlsChannel(loop, conn, security.tls)
+                await asyncio.wait_for(tls.handshake(), TLS_HANDSHAKE_TIMEOUT_S)
+                channel = tls
+                if authenticator is None:
+                    context.principal = tls.principal()
+            # When the last bytes came in: a request already whole in the buffer (pipelined)
+            # arrived then, and waits in the buffer as in Kafka's request queue.
+            received = time.perf_counter()
             while True:
                 while len(buffer) < 4:
-                    buffer += await _receive(loop, conn)
+                    buffer += await channel.receive()
                     received = time.perf_counter()
                 size = _frame_size(buffer, self._max_request_bytes)
                 while len(buffer) < 4 + size:
-                    buffer += await _receive(loop, conn)
+                    buffer += await channel.receive()
                     received = time.perf_counter()
                 with memoryview(buffer) as view:
                     payload = memoryview(bytes(view[4 : 4 + size]))
                 del buffer[: 4 + size]
+                if authenticator is not None:
+                    chunks = await authenticator.intercept(payload)
+                    if chunks is not None:
+                        await channel.send(chunks)
+                        if authenticator.principal is not None:
+                            context.principal = authenticator.principal
+                        continue
                 timing = None if metrics is None else metrics.begin_request(received)
-                chunks = await self._handler(payload, peer)
+                chunks = await self._handler(payload)
                 if timing is not None:
                     timing.handled = time.perf_counter()
                 if chunks:
-                    await _send_chunks(loop, conn, chunks)
+                    await channel.send(chunks)
                 if timing is not None:
                     metrics.end_request(payload, timing, peer)  # type: ignore[union-attr]
         except ConnectionClosed:
             pass
         except CloseConnection as exc:
+            if exc.response:
+                try:
+                    await channel.send(exc.response)
+                except (ConnectionError, OSError, ssl.SSLError):
+                    pass
             log.info("closing connection from %s: %s", peer, exc)
         except ProtocolDecodeError as exc:
             # Kafka closes a connection whose bytes it cannot parse; nothing was applied.
             log.warning("closing connection from %s: %s", peer, exc)
+        except (ssl.SSLError, TimeoutError) as exc:
+            log.info("closing connection from %s: TLS failed: %s", peer, exc)
         except (ConnectionError, OSError) as exc:
             log.debug("connection from %s ended: %s", peer, exc)
         except asyncio.CancelledError:
@@ -125,6 +208,90 @@ class KafkaServer:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
             conn.close()
+
+
+class PlainChannel:
+    """A connection's bytes as they are on the socket; file ranges go out with sendfile."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket) -> None:
+        self._loop = loop
+        self._conn = conn
+
+    async def receive(self) -> bytes:
+        return await _receive(self._loop, self._conn)
+
+    async def send(self, chunks: list[Chunk]) -> None:
+        await _send_chunks(self._loop, self._conn, chunks)
+
+
+class TlsChannel:
+    """TLS over the raw socket: an SSLObject between memory buffers and the socket."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, conn: socket.socket, context: ssl.SSLContext) -> None:
+        self._loop = loop
+        self._conn = conn
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+
+    async def _flush(self) -> None:
+        data = self._outgoing.read()
+        if data:
+            await self._loop.sock_sendall(self._conn, data)
+
+    async def _fill(self) -> None:
+        data = await self._loop.sock_recv(self._conn, _RECV_SIZE)
+        if not data:
+            self._incoming.write_eof()
+            raise ConnectionClosed
+        self._incoming.write(data)
+
+    async def handshake(self) -> None:
+        while True:
+            try:
+                self._tls.do_handshake()
+                await self._flush()
+                return
+            except ssl.SSLWantReadError:
+                await self._flush()
+                await self._fill()
+
+    def principal(self) -> KafkaPrincipal:
+        """The verified client certificate's subject, else ANONYMOUS (Kafka's default builder)."""
+        certificate = self._tls.getpeercert()
+        name = certificate_principal_name(certificate) if certificate else None
+        return KafkaPrincipal.user(name) if name else ANONYMOUS
+
+    async def receive(self) -> bytes:
+        while True:
+            try:
+                data = self._tls.read(_RECV_SIZE)
+            except ssl.SSLWantReadError:
+                await self._flush()  # TLS 1.3 may need to answer (key updates, tickets)
+                await self._fill()
+                continue
+            except ssl.SSLZeroReturnError:
+                raise ConnectionClosed from None
+            if not data:
+                raise ConnectionClosed
+            return data
+
+    async def send(self, chunks: list[Chunk]) -> None:
+        for chunk in chunks:
+            if isinstance(chunk, (bytes, bytearray, memoryview)):
+                self._tls.write(chunk)
+            else:
+                position, remaining = chunk.position, chunk.size
+                while remaining > 0:
+                    piece = os.pread(chunk.fd, min(remaining, _RECV_SIZE), position)
+                    if not piece:
+                        raise ConnectionClosed  # the file is shorter than the slice
+                    self._tls.write(piece)
+                    position += len(piece)
+                    remaining -= len(piece)
+                    if self._outgoing.pending >= _RECV_SIZE:
+                        await self._flush()
+        await self._flush()
 
 
 async def _receive(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> bytes:

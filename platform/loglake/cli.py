@@ -21,6 +21,7 @@ from loglake.broker_configs import REPLICATION_THROTTLE_RATES
 from loglake.cluster.assignment import assign_replicas
 from loglake.cluster.leader_offsets import leaders_without_offsets, merge_leader_offsets
 from loglake.config import parse_overrides
+from loglake.security import scram
 
 DEFAULT_HTTP = os.environ.get("LOGLAKE_HTTP", "http://127.0.0.1:8082")
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -795,6 +796,48 @@ def cmd_consume(args: argparse.Namespace) -> int:
     return 0
 
 
+# users -------------------------------------------------------------------------------------
+
+
+def cmd_users_add(args: argparse.Namespace) -> int:
+    """A SCRAM credential for a user (as kafka-configs.sh --add-config 'SCRAM-SHA-512=[...]'):
+    salted here, so the password never leaves this process."""
+    password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
+    if not password:
+        raise CliError("the password is empty")
+    salt = os.urandom(32)
+    try:
+        salted = scram.salted_password(args.mechanism, password, salt, args.iterations)
+    except KeyError:
+        raise CliError(f"unknown mechanism {args.mechanism}: {', '.join(scram.MECHANISMS)}") from None
+    body = {
+        "mechanism": args.mechanism,
+        "iterations": args.iterations,
+        "salt": base64.b64encode(salt).decode(),
+        "salted_password": base64.b64encode(salted).decode(),
+    }
+    with _client(args) as c:
+        _check(c.put(f"/users/{args.user}", json=body))
+    print(f"Completed updating config for user {args.user}.")
+    return 0
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        users = _check(c.get("/users"))
+    for u in users:
+        described = ", ".join(f"{x['mechanism']}=iterations={x['iterations']}" for x in u["credentials"])
+        print(f"SCRAM credential configs for user-principal '{u['user']}' are {described}")
+    return 0
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        _check(c.delete(f"/users/{args.user}", params={"mechanism": args.mechanism} if args.mechanism else None))
+    print(f"Completed updating config for user {args.user}.")
+    return 0
+
+
 # parser ------------------------------------------------------------------------------------
 
 
@@ -903,6 +946,22 @@ def build_parser() -> argparse.ArgumentParser:
     commands["verify"].add_argument(
         "--preserve-throttles", action="store_true", help="keep the throttles after the plan completes"
     )
+
+    users = sub.add_parser("users", help="SASL/SCRAM users (as kafka-configs.sh --entity-type users)").add_subparsers(
+        dest="action", required=True
+    )
+    p = http_command(users, "add", "add or replace a user's SCRAM credential")
+    p.add_argument("--user", required=True)
+    p.add_argument("--password", required=True, help="the password, or - to read one line from stdin")
+    p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=sorted(scram.MECHANISMS))
+    p.add_argument("--iterations", type=int, default=scram.DEFAULT_ITERATIONS)
+    p.set_defaults(func=cmd_users_add)
+    p = http_command(users, "list", "users and their SCRAM mechanisms")
+    p.set_defaults(func=cmd_users_list)
+    p = http_command(users, "delete", "remove a user's credential (one mechanism, or all)")
+    p.add_argument("--user", required=True)
+    p.add_argument("--mechanism", choices=sorted(scram.MECHANISMS))
+    p.set_defaults(func=cmd_users_delete)
 
     txns = sub.add_parser(
         "transactions", help="list, describe, find hanging and abort transactions (as kafka-transactions.sh)"

@@ -25,6 +25,7 @@ from loglake.config_defs import (
     to_config_string,
 )
 from loglake.errors import ErrorCode, KafkaError
+from loglake.security.listeners import DEFAULT_PROTOCOL_MAP, SecurityProtocol, parse_protocol_map
 
 
 def _parse_bool(value: str) -> bool:
@@ -489,6 +490,42 @@ class Listener:
         return cls(match.group(1), match.group(2) or "0.0.0.0", int(match.group(3)))
 
 
+def _parse_listeners(value: str) -> tuple[Listener, ...]:
+    listeners = tuple(Listener.parse(s) for s in value.split(",") if s.strip())
+    names = [listener.scheme for listener in listeners]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"each listener needs its own name; {', '.join(repeated)} repeats")
+    return listeners
+
+
+def _listener_security(props: Mapping[str, str], listeners: tuple[Listener, ...]) -> dict[str, Any]:
+    """Kafka's checks of listener.security.protocol.map, advertised.listeners and
+    inter.broker.listener.name."""
+    protocol_map = parse_protocol_map(props.get("listener.security.protocol.map"))
+    unmapped = [listener.scheme for listener in listeners if listener.scheme not in protocol_map]
+    if unmapped:
+        raise ValueError(f"listener.security.protocol.map has no security protocol for listener(s) {unmapped}")
+    advertised = _parse_listeners(props["advertised.listeners"]) if props.get("advertised.listeners") else ()
+    names = {listener.scheme for listener in listeners}
+    strangers = [a.scheme for a in advertised if a.scheme not in names]
+    if strangers:
+        raise ValueError(f"advertised.listeners names listener(s) {strangers} that are not in listeners")
+    default_inter = "PLAINTEXT" if "PLAINTEXT" in names else listeners[0].scheme
+    inter = props.get("inter.broker.listener.name", default_inter)
+    if inter not in names:
+        raise ValueError(f"inter.broker.listener.name={inter} must be one of the listeners {sorted(names)}")
+    if advertised and inter not in {a.scheme for a in advertised}:
+        raise ValueError(f"advertised.listeners must include the inter-broker listener {inter}")
+    if props.get("zookeeper.connect") and protocol_map[inter] != SecurityProtocol.PLAINTEXT:
+        # The replica fetchers and the controller channel speak PLAINTEXT only, for now.
+        raise ValueError(
+            f"inter.broker.listener.name={inter} is a {protocol_map[inter].value} listener: loglake's "
+            "inter-broker clients need a PLAINTEXT listener (keep one, e.g. on a private interface)"
+        )
+    return {"protocol_map": protocol_map, "advertised_listeners": advertised, "inter_broker_listener_name": inter}
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """What a broker process needs, from server.properties plus --override."""
@@ -514,6 +551,18 @@ class BrokerConfig:
     socket_request_max_bytes: int = 104857600
     log_defaults: LogConfig = field(default_factory=LogConfig)
     raw: Mapping[str, str] = field(default_factory=dict)
+    # Security: each listener name's protocol, what is advertised, which listener brokers use.
+    protocol_map: Mapping[str, SecurityProtocol] = field(default_factory=lambda: dict(DEFAULT_PROTOCOL_MAP))
+    advertised_listeners: tuple[Listener, ...] = ()
+    inter_broker_listener_name: str = "PLAINTEXT"
+
+    def security_protocol(self, listener: Listener) -> SecurityProtocol:
+        return self.protocol_map[listener.scheme]
+
+    @property
+    def advertised(self) -> tuple[Listener, ...]:
+        """What clients are told: advertised.listeners, else the listeners themselves."""
+        return self.advertised_listeners or self.listeners
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -527,13 +576,12 @@ class BrokerConfig:
 
         base = cls()
         log_dirs = props.get("log.dirs") or props.get("log.dir")
+        listeners = _parse_listeners(props["listeners"]) if props.get("listeners") else base.listeners
         return cls(
             broker_id=get("broker.id", base.broker_id),
             rack=props.get("broker.rack") or None,
             log_dirs=tuple(d.strip() for d in log_dirs.split(",") if d.strip()) if log_dirs else base.log_dirs,
-            listeners=tuple(Listener.parse(s) for s in props["listeners"].split(",") if s.strip())
-            if props.get("listeners")
-            else base.listeners,
+            listeners=listeners,
             http_listeners=tuple(Listener.parse(s) for s in props["http.listeners"].split(",") if s.strip())
             if props.get("http.listeners")
             else base.http_listeners,
@@ -561,6 +609,7 @@ class BrokerConfig:
             socket_request_max_bytes=get("socket.request.max.bytes", base.socket_request_max_bytes),
             log_defaults=LogConfig.from_broker_properties(props),
             raw=dict(props),
+            **_listener_security(props, listeners),
         )
 
     @classmethod

@@ -32,7 +32,7 @@ class RecordingBroker:
         self.server = KafkaServer("127.0.0.1", port, self.handle, 1 << 20)
         self.seen = seen
 
-    async def handle(self, payload: memoryview, peer: str):
+    async def handle(self, payload: memoryview):
         header, body = decode_request(payload)
         self.seen.append(body["topic_states"][0]["partition_states"][0]["leader_epoch"])
         response = {"error_code": 0, "topics": []}

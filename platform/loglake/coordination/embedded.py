@@ -51,6 +51,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._pending_deletions: set[str] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._user_credentials: dict[str, dict[str, str]] = {}
         self._tiered: dict[str, dict[int, int]] = {}
         self._watches: list[_LocalWatch] = []
         # ISR change notifications (one broker: its own), kept in memory like the watches.
@@ -70,6 +71,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = doc.get("next_producer_id", 0)
         self._pending_deletions = set(doc.get("pending_deletions", []))
         self._broker_configs = {entity: dict(c) for entity, c in doc.get("broker_configs", {}).items()}
+        self._user_credentials = {user: dict(c) for user, c in doc.get("user_credentials", {}).items()}
         for name, t in doc["topics"].items():
             self._topics[name] = TopicDescription(
                 name=name,
@@ -99,6 +101,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "next_producer_id": self._next_producer_id,
             "pending_deletions": sorted(self._pending_deletions),
             "broker_configs": self._broker_configs,
+            "user_credentials": self._user_credentials,
             "topics": {
                 name: {
                     "topic_id": t.topic_id,
@@ -183,6 +186,22 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         self._watch("isr_changes", callback)
+
+    def user_credentials(self, user: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._user_credentials.get(user, {}))
+
+    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
+        with self._lock:
+            if credentials:
+                self._user_credentials[user] = dict(credentials)
+            else:
+                self._user_credentials.pop(user, None)
+            self._save()
+
+    def users(self) -> list[str]:
+        with self._lock:
+            return sorted(self._user_credentials)
 
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
         self._watch("broker_configs", callback)

@@ -29,6 +29,19 @@ class BrokerEndpoint:
     # Which registration this is (Kafka's broker epoch: the znode's creation zxid). A broker
     # that restarts within its session timeout keeps its id but gets a new epoch.
     epoch: int = field(default=-1, compare=False)
+    # Every advertised Kafka listener: (name, security protocol, host, port). `host` and
+    # `port` above are the inter-broker listener's (all brokers use the same listener name).
+    listeners: tuple[tuple[str, str, str, int], ...] = ()
+
+    def kafka_endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Where clients of that listener reach this broker (None: it has no such listener).
+        A registration without listeners (older) has only its one endpoint."""
+        if not self.listeners:
+            return self.host, self.port
+        for name, _, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,19 @@ class MetadataStore(ABC):
         (ZooKeeper: a /config/changes/config_change_ notification, as Kafka writes)."""
 
     @abstractmethod
+    def user_credentials(self, user: str) -> dict[str, str]:
+        """A user's SCRAM credentials by mechanism, in Kafka's stored form
+        (/config/users/<user>); empty for an unknown user."""
+
+    @abstractmethod
+    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
+        """Replace a user's SCRAM credentials (empty: the user is removed)."""
+
+    @abstractmethod
+    def users(self) -> list[str]:
+        """Users with credentials, sorted."""
+
+    @abstractmethod
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
         """Call `callback` with `broker_configs()` now and whenever a change is notified."""
 

@@ -5,6 +5,7 @@
     /brokers/topics/<t>/partitions/<p>/state   leader, leader epoch, ISR (CAS on the znode version)
     /config/topics/<t>                         topic config overrides
     /config/brokers/<id>, /config/brokers/<default>   dynamic broker configs
+    /config/users/<user>                       a user's SCRAM credentials
     /config/changes/config_change_<n>          sequential notifications of config changes
     /controller, /controller_epoch             the elected controller (ephemeral) and its epoch
     /admin/delete_topics/<t>                   deletion requests, completed by the controller
@@ -63,6 +64,7 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 # Notifications older than this are purged, as Kafka's brokers purge them (changeExpirationMs).
@@ -120,25 +122,37 @@ def broker_document(endpoint: BrokerEndpoint) -> bytes:
             "port": endpoint.port,
             "jmx_port": -1,
             "timestamp": _now_ms(),
-            "endpoints": [f"PLAINTEXT://{_host_port(endpoint.host, endpoint.port)}"],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{name}://{_host_port(host, port)}" for name, _, host, port in _listeners(endpoint)],
+            "listener_security_protocol_map": {name: protocol for name, protocol, _, _ in _listeners(endpoint)},
             "rack": endpoint.rack,
             "http_endpoint": f"http://{_host_port(endpoint.http_host, endpoint.http_port)}",
         }
     )
 
 
+def _listeners(endpoint: BrokerEndpoint) -> tuple[tuple[str, str, str, int], ...]:
+    return endpoint.listeners or (("PLAINTEXT", "PLAINTEXT", endpoint.host, endpoint.port),)
+
+
 def parse_broker(broker_id: int, raw: bytes) -> BrokerEndpoint:
     doc = json.loads(raw)
+    protocols = doc.get("listener_security_protocol_map") or {}
+    listeners = []
+    for spec in doc.get("endpoints") or ():
+        name = spec.split("://", 1)[0]
+        url = urlsplit(spec)
+        listeners.append((name, protocols.get(name, name), url.hostname or "", url.port or -1))
+    # host and port: the inter-broker listener's endpoint (brokers share that listener's name).
     host, port = doc.get("host"), doc.get("port", -1)
-    if not host and doc.get("endpoints"):
-        url = urlsplit(doc["endpoints"][0])
-        host, port = url.hostname, url.port
+    if not host and listeners:
+        _, _, host, port = listeners[0]
     http_host, http_port = host or "", -1
     if doc.get("http_endpoint"):
         url = urlsplit(doc["http_endpoint"])
         http_host, http_port = url.hostname or http_host, url.port or -1
-    return BrokerEndpoint(broker_id, host or "", int(port), http_host, int(http_port), doc.get("rack"))
+    return BrokerEndpoint(
+        broker_id, host or "", int(port), http_host, int(http_port), doc.get("rack"), listeners=tuple(listeners)
+    )
 
 
 def topic_document(topic: TopicDescription) -> bytes:
@@ -887,6 +901,45 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         self._retry(write)
         self._notify_config_change(f"brokers/{entity}")
+
+    def user_credentials(self, user: str) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            try:
+                raw = self._client.get(f"{CONFIG_USERS}/{user}")[0]
+            except NoNodeError:
+                return {}
+            return {str(k): str(v) for k, v in json.loads(raw or b"{}").get("config", {}).items()}
+
+        return self._retry(read)
+
+    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
+        """/config/users/<user> in Kafka's form, then its change notification."""
+        path = f"{CONFIG_USERS}/{user}"
+        doc = config_document(credentials)
+
+        def write() -> None:
+            if not credentials:
+                try:
+                    self._client.delete(path)
+                except NoNodeError:
+                    pass
+                return
+            try:
+                self._client.set(path, doc)
+            except NoNodeError:
+                self._client.create(path, doc, makepath=True)
+
+        self._retry(write)
+        self._notify_config_change(f"users/{user}")
+
+    def users(self) -> list[str]:
+        def read() -> list[str]:
+            try:
+                return sorted(self._client.get_children(CONFIG_USERS))
+            except NoNodeError:
+                return []
+
+        return self._retry(read)
 
     def _notify_config_change(self, entity_path: str) -> None:
         """Write the /config/changes notification of a changed config, and purge the

@@ -1,0 +1,63 @@
+"""How each Kafka listener secures its connections, from the broker's config: a TLS
+context for SSL / SASL_SSL listeners, a SASL authenticator per connection for SASL_*
+ones, checking the SCRAM credentials of the metadata store."""
+
+from __future__ import annotations
+
+import logging
+
+from loglake.config import BrokerConfig, Listener
+from loglake.coordination.store import MetadataStore
+from loglake.security.listeners import listener_config
+from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
+from loglake.security.scram import ScramCredential
+from loglake.security.tls import server_context
+
+from ingest_gateway.kafka_server import ListenerSecurity
+from ingest_gateway.sasl_authenticator import SaslAuthenticator
+
+log = logging.getLogger(__name__)
+
+# Kafka's default is GSSAPI, which loglake does not offer.
+DEFAULT_SASL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+
+
+def credentials_from(store: MetadataStore) -> CredentialsOf:
+    def credentials_of(user: str) -> dict[str, ScramCredential]:
+        out = {}
+        for mechanism, text in store.user_credentials(user).items():
+            try:
+                out[mechanism] = ScramCredential.from_config(text)
+            except ValueError:
+                log.warning("ignoring a malformed %s credential of a user", mechanism)
+        return out
+
+    return credentials_of
+
+
+def sasl_mechanisms(config: BrokerConfig, listener: Listener) -> tuple[str, ...]:
+    value = listener_config(config.raw, listener.scheme, "sasl.enabled.mechanisms", DEFAULT_SASL_MECHANISMS) or ""
+    mechanisms = tuple(m.strip().upper() for m in value.split(",") if m.strip())
+    unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+    if unsupported or not mechanisms:
+        raise ValueError(
+            f"sasl.enabled.mechanisms of listener {listener.scheme}: {unsupported or 'none'} "
+            f"(loglake offers {', '.join(SUPPORTED_MECHANISMS)})"
+        )
+    return mechanisms
+
+
+def listener_security(config: BrokerConfig, listener: Listener, store: MetadataStore) -> ListenerSecurity:
+    protocol = config.security_protocol(listener)
+    tls = server_context(config.raw, listener.scheme) if protocol.uses_tls else None
+    if not protocol.uses_sasl:
+        return ListenerSecurity(listener.scheme, protocol, tls)
+    mechanisms = sasl_mechanisms(config, listener)
+    reauth_ms = int(listener_config(config.raw, listener.scheme, "connections.max.reauth.ms", "0") or 0)
+    credentials_of = credentials_from(store)
+    return ListenerSecurity(
+        listener.scheme,
+        protocol,
+        tls,
+        lambda: SaslAuthenticator(mechanisms, credentials_of, reauth_ms),
+    )
