@@ -565,6 +565,10 @@ class ConsumerGroups:
 
     def _check_epoch(self, member: ConsumerGroupMember, request: HeartbeatRequest) -> None:
         epoch = request.member_epoch
+        if epoch == 0:
+            # A (re)join is always accepted: a fenced member rejoins under its own member id
+            # (KAFKA-19233), and a join whose response was lost is simply sent again.
+            return
         if epoch > member.member_epoch or (
             epoch < member.member_epoch
             # The previous epoch is accepted with owned partitions within the assignment:

@@ -105,6 +105,9 @@ class Client:
             self.epoch = result.member_epoch
             if result.assignment is not None:
                 self.owned = result.assignment
+        elif result.error is ErrorCode.FENCED_MEMBER_EPOCH:
+            # What a real client does: abandon every partition, then rejoin with epoch 0.
+            self.epoch, self.owned = 0, ()
         return result
 
     def join(self) -> HeartbeatResult:
