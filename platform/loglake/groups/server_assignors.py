@@ -75,8 +75,8 @@ class UniformAssignor:
     1. every member keeps the partitions of its previous target it is still subscribed to;
     2. unowned partitions go, the ones with the fewest possible owners first, to the least
        loaded subscribed member;
-    3. while a partition's owner has at least two more partitions than some other member
-       subscribed to that topic, the partition moves there.
+    3. while a member has at least two more partitions than some other member subscribed
+       to one of its topics, one such partition moves, always from the most loaded member.
 
     With identical subscriptions this ends with member loads differing by at most one and
     moves only what the balance needs; with different subscriptions it balances as far as
@@ -109,21 +109,32 @@ class UniformAssignor:
             assignment[m].setdefault(t, set()).add(p)
             load[m] += 1
 
-        moved = True
-        while moved:
-            moved = False
-            for m in sorted(members, key=lambda c: (-load[c], c)):
-                for t in sorted(assignment[m]):
-                    target = min(candidates[t], key=lambda c: (load[c], c))
-                    while assignment[m][t] and load[m] - load[target] >= 2:
-                        p = max(assignment[m][t])
-                        assignment[m][t].discard(p)
-                        assignment[target].setdefault(t, set()).add(p)
-                        load[m] -= 1
-                        load[target] += 1
-                        moved = True
-                        target = min(candidates[t], key=lambda c: (load[c], c))
+        # One partition at a time from the most loaded member that can give one away, so
+        # that every member above the average gives, not just the first one looked at.
+        while (move := self._next_move(members, assignment, candidates, load)) is not None:
+            giver, t, taker = move
+            p = max(assignment[giver][t])
+            assignment[giver][t].discard(p)
+            assignment[taker].setdefault(t, set()).add(p)
+            load[giver] -= 1
+            load[taker] += 1
         return {m: _freeze(a) for m, a in assignment.items()}
+
+
+    @staticmethod
+    def _next_move(
+        members: Mapping[str, AssignmentSpec],
+        assignment: dict[str, dict[uuid.UUID, set[int]]],
+        candidates: dict[uuid.UUID, list[str]],
+        load: dict[str, int],
+    ) -> tuple[str, uuid.UUID, str] | None:
+        for m in sorted(members, key=lambda c: (-load[c], c)):
+            for t in sorted(assignment[m]):
+                if assignment[m][t]:
+                    taker = min(candidates[t], key=lambda c: (load[c], c))
+                    if load[m] - load[taker] >= 2:
+                        return m, t, taker
+        return None
 
 
 SERVER_ASSIGNORS: dict[str, ServerAssignor] = {a.name: a for a in (UniformAssignor(), RangeAssignor())}
