@@ -377,11 +377,11 @@ def validate_offset_commit(
 
 
 def validate_offset_fetch(group: ConsumerGroup | None, member_id: str | None, member_epoch: int) -> ErrorCode:
-    """OffsetFetch v9+: a member that names itself must be known and at its current epoch."""
-    if member_id is None and member_epoch < 0:
+    """OffsetFetch v9+: a member that names itself must be known and at its current epoch.
+
+    No group is no error: Kafka answers every partition with offset -1."""
+    if (member_id is None and member_epoch < 0) or group is None:
         return ErrorCode.NONE
-    if group is None:
-        return ErrorCode.GROUP_ID_NOT_FOUND
     member = group.members.get(member_id or "")
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
@@ -622,7 +622,9 @@ class ConsumerGroups:
             group = ConsumerGroup(gid)
         member_id = request.member_id or self._new_member_id()
         if len(group.members) >= self.config.max_size and member_id not in group.members:
-            raise _Fail(ErrorCode.GROUP_MAX_SIZE_REACHED, f"The group has reached its maximum size {self.config.max_size}.")
+            raise _Fail(
+                ErrorCode.GROUP_MAX_SIZE_REACHED, f"The group has reached its maximum size {self.config.max_size}."
+            )
         member, replaced = self._find_member(group, request, member_id)
         self.groups[gid] = group  # nothing can fail from here on
 
@@ -721,9 +723,7 @@ class ConsumerGroups:
     def _update_target_assignment(self, group: ConsumerGroup) -> None:
         ids = {name: t.topic_id for name, t in group.subscription_metadata.items()}
         specs = {
-            m.member_id: AssignmentSpec(
-                m.instance_id, frozenset(ids[n] for n in m.subscribed_topics(ids) if n in ids)
-            )
+            m.member_id: AssignmentSpec(m.instance_id, frozenset(ids[n] for n in m.subscribed_topics(ids) if n in ids))
             for m in group.members.values()
         }
         counts = {t.topic_id: t.num_partitions for t in group.subscription_metadata.values()}
@@ -749,7 +749,9 @@ class ConsumerGroups:
             if member is None:
                 raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
             if member.member_id != request.member_id:
-                raise _Fail(ErrorCode.FENCED_INSTANCE_ID, f"Instance id {request.instance_id} is owned by another member.")
+                raise _Fail(
+                    ErrorCode.FENCED_INSTANCE_ID, f"Instance id {request.instance_id} is owned by another member."
+                )
             if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # A static member keeps its place and assignment (epoch -2) until its session
                 # expires or its instance rejoins: a restart does not move its partitions.

@@ -120,7 +120,6 @@ class UniformAssignor:
             load[taker] += 1
         return {m: _freeze(a) for m, a in assignment.items()}
 
-
     @staticmethod
     def _next_move(
         members: Mapping[str, AssignmentSpec],

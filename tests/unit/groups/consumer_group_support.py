@@ -116,7 +116,9 @@ class Client:
         return result
 
     def leave(self, epoch: int = -1) -> HeartbeatResult:
-        result = self.beat(member_epoch=epoch, rebalance_timeout_ms=-1, subscribed_topic_names=None, owned_partitions=None)
+        result = self.beat(
+            member_epoch=epoch, rebalance_timeout_ms=-1, subscribed_topic_names=None, owned_partitions=None
+        )
         if result.error is ErrorCode.NONE:
             self.epoch, self.owned = 0, ()
         return result

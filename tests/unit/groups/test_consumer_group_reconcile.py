@@ -60,7 +60,9 @@ def test_randomized_sequences_never_double_own_and_replay_reproduces_the_group()
         for _ in range(60):
             action = rng.random()
             if action < 0.2 and len(clients) < 6:
-                c = Client(cluster, topics=rng.choice([("t",), ("u",), ("t", "u")]), assignor=rng.choice([None, "range"]))
+                c = Client(
+                    cluster, topics=rng.choice([("t",), ("u",), ("t", "u")]), assignor=rng.choice([None, "range"])
+                )
                 c.join()
                 clients.append(c)
             elif action < 0.3 and clients:

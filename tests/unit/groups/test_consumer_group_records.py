@@ -7,7 +7,7 @@ import struct
 import uuid
 
 import pytest
-from consumer_group_support import GROUP, Client, Cluster, converge, group_view, replayed, topic_id
+from consumer_group_support import GROUP, Client, Cluster, converge, group_view, replayed
 
 from loglake.errors import ErrorCode
 from loglake.groups.consumer_records import (
@@ -49,9 +49,9 @@ def _c(text: str | None) -> bytes:
 
 def test_keys() -> None:
     assert encode_key(ConsumerGroupKey(GROUP_METADATA_KEY, "g")) == struct.pack(">h", 3) + _s("g")
-    assert encode_key(ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT_KEY, "g", "m1")) == struct.pack(">h", 8) + _s("g") + _s(
-        "m1"
-    )
+    assert encode_key(ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT_KEY, "g", "m1")) == struct.pack(">h", 8) + _s(
+        "g"
+    ) + _s("m1")
     for kind in (3, 4, 6):
         assert decode_key(encode_key(ConsumerGroupKey(kind, "g"))) == ConsumerGroupKey(kind, "g")
     for kind in (5, 7, 8):
@@ -79,17 +79,27 @@ def test_value_bytes() -> None:
         + b"\x00"
     )
     partitions = PartitionMetadataValue((TopicMetadata(TID, "t", 2),))
-    assert encode_value(partitions) == struct.pack(">h", 0) + b"\x02" + TID.bytes + _c("t") + struct.pack(
-        ">i", 2
-    ) + b"\x01\x00" + b"\x00"
+    assert (
+        encode_value(partitions)
+        == struct.pack(">h", 0) + b"\x02" + TID.bytes + _c("t") + struct.pack(">i", 2) + b"\x01\x00" + b"\x00"
+    )
     target = TargetAssignmentMemberValue({TID: frozenset({2, 0})})
-    assert encode_value(target) == struct.pack(">h", 0) + b"\x02" + TID.bytes + b"\x03" + struct.pack(
-        ">ii", 0, 2
-    ) + b"\x00" + b"\x00"
+    assert (
+        encode_value(target)
+        == struct.pack(">h", 0) + b"\x02" + TID.bytes + b"\x03" + struct.pack(">ii", 0, 2) + b"\x00" + b"\x00"
+    )
     current = CurrentMemberAssignmentValue(5, 4, 1, {TID: frozenset({1})}, {})
-    assert encode_value(current) == struct.pack(">hiib", 0, 5, 4, 1) + b"\x02" + TID.bytes + b"\x02" + struct.pack(
-        ">i", 1
-    ) + b"\x00" + b"\x01" + b"\x00"
+    assert (
+        encode_value(current)
+        == struct.pack(">hiib", 0, 5, 4, 1)
+        + b"\x02"
+        + TID.bytes
+        + b"\x02"
+        + struct.pack(">i", 1)
+        + b"\x00"
+        + b"\x01"
+        + b"\x00"
+    )
     for kind, value in [
         (GROUP_METADATA_KEY, GroupMetadataValue(7)),
         (MEMBER_METADATA_KEY, member),
@@ -108,8 +118,18 @@ def test_decoding_skips_tagged_fields_and_racks_of_newer_writers() -> None:
     assert decode_value(MEMBER_METADATA_KEY, tagged) == decode_value(MEMBER_METADATA_KEY, plain)
     # Partition metadata with racks.
     with_racks = (
-        struct.pack(">h", 0) + b"\x02" + TID.bytes + _c("t") + struct.pack(">i", 1)
-        + b"\x02" + struct.pack(">i", 0) + b"\x02" + _c("r1") + b"\x00" + b"\x00" + b"\x00"
+        struct.pack(">h", 0)
+        + b"\x02"
+        + TID.bytes
+        + _c("t")
+        + struct.pack(">i", 1)
+        + b"\x02"
+        + struct.pack(">i", 0)
+        + b"\x02"
+        + _c("r1")
+        + b"\x00"
+        + b"\x00"
+        + b"\x00"
     )
     assert decode_value(PARTITION_METADATA_KEY, with_racks) == PartitionMetadataValue((TopicMetadata(TID, "t", 1),))
     with pytest.raises(ValueError):
@@ -147,7 +167,11 @@ def test_records_of_a_join_and_a_leave() -> None:
     ]
     error, records = cluster.groups.delete_group(GROUP)
     assert error is ErrorCode.NONE
-    assert _kinds(records) == [(TARGET_ASSIGNMENT_METADATA_KEY, True), (PARTITION_METADATA_KEY, True), (GROUP_METADATA_KEY, True)]
+    assert _kinds(records) == [
+        (TARGET_ASSIGNMENT_METADATA_KEY, True),
+        (PARTITION_METADATA_KEY, True),
+        (GROUP_METADATA_KEY, True),
+    ]
     assert GROUP not in cluster.groups.groups
     assert GROUP not in replayed(cluster.records + records).groups
 
