@@ -161,3 +161,13 @@ def assert_disjoint(clients: list[Client]) -> None:
         for tp in c.partitions():
             assert tp not in seen, f"{tp} owned by {seen[tp]} and {c.member_id}"
             seen[tp] = c.member_id
+
+
+def two_members(cluster: Cluster, *, stable: bool = True) -> tuple[Client, Client]:
+    """a joins, then b; with stable=False a has not yet been told to revoke anything."""
+    a, b = Client(cluster), Client(cluster)
+    a.join()
+    b.join()
+    if stable:
+        converge([a, b])
+    return a, b

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from consumer_group_support import GROUP, Client, Cluster, converge, topic_id
+from consumer_group_support import GROUP, Client, Cluster, converge, topic_id, two_members
 
 from loglake.errors import ErrorCode
 from loglake.groups.consumer_group import (
@@ -61,10 +61,7 @@ def test_second_member_waits_for_revocation() -> None:
 
 def test_leave_bumps_the_epoch_and_frees_the_partitions() -> None:
     cluster = Cluster(t=4)
-    a, b = Client(cluster), Client(cluster)
-    a.join()
-    b.join()
-    converge([a, b])
+    a, b = two_members(cluster)
     epoch = cluster.group().group_epoch
     left = b.leave()
     assert (left.error, left.member_epoch) == (ErrorCode.NONE, -1)
@@ -109,10 +106,7 @@ def test_unsupported_assignor_and_invalid_regex() -> None:
 
 def test_fencing_wrong_epochs_and_unknown_members() -> None:
     cluster = Cluster(t=2)
-    a, b = Client(cluster), Client(cluster)
-    a.join()
-    b.join()
-    converge([a, b])
+    a, b = two_members(cluster)
     group = cluster.group()
     before = (group.group_epoch, dict(group.members))
     # Sent straight to the coordinator: a real client would abandon its partitions on these errors.

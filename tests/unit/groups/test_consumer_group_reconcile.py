@@ -6,7 +6,17 @@ from __future__ import annotations
 import random
 import uuid
 
-from consumer_group_support import GROUP, Client, Cluster, assert_disjoint, converge, group_view, replayed, topic_id
+from consumer_group_support import (
+    GROUP,
+    Client,
+    Cluster,
+    assert_disjoint,
+    converge,
+    group_view,
+    replayed,
+    topic_id,
+    two_members,
+)
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -167,10 +177,7 @@ def test_deleted_topic_leaves_the_assignment() -> None:
 
 def test_session_timeout_fences_a_silent_member() -> None:
     cluster = Cluster(t=4)
-    a, b = Client(cluster), Client(cluster)
-    a.join()
-    b.join()
-    converge([a, b])
+    a, b = two_members(cluster)
     assert cluster.groups.next_deadline_ms() == cluster.now_ms + 45_000
     cluster.now_ms += 30_000
     a.beat()  # a keeps its session alive; b goes silent (kill -9)
@@ -184,9 +191,7 @@ def test_session_timeout_fences_a_silent_member() -> None:
 
 def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
     cluster = Cluster(t=4)
-    a, b = Client(cluster), Client(cluster)
-    a.join()
-    b.join()
+    a, b = two_members(cluster, stable=False)
     a.beat()  # told to revoke 2 partitions
     assert cluster.group().members[a.member_id].state is MemberState.UNREVOKED_PARTITIONS
     for _ in range(3):  # it keeps heartbeating but never lets go
@@ -203,9 +208,7 @@ def test_rebalance_timeout_fences_a_member_that_does_not_revoke() -> None:
 
 def test_revocation_in_time_cancels_the_rebalance_timeout() -> None:
     cluster = Cluster(t=4)
-    a, b = Client(cluster), Client(cluster)
-    a.join()
-    b.join()
+    a, b = two_members(cluster, stable=False)
     a.beat()
     a.beat()  # acked
     cluster.now_ms += 31_000
