@@ -29,6 +29,10 @@ Modules:
     group       one group's state machine (GroupMetadata / MemberMetadata)
     records     __consumer_offsets key/value formats
     assignors   consumer protocol bytes, range and roundrobin assignors
+    consumer_group    consumer-protocol (KIP-848) groups: ConsumerGroupHeartbeat state machine,
+                      reconciliation, timers, offset commit checks, describe (not yet wired in)
+    consumer_records  their __consumer_offsets records (key versions 3-8)
+    server_assignors  the server-side uniform and range assignors
 """
 
 from loglake.groups.api import (

@@ -1,0 +1,173 @@
+"""Simulated consumer-protocol clients and helpers for the KIP-848 tests (imported as a module)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterable
+
+from loglake.errors import ErrorCode
+from loglake.groups.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroups,
+    HeartbeatRequest,
+    HeartbeatResult,
+    Record,
+    TopicPartitions,
+)
+
+GROUP = "group-a"
+REBALANCE_MS = 30_000
+CONFIG = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=5_000)
+
+
+def topic_id(name: str) -> uuid.UUID:
+    """Stable ids, so that a test can build a snapshot twice."""
+    return uuid.uuid5(uuid.NAMESPACE_DNS, name)
+
+
+def snapshot(**partitions: int) -> dict[str, tuple[uuid.UUID, int]]:
+    return {name: (topic_id(name), n) for name, n in partitions.items()}
+
+
+class Cluster:
+    """The groups of one partition, the topic snapshot, a clock in ms and every record written."""
+
+    def __init__(self, config: ConsumerGroupConfig = CONFIG, **partitions: int) -> None:
+        self.groups = ConsumerGroups(config)
+        self.topics = snapshot(**partitions)
+        self.now_ms = 0
+        self.records: list[Record] = []
+
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        result = self.groups.heartbeat(request, self.topics, self.now_ms)
+        self.records.extend(result.records)
+        return result
+
+    def expire(self) -> list[Record]:
+        records = self.groups.expire(self.now_ms, self.topics)
+        self.records.extend(records)
+        return records
+
+    def group(self, group_id: str = GROUP) -> ConsumerGroup:
+        return self.groups.groups[group_id]
+
+
+class Client:
+    """A well-behaved consumer: owns what its last assignment said, revokes at once, sends
+    its owned partitions on every heartbeat."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        topics: Iterable[str] = ("t",),
+        *,
+        regex: str | None = None,
+        instance_id: str | None = None,
+        assignor: str | None = None,
+        member_id: str = "",
+        group: str = GROUP,
+    ) -> None:
+        self.cluster = cluster
+        self.topics = tuple(topics)
+        self.regex = regex
+        self.instance_id = instance_id
+        self.assignor = assignor
+        self.group = group
+        self.member_id = member_id
+        self.epoch = 0
+        self.owned: tuple[TopicPartitions, ...] = ()
+        self.last: HeartbeatResult | None = None
+
+    def request(self, **overrides: object) -> HeartbeatRequest:
+        joining = self.epoch == 0
+        fields: dict = dict(
+            group_id=self.group,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            instance_id=self.instance_id,
+            rebalance_timeout_ms=REBALANCE_MS if joining else -1,
+            subscribed_topic_names=(self.topics if joining and (self.topics or not self.regex) else None),
+            subscribed_topic_regex=self.regex if joining else None,
+            server_assignor=self.assignor if joining else None,
+            owned_partitions=() if joining else self.owned,
+            client_id="client",
+            client_host="/127.0.0.1",
+        )
+        fields.update(overrides)
+        return HeartbeatRequest(**fields)
+
+    def beat(self, **overrides: object) -> HeartbeatResult:
+        result = self.cluster.heartbeat(self.request(**overrides))
+        self.last = result
+        if result.error is ErrorCode.NONE:
+            self.member_id = result.member_id or self.member_id
+            self.epoch = result.member_epoch
+            if result.assignment is not None:
+                self.owned = result.assignment
+        elif result.error is ErrorCode.FENCED_MEMBER_EPOCH:
+            # What a real client does: abandon every partition, then rejoin with epoch 0.
+            self.epoch, self.owned = 0, ()
+        return result
+
+    def join(self) -> HeartbeatResult:
+        result = self.beat()
+        assert result.error is ErrorCode.NONE, result
+        return result
+
+    def leave(self, epoch: int = -1) -> HeartbeatResult:
+        result = self.beat(
+            member_epoch=epoch, rebalance_timeout_ms=-1, subscribed_topic_names=None, owned_partitions=None
+        )
+        if result.error is ErrorCode.NONE:
+            self.epoch, self.owned = 0, ()
+        return result
+
+    def partitions(self) -> set[tuple[uuid.UUID, int]]:
+        return {(tp.topic_id, p) for tp in self.owned for p in tp.partitions}
+
+
+def converge(clients: list[Client], rounds: int = 10) -> None:
+    """Heartbeats round-robin until the group is stable (fails if it does not get there)."""
+    for _ in range(rounds):
+        for c in clients:
+            assert c.beat().error is ErrorCode.NONE, c.last
+        group = clients[0].cluster.group(clients[0].group)
+        if group.state.value == "Stable":
+            return
+    raise AssertionError(f"group did not converge: {group.state}")
+
+
+def group_view(group: ConsumerGroup) -> dict:
+    return {
+        "epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "metadata": group.subscription_metadata,
+        "members": group.members,
+        "target": group.target,
+    }
+
+
+def replayed(records: Iterable[Record]) -> ConsumerGroups:
+    fresh = ConsumerGroups(CONFIG)
+    for key, value in records:
+        assert fresh.replay(key, value)
+    return fresh
+
+
+def assert_disjoint(clients: list[Client]) -> None:
+    seen: dict[tuple[uuid.UUID, int], str] = {}
+    for c in clients:
+        for tp in c.partitions():
+            assert tp not in seen, f"{tp} owned by {seen[tp]} and {c.member_id}"
+            seen[tp] = c.member_id
+
+
+def two_members(cluster: Cluster, *, stable: bool = True) -> tuple[Client, Client]:
+    """a joins, then b; with stable=False a has not yet been told to revoke anything."""
+    a, b = Client(cluster), Client(cluster)
+    a.join()
+    b.join()
+    if stable:
+        converge([a, b])
+    return a, b
