@@ -37,11 +37,12 @@ def tiering_routes(broker: Broker) -> APIRouter:
         p = leader_with_remote_storage(topic, partition)
         log = p.log
         tiered = await asyncio.to_thread(broker.store.tiered_offset, topic, partition)
+        log_start, size = log.start_and_size()
         return {
-            "log_start_offset": log.log_start_offset,
+            "log_start_offset": log_start,
             "tierable_end": min(log.active_segment.base_offset, log.last_stable_offset(p.high_watermark)),
             "high_watermark": p.high_watermark,
-            "size": log.size,
+            "size": size,
             "tiered_offset": tiered or 0,
         }
 

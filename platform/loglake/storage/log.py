@@ -258,6 +258,12 @@ class Log:
     def size(self) -> int:
         return sum(s.size for s in self._segments)
 
+    def start_and_size(self) -> tuple[int, int]:
+        """The log start offset and the bytes from it, read together: retention moves the
+        start and drops segments in one step, which a reader of both must not split."""
+        with self._lock:
+            return self._log_start_offset, self.size
+
     @property
     def leader_epoch_cache(self) -> LeaderEpochFileCache:
         return self._epochs
