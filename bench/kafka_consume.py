@@ -20,8 +20,9 @@ from bench.kafka_common import create_topic, loglake_cluster, mock_cluster
 from bench.kafka_produce import PARTITIONS, VALUE_BYTES, produce
 
 
-def consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Seconds for one consumer to read `records` records from the start of `topic`."""
+def consume(bootstrap: str, topic: str, partitions: int, records: int, **config: object) -> float:
+    """Seconds for one consumer to read `records` records from the start of `topic`
+    (`config`: consumer settings over these)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -30,6 +31,7 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int) -> float:
             "fetch.max.bytes": 52_428_800,
             "max.partition.fetch.bytes": 10_485_760,
             "queued.max.messages.kbytes": 262_144,
+            **config,
         }
     )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

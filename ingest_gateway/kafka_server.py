@@ -264,17 +264,23 @@ class TlsChannel:
 
     async def receive(self) -> bytes:
         while True:
+            # Everything decryptable now, in one piece (a read gives one TLS record, 16 KB).
+            pieces = []
             try:
-                data = self._tls.read(_RECV_SIZE)
+                while True:
+                    data = self._tls.read(_RECV_SIZE)
+                    if not data:
+                        raise ConnectionClosed
+                    pieces.append(data)
             except ssl.SSLWantReadError:
-                await self._flush()  # TLS 1.3 may need to answer (key updates, tickets)
-                await self._fill()
-                continue
+                pass
             except ssl.SSLZeroReturnError:
-                raise ConnectionClosed from None
-            if not data:
-                raise ConnectionClosed
-            return data
+                if not pieces:
+                    raise ConnectionClosed from None
+            if pieces:
+                return b"".join(pieces)
+            await self._flush()  # TLS 1.3 may need to answer (key updates, tickets)
+            await self._fill()
 
     async def send(self, chunks: list[Chunk]) -> None:
         for chunk in chunks:

@@ -18,7 +18,7 @@ from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
-from pki import Pki, make_pki
+from bench.pki import Pki, make_pki
 
 USERS = {"alice": ("alice-secret", "SCRAM-SHA-512"), "bob": ("bob-secret", "SCRAM-SHA-256")}
 

@@ -1,4 +1,4 @@
-"""Certificates for the security tests, made with the openssl command line: a CA, a
+"""Certificates for the security tests and benchmarks, made with the openssl command line: a CA, a
 server certificate for 127.0.0.1/localhost, client certificates, and a CA nobody trusts."""
 
 from __future__ import annotations
