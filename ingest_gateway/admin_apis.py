@@ -114,7 +114,7 @@ class AdminApis:
                 for n in node_endpoints(brokers)
             ],
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                body["include_cluster_authorized_operations"]
+                self.broker.authorization, body["include_cluster_authorized_operations"]
             ),
         }
 

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import uvicorn
 
+from ingest_gateway.acl_apis import register_acl_apis
+from ingest_gateway.authorization import RequestAuthorization, authorizer_from_config
 from ingest_gateway.config_apis import register_config_apis
 from ingest_gateway.controller_apis import register_controller_apis
 from ingest_gateway.controller_channel import ControllerChannelManager
@@ -124,6 +126,7 @@ class Broker:
             self.replica_manager.metrics = self.metrics
             self.log_manager.flush_observer = self.metrics.observe_flush
         self._request_logging = metrics_config.request_logging
+        self.authorization = RequestAuthorization(authorizer_from_config(config.raw))
         self.kafka_apis = KafkaApis(self)
         self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
@@ -223,7 +226,12 @@ class Broker:
         register_group_apis(self.kafka_apis, self.group_coordinator)
         self.txn_apis = register_txn_apis(self.kafka_apis, self, self.transaction_coordinator, self.marker_writer)
         register_config_apis(self.kafka_apis, self)
+        self.acl_apis = register_acl_apis(self.kafka_apis, self)
         self.dynamic_config.start()
+        authorizer = self.authorization.authorizer
+        if authorizer is not None:
+            loop = asyncio.get_running_loop()
+            self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
         register_admin_apis(self.kafka_apis, self)
         self._log_dir_mover = register_log_dir_apis(self.kafka_apis, self.replica_manager)
         if self.clustered:

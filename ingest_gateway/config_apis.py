@@ -22,6 +22,7 @@ from loglake.config_defs import ConfigKey, ConfigSource, ConfigType, split_list,
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -206,7 +207,16 @@ class ConfigApis:
             results.append(entry)
         return {"throttle_time_ms": 0, "results": results}
 
+    def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
+        """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker configs."""
+        auth = self._broker.authorization
+        if resource_type == RESOURCE_TOPIC:
+            auth.require(operation, ResourceType.TOPIC, name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        elif resource_type == RESOURCE_BROKER:
+            auth.require(operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
     def _describe(self, resource_type: int, name: str) -> list[ConfigEntry]:
+        self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)
         if resource_type == RESOURCE_TOPIC:
             validate_topic_name(name)
             return describe_topic_configs(self._broker.image.topic(name).config, self._dynamic)
@@ -254,6 +264,7 @@ class ConfigApis:
         self, r: Body, new_config: Callable[[Body, dict[str, str]], dict[str, str]], validate_only: bool
     ) -> None:
         name = r["resource_name"]
+        self._authorize(AclOperation.ALTER_CONFIGS, r["resource_type"], name)
         if r["resource_type"] == RESOURCE_TOPIC:
             if name == "":
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from loglake.cluster.partition import Partition, monotonic_ms
 from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import IsolationLevel, RequestHeader
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.client_endpoints import node_endpoints
 from ingest_gateway.fetch_session import (
@@ -150,6 +152,19 @@ class FetchApis:
             to_forget += [TopicIdPartition(topic_id, topic, p) for p in f["partitions"]]
         return fetch_data, to_forget
 
+    def _denied_topics(
+        self, replica_id: int, partitions: Iterable[tuple[TopicIdPartition, PartitionRequest]]
+    ) -> set[str]:
+        """Topics this fetch may not read: followers need ClusterAction (else every topic is
+        denied, as Kafka answers), consumers READ on each topic."""
+        auth = self.broker.authorization
+        if not auth.enabled:
+            return set()
+        topics = {tp.topic for tp, _ in partitions if tp.topic is not None}
+        if replica_id >= 0:
+            return set() if auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else topics
+        return auth.denied_topics(AclOperation.READ, topics)
+
     # The handler -------------------------------------------------------------------------
 
     async def fetch(self, header: RequestHeader, body: Body) -> Body:
@@ -162,9 +177,13 @@ class FetchApis:
         # Partitions that cannot be read are answered at once and do not end a long poll.
         erroneous: Answers = []
         readable: list[tuple[TopicIdPartition, PartitionRequest]] = []
-        for tp, request in context.partitions():
+        wanted = list(context.partitions())
+        denied = self._denied_topics(replica_id, wanted)
+        for tp, request in wanted:
             if tp.topic is None:
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
+            elif tp.topic in denied:
+                erroneous.append((tp, _partition_response(tp.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED)))
             elif self._inconsistent(tp):
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.INCONSISTENT_TOPIC_ID)))
             else:

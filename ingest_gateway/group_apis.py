@@ -10,10 +10,20 @@ from collections.abc import Callable
 from typing import Any
 
 from loglake.errors import ErrorCode
-from loglake.groups import GroupCoordinator, MemberIdentity, OffsetCommitData, SyncResult, TopicPartition
+from loglake.groups import (
+    GroupCoordinator,
+    GroupDescription,
+    MemberIdentity,
+    OffsetCommitData,
+    SyncResult,
+    TopicPartition,
+)
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
+from ingest_gateway.authorization import RequestAuthorization
+from ingest_gateway.authorized_operations import group_operations
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_server import current_request
 
@@ -37,11 +47,6 @@ GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) 
 
 # The classic protocol's group type (ListGroups v5); the only kind this coordinator has.
 CLASSIC_GROUP_TYPE = "classic"
-# DescribeGroups v3+ authorized operations without an authorizer: every operation a group
-# resource supports (READ = 3, DELETE = 6, DESCRIBE = 8) as a bit field, as Kafka answers.
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-# The "not requested" value of authorized_operations.
-AUTHORIZED_OPERATIONS_OMITTED = -(1 << 31)
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
 
@@ -50,9 +55,11 @@ class GroupApis:
     def __init__(
         self,
         coordinator: GroupCoordinator,
+        authorization: RequestAuthorization,
         partition_exists: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.authorization = authorization
         # Whether the cluster has this partition (None: take every commit).
         self._partition_exists = partition_exists
 
@@ -141,9 +148,17 @@ class GroupApis:
             expire_timestamp = self.coordinator.now_ms() + retention_ms
         offsets = {}
         errors: dict[TopicPartition, int] = {}
+        auth = self.authorization
+        group_denied = not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"])
+        denied_topics = auth.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
         for t in body["topics"]:
             for p in t["partitions"]:
                 tp = TopicPartition(t["name"], p["partition_index"])
+                if group_denied or tp.topic in denied_topics:
+                    errors[tp] = (
+                        ErrorCode.GROUP_AUTHORIZATION_FAILED if group_denied else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    )
+                    continue
                 if self._partition_exists is not None and not self._partition_exists(tp.topic, tp.partition):
                     # As Kafka: no offsets are kept for partitions the cluster lacks.
                     errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -187,15 +202,27 @@ class GroupApis:
         else:
             groups = [(body["group_id"], body["topics"])]
         answers = []
+        auth = self.authorization
         for group_id, topics in groups:
+            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                answers.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
+                continue
             wanted = None
             if topics is not None:
                 wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partition_indexes"]]
             result = await self.coordinator.fetch_offsets(
                 group_id, wanted, require_stable=body.get("require_stable", False)
             )
+            denied = auth.denied_topics(AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
             by_topic: dict[str, list[Body]] = {}
             for tp, po in sorted(result.partitions.items()):
+                if tp.topic in denied:
+                    if wanted is not None:  # asked for by name: say so; a listing leaves it out
+                        by_topic.setdefault(tp.topic, []).append(
+                            {"partition_index": tp.partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                             "metadata": None, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+                        )  # fmt: skip
+                    continue
                 by_topic.setdefault(tp.topic, []).append(
                     {
                         "partition_index": tp.partition,
@@ -234,6 +261,9 @@ class GroupApis:
         types = {t.lower() for t in body.get("types_filter") or ()}
         # Every group here is a classic one: a types filter without "classic" matches none.
         groups = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
+        auth = self.authorization
+        if not auth.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+            groups = [g for g in groups if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, False)]
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,
@@ -249,7 +279,12 @@ class GroupApis:
         }
 
     async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
-        described = await self.coordinator.describe_groups(body["groups"])
+        auth = self.authorization
+        allowed = [g for g in body["groups"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        found = {d.group_id: d for d in await self.coordinator.describe_groups(allowed)}
+        described = [
+            found.get(g) or GroupDescription(g, ErrorCode.GROUP_AUTHORIZATION_FAILED, "") for g in body["groups"]
+        ]
         with_operations = body.get("include_authorized_operations", False)
         return {
             "throttle_time_ms": 0,
@@ -271,16 +306,21 @@ class GroupApis:
                         }
                         for m in d.members
                     ],
-                    "authorized_operations": GROUP_AUTHORIZED_OPERATIONS
-                    if with_operations and d.error is ErrorCode.NONE
-                    else AUTHORIZED_OPERATIONS_OMITTED,
+                    "authorized_operations": group_operations(
+                        auth, d.group_id, with_operations and d.error is ErrorCode.NONE
+                    ),
                 }
                 for d in described
             ],
         }
 
     async def delete_groups(self, header: RequestHeader, body: Body) -> Body:
-        errors = await self.coordinator.delete_groups(body["groups_names"])
+        auth = self.authorization
+        names = body["groups_names"]
+        allowed = [g for g in names if auth.allowed(AclOperation.DELETE, ResourceType.GROUP, g)]
+        errors = dict.fromkeys(names, ErrorCode.GROUP_AUTHORIZATION_FAILED) | await self.coordinator.delete_groups(
+            allowed
+        )
         return {
             "throttle_time_ms": 0,
             "results": [{"group_id": g, "error_code": errors[g]} for g in dict.fromkeys(body["groups_names"])],
@@ -292,7 +332,7 @@ def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> Group
         description = apis.broker.image.topics.get(topic)
         return description is not None and partition in description.assignment
 
-    groups = GroupApis(coordinator, partition_exists=partition_exists)
+    groups = GroupApis(coordinator, apis.broker.authorization, partition_exists=partition_exists)
     handlers = {
         ApiKey.JOIN_GROUP: groups.join_group,
         ApiKey.SYNC_GROUP: groups.sync_group,

@@ -31,6 +31,7 @@ from loglake.protocol import (
 )
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.client_endpoints import node_endpoint, node_endpoints
@@ -142,7 +143,11 @@ class KafkaApis:
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""
-        response = await self._handlers[key](header, body)
+        denied = self.broker.authorization.check_request(key, body)
+        if denied is not None:
+            response: Body | None = {"error_code": denied, "throttle_time_ms": 0}
+        else:
+            response = await self._handlers[key](header, body)
         if response is None:
             return None
         if self.broker.metrics is not None:
@@ -165,6 +170,8 @@ class KafkaApis:
         config = self.broker.config
         if not config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not self._may_create(name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
             self.broker.create_topic(name, config.num_partitions, config.default_replication_factor, {})
@@ -172,6 +179,16 @@ class KafkaApis:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 return exc.code
         return None
+
+    def _require_topic(self, operation: AclOperation, topic: str) -> None:
+        self.broker.authorization.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+    def _may_create(self, topic: str) -> bool:
+        """CREATE on the cluster, or on the topic (Kafka checks both)."""
+        auth = self.broker.authorization
+        return auth.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False) or auth.topic_allowed(
+            AclOperation.CREATE, topic
+        )
 
     async def metadata(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
@@ -183,10 +200,20 @@ class KafkaApis:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
         allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
+        auth = self.broker.authorization
+        listing = requested is None or (version == 0 and not requested)
+        if listing and auth.enabled:
+            # A full listing leaves out the topics this principal may not describe.
+            names = [
+                n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
+            ]
         topics = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
+                continue
+            if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
                 continue
             if name not in self.broker.image.topics:
                 error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -194,10 +221,11 @@ class KafkaApis:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
             topics.append(self._topic_metadata(self.broker.image, name))
-        topic_operations = authorized_operations.topic_operations(body["include_topic_authorized_operations"])
         for entry in topics:
             if entry["name"] is not None:  # not for unknown topic ids, as Kafka
-                entry["topic_authorized_operations"] = topic_operations
+                entry["topic_authorized_operations"] = authorized_operations.topic_operations(
+                    auth, entry["name"], body["include_topic_authorized_operations"]
+                )
         image = self.broker.image
         return {
             "throttle_time_ms": 0,
@@ -206,7 +234,7 @@ class KafkaApis:
             "controller_id": image.controller_id,
             "topics": topics,
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                body["include_cluster_authorized_operations"]
+                auth, body["include_cluster_authorized_operations"]
             ),
         }
 
@@ -247,8 +275,24 @@ class KafkaApis:
         acks = body["acks"]
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        auth = self.broker.authorization
+        transactional_id = body.get("transactional_id")
+        txn_denied = transactional_id is not None and not auth.allowed(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        )
         for topic in body["topic_data"]:
             name = topic["name"]
+            denied = (
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                if txn_denied
+                else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if not auth.topic_allowed(AclOperation.WRITE, name)
+                else None
+            )
+            if denied is not None:
+                for p in topic["partition_data"]:
+                    errors[(name, p["index"])] = (denied, f"not authorized to write to {name}")
+                continue
             if name in INTERNAL_TOPICS:
                 # As Kafka: only the broker writes there. A client's record in
                 # __consumer_offsets that the coordinator cannot decode would stop it
@@ -347,6 +391,7 @@ class KafkaApis:
             ts = lp["timestamp"]
             if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
+            self._require_topic(AclOperation.DESCRIBE, topic)
             partition = rm.leader_partition(topic, lp["partition_index"])
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
             entry["leader_epoch"] = partition.leader_epoch
@@ -372,8 +417,18 @@ class KafkaApis:
 
     async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
         rm = self.broker.replica_manager
+        auth = self.broker.authorization
+        from_follower = body.get("replica_id", -1) >= 0
+        if from_follower and not auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            denied = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "replicas need ClusterAction")
+        else:
+            denied = None
 
         def answer(topic: str, ep: Body, entry: Body) -> None:
+            if denied is not None:
+                raise denied
+            if not from_follower:
+                self._require_topic(AclOperation.DESCRIBE, topic)
             # The epoch before leadership (as Kafka): a follower that already knows a newer
             # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
             local = rm.partitions.get((topic, ep["partition"]))
@@ -394,6 +449,7 @@ class KafkaApis:
         rm = self.broker.replica_manager
 
         def answer(topic: str, dp: Body, entry: Body) -> None:
+            self._require_topic(AclOperation.DELETE, topic)
             entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
 
         topics = _per_partition(
@@ -414,6 +470,8 @@ class KafkaApis:
             name = t["name"]
             entry: Body = {"name": name, "error_code": 0, "error_message": None}
             try:
+                if not self._may_create(name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create {name}")
                 assignment = None
                 if t["assignments"]:
                     if t["num_partitions"] != -1 or t["replication_factor"] != -1:
@@ -471,6 +529,7 @@ class KafkaApis:
             try:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+                self._require_topic(AclOperation.DELETE, name)
                 if not self.broker.config.delete_topic_enable:
                     raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
                 self.broker.controller.delete_topic(name)
@@ -484,6 +543,7 @@ class KafkaApis:
         for t in body["topics"]:
             entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
             try:
+                self._require_topic(AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
                 await self.broker.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
             except KafkaError as exc:
@@ -518,8 +578,17 @@ class KafkaApis:
             return entry
         try:
             if key_type == COORDINATOR_KEY_TRANSACTION:
+                self.broker.authorization.require(
+                    AclOperation.DESCRIBE,
+                    ResourceType.TRANSACTIONAL_ID,
+                    key,
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                )
                 endpoint = self.broker.transaction_coordinator_endpoint(key)
             else:
+                self.broker.authorization.require(
+                    AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED
+                )
                 endpoint = self.broker.group_coordinator_endpoint(key)
             node = node_endpoint(endpoint)
             if node is None:

@@ -18,14 +18,16 @@ from collections import defaultdict
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from ingest_gateway.kafka_client import KafkaClient
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
 from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
 from loglake.record.control import EndTransactionMarker, encode_marker_batch
+from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
+
+from ingest_gateway.kafka_client import KafkaClient
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -223,6 +225,11 @@ class TxnApis:
         verify_only: bool,
     ) -> ErrorCode:
         image = self._broker.image
+        auth = self._broker.authorization
+        if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if auth.denied_topics(AclOperation.WRITE, (tp.topic for tp in partitions)):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         for tp in partitions:
             if tp.topic in INTERNAL_TOPICS:
                 return ErrorCode.INVALID_REQUEST  # internal topics join only through AddOffsetsToTxn
@@ -275,8 +282,16 @@ class TxnApis:
         return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
-        """The producer must own the transaction, which must hold the group's offsets
-        partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
+        """WRITE on the transactional id, READ on the group and the topics; the producer must
+        own the transaction, which must hold the group's offsets partition (AddOffsetsToTxn
+        first), as Kafka's producer state on that partition checks."""
+        auth = self._broker.authorization
+        if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        if auth.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"])):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
         if described.error is ErrorCode.NOT_COORDINATOR:
             # The transaction coordinator may be another broker: the group's check stands.
@@ -310,7 +325,12 @@ class TxnApis:
 
     async def describe_transactions(self, header: RequestHeader, body: Body) -> Body:
         states = []
+        auth = self._broker.authorization
         for d in self.coordinator.describe_transactions(body["transactional_ids"]):
+            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
+                states.append({"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": d.transactional_id,
+                               "transaction_state": "", "topics": []})  # fmt: skip
+                continue
             by_topic: dict[str, list[int]] = defaultdict(list)
             for tp in d.partitions:
                 by_topic[tp.topic].append(tp.partition)
@@ -340,6 +360,12 @@ class TxnApis:
             }
             now = self.coordinator.now_ms()
             listings = [t for t in listings if 0 <= described[t.transactional_id].txn_start_timestamp <= now - duration]
+        auth = self._broker.authorization
+        listings = [
+            t
+            for t in listings
+            if auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, False)
+        ]
         return {
             "throttle_time_ms": 0,
             "error_code": error,
@@ -359,6 +385,9 @@ class TxnApis:
             partitions = []
             for index in t["partition_indexes"]:
                 try:
+                    self._broker.authorization.require(
+                        AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    )
                     log_ = self._broker.replica_manager.leader_partition(t["name"], index).log
                 except KafkaError as exc:
                     partitions.append(

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ingest_gateway.authorization import RequestAuthorization
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
@@ -56,6 +57,7 @@ class Node:
             config=BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False),
             topic_config=lambda name: LogConfig.from_properties(cluster.topics[name].config),
             metrics=None,  # metrics.enabled=false: the hooks are skipped
+            authorization=RequestAuthorization(None),  # no authorizer: everything allowed
         )
         self.apis = KafkaApis(self.broker)  # type: ignore[arg-type]
         self.server = KafkaServer("127.0.0.1", 0, self.apis.handle, 100 * 1024 * 1024)

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from ingest_gateway.authorization import RequestAuthorization
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError, RequestTimedOut
 from ingest_gateway.kafka_server import KafkaServer
@@ -18,7 +19,7 @@ API_VERSIONS = {"client_software_name": "test", "client_software_version": "1"}
 
 async def serve(port: int = 0) -> KafkaServer:
     # ApiVersions needs no broker; without metrics (metrics.enabled=false).
-    apis = KafkaApis(SimpleNamespace(metrics=None))  # type: ignore[arg-type]
+    apis = KafkaApis(SimpleNamespace(metrics=None, authorization=RequestAuthorization(None)))  # type: ignore[arg-type]
     server = KafkaServer("127.0.0.1", port, apis.handle, 1 << 20)
     await server.start()
     return server

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
+from loglake.security.acls import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 from loglake.errors import ErrorCode, KafkaError
 
 METADATA_FILE = "embedded-cluster-metadata.json"
@@ -52,6 +53,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._pending_deletions: set[str] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._user_credentials: dict[str, dict[str, str]] = {}
+        self._acls: dict[ResourcePattern, list[AccessControlEntry]] = {}
         self._tiered: dict[str, dict[int, int]] = {}
         self._watches: list[_LocalWatch] = []
         # ISR change notifications (one broker: its own), kept in memory like the watches.
@@ -72,6 +74,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._pending_deletions = set(doc.get("pending_deletions", []))
         self._broker_configs = {entity: dict(c) for entity, c in doc.get("broker_configs", {}).items()}
         self._user_credentials = {user: dict(c) for user, c in doc.get("user_credentials", {}).items()}
+        for a in doc.get("acls", []):
+            pattern = ResourcePattern(ResourceType(a["resource_type"]), a["name"], PatternType(a["pattern_type"]))
+            self._acls[pattern] = [AccessControlEntry.from_document(e) for e in a["acls"]]
         for name, t in doc["topics"].items():
             self._topics[name] = TopicDescription(
                 name=name,
@@ -102,6 +107,15 @@ class EmbeddedMetadataStore(MetadataStore):
             "pending_deletions": sorted(self._pending_deletions),
             "broker_configs": self._broker_configs,
             "user_credentials": self._user_credentials,
+            "acls": [
+                {
+                    "resource_type": int(p.resource_type),
+                    "name": p.name,
+                    "pattern_type": int(p.pattern_type),
+                    "acls": [e.to_document() for e in entries],
+                }
+                for p, entries in self._acls.items()
+            ],
             "topics": {
                 name: {
                     "topic_id": t.topic_id,
@@ -139,6 +153,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return self._isr_changes_notified
             if kind == "broker_configs":
                 return {entity: dict(c) for entity, c in self._broker_configs.items()}
+            if kind == "acls":
+                return {p: list(entries) for p, entries in self._acls.items()}
             raise ValueError(kind)
 
     def _deliver(self, watch: _LocalWatch) -> None:
@@ -202,6 +218,21 @@ class EmbeddedMetadataStore(MetadataStore):
     def users(self) -> list[str]:
         with self._lock:
             return sorted(self._user_credentials)
+
+    def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
+        return self._current("acls")
+
+    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
+        with self._lock:
+            if entries:
+                self._acls[pattern] = list(entries)
+            else:
+                self._acls.pop(pattern, None)
+            self._save()
+        self._notify("acls")
+
+    def watch_acls(self, callback: Callable[[dict[ResourcePattern, list[AccessControlEntry]]], None]) -> None:
+        self._watch("acls", callback)
 
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
         self._watch("broker_configs", callback)

@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from typing import Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.security.acls import AccessControlEntry, ResourcePattern
 
 
 class MetadataStore(ABC):
@@ -162,6 +163,18 @@ class MetadataStore(ABC):
     @abstractmethod
     def users(self) -> list[str]:
         """Users with credentials, sorted."""
+
+    @abstractmethod
+    def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
+        """Every ACL, by resource pattern (ZooKeeper: /kafka-acl and /kafka-acl-extended)."""
+
+    @abstractmethod
+    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
+        """Replace one resource pattern's ACLs (empty: remove them) and notify the brokers."""
+
+    @abstractmethod
+    def watch_acls(self, callback: Callable[[dict[ResourcePattern, list[AccessControlEntry]]], None]) -> None:
+        """Call `callback` with `acls()` now and whenever they change."""
 
     @abstractmethod
     def watch_broker_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:

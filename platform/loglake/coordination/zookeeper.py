@@ -56,6 +56,7 @@ from kazoo.retry import KazooRetry
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
+from loglake.security.acls import RESOURCE_NAMES, AccessControlEntry, PatternType, ResourcePattern
 from loglake.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,13 @@ TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
 CONFIG_USERS = "/config/users"
+# ACLs as Kafka's AclAuthorizer keeps them: literal patterns, prefixed ones, and the change
+# notifications brokers watch.
+ACL_LITERAL = "/kafka-acl"
+ACL_EXTENDED = "/kafka-acl-extended/prefixed"
+ACL_CHANGES = "/kafka-acl-changes"
+ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+ACL_CHANGE_PREFIX = "acl_changes_"
 CONFIG_CHANGES = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 # Notifications older than this are purged, as Kafka's brokers purge them (changeExpirationMs).
@@ -914,23 +922,23 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
         """/config/users/<user> in Kafka's form, then its change notification."""
-        path = f"{CONFIG_USERS}/{user}"
-        doc = config_document(credentials)
-
-        def write() -> None:
-            if not credentials:
-                try:
-                    self._client.delete(path)
-                except NoNodeError:
-                    pass
-                return
-            try:
-                self._client.set(path, doc)
-            except NoNodeError:
-                self._client.create(path, doc, makepath=True)
-
-        self._retry(write)
+        self._retry(
+            self._write_or_delete, f"{CONFIG_USERS}/{user}", config_document(credentials) if credentials else None
+        )
         self._notify_config_change(f"users/{user}")
+
+    def _write_or_delete(self, path: str, doc: bytes | None) -> None:
+        """Set (creating it if need be) or, with no document, delete a znode."""
+        if doc is None:
+            try:
+                self._client.delete(path)
+            except NoNodeError:
+                pass
+            return
+        try:
+            self._client.set(path, doc)
+        except NoNodeError:
+            self._client.create(path, doc, makepath=True)
 
     def users(self) -> list[str]:
         def read() -> list[str]:
@@ -941,29 +949,87 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         return self._retry(read)
 
+    def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
+        return self._retry(self._read_acls)
+
+    def _read_acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
+        types = {name: t for t, name in RESOURCE_NAMES.items()}
+        replies = {}
+        for root, pattern_type in ((ACL_LITERAL, PatternType.LITERAL), (ACL_EXTENDED, PatternType.PREFIXED)):
+            try:
+                type_names = self._client.get_children(root)
+            except NoNodeError:
+                continue
+            for type_name in type_names:
+                if type_name not in types:
+                    continue
+                for name in self._client.get_children(f"{root}/{type_name}"):
+                    pattern = ResourcePattern(types[type_name], name, pattern_type)
+                    replies[pattern] = self._client.get_async(f"{root}/{type_name}/{name}")
+        out = {}
+        for pattern, reply in replies.items():
+            try:
+                doc = json.loads(reply.get()[0] or b"{}")
+            except NoNodeError:
+                continue
+            entries = [AccessControlEntry.from_document(a) for a in doc.get("acls", [])]
+            if entries:
+                out[pattern] = entries
+        return out
+
+    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
+        literal = pattern.pattern_type == PatternType.LITERAL
+        path = f"{ACL_LITERAL if literal else ACL_EXTENDED}/{RESOURCE_NAMES[pattern.resource_type]}/{pattern.name}"
+        doc = _dumps({"version": 1, "acls": [e.to_document() for e in entries]}) if entries else None
+        self._retry(self._write_or_delete, path, doc)
+        # Kafka's notifications: "Type:name" for literal patterns, JSON for prefixed ones.
+        if literal:
+            notification = f"{RESOURCE_NAMES[pattern.resource_type]}:{pattern.name}".encode()
+        else:
+            notification = _dumps(
+                {
+                    "version": 1,
+                    "resourceType": RESOURCE_NAMES[pattern.resource_type],
+                    "name": pattern.name,
+                    "patternType": "PREFIXED",
+                }
+            )
+        self._notify_change(ACL_CHANGES if literal else ACL_EXTENDED_CHANGES, ACL_CHANGE_PREFIX, notification)
+
+    def watch_acls(self, callback: Callable[[dict[ResourcePattern, list[AccessControlEntry]]], None]) -> None:
+        literal, prefixed = self._children_reader(ACL_CHANGES), self._children_reader(ACL_EXTENDED_CHANGES)
+
+        def read(watcher: Callable[[WatchedEvent], None]) -> dict[ResourcePattern, list[AccessControlEntry]]:
+            literal(watcher)
+            prefixed(watcher)
+            return self._read_acls()
+
+        self._add_watch(read, lambda acls: acls, callback)
+
     def _notify_config_change(self, entity_path: str) -> None:
         """Write the /config/changes notification of a changed config, and purge the
         notifications older than CONFIG_CHANGE_EXPIRATION_MS (by ZooKeeper's own ctime, so
         the brokers' clocks do not matter)."""
         notification = _dumps({"version": 2, "entity_path": entity_path})
-        created = self._retry(
-            self._client.create, f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}", notification, sequence=True, makepath=True
-        )
-        self._retry(self._purge_config_changes, created)
+        self._notify_change(CONFIG_CHANGES, CONFIG_CHANGE_PREFIX, notification)
 
-    def _purge_config_changes(self, newest: str) -> None:
+    def _notify_change(self, directory: str, prefix: str, notification: bytes) -> None:
+        created = self._retry(self._client.create, f"{directory}/{prefix}", notification, sequence=True, makepath=True)
+        self._retry(self._purge_changes, directory, created)
+
+    def _purge_changes(self, directory: str, newest: str) -> None:
         newest_stat = self._client.exists(newest)
         if newest_stat is None:
             return  # purged meanwhile by another broker's later notification
         horizon = newest_stat.ctime - CONFIG_CHANGE_EXPIRATION_MS
-        children = self._client.get_children(CONFIG_CHANGES)
-        stats = {c: self._client.exists_async(f"{CONFIG_CHANGES}/{c}") for c in children}
+        children = self._client.get_children(directory)
+        stats = {c: self._client.exists_async(f"{directory}/{c}") for c in children}
         for child, reply in stats.items():
             stat = reply.get()
             # Older by creation order too: ctime has a resolution of milliseconds.
             if stat is not None and stat.czxid < newest_stat.czxid and stat.ctime <= horizon:
                 try:
-                    self._client.delete(f"{CONFIG_CHANGES}/{child}")
+                    self._client.delete(f"{directory}/{child}")
                 except NoNodeError:
                     pass  # another broker purged it
 

@@ -1,0 +1,235 @@
+"""ACLs with unmodified clients: a broker with Kafka's AclAuthorizer setting, a SASL
+listener, a super user who manages ACLs with confluent-kafka's AdminClient, and users who
+are refused until an ACL lets them (literal and prefixed, deny over allow)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from client_helpers import make_broker, serve, unique_name
+from ingest_gateway.kafka_client import KafkaClient
+from ingest_gateway.process import BrokerProcess, free_port
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
+DENIED_TOPIC = KafkaError.TOPIC_AUTHORIZATION_FAILED
+LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+
+
+@pytest.fixture(scope="module")
+def sasl_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory, sasl_port: int) -> Iterator[BrokerProcess]:
+    process = make_broker(tmp_path_factory.mktemp("acls") / "logs")
+    process.overrides.update(
+        {
+            "listeners": process.overrides["listeners"] + f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+        }
+    )
+    for broker in serve(process):
+        for user, password in USERS.items():
+            argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
+            added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
+            assert added.returncode == 0, added.stderr
+        yield broker
+
+
+def config(sasl_port: int, user: str) -> dict[str, str]:
+    return {
+        "bootstrap.servers": f"127.0.0.1:{sasl_port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+    }
+
+
+@pytest.fixture(scope="module")
+def admin(broker, sasl_port: int) -> AdminClient:
+    return AdminClient(config(sasl_port, "admin"))
+
+
+def grant(admin: AdminClient, *bindings: AclBinding) -> None:
+    for future in admin.create_acls(list(bindings)).values():
+        future.result(30)
+
+
+def revoke(admin: AdminClient, acl_filter: AclBindingFilter) -> list[AclBinding]:
+    (future,) = admin.delete_acls([acl_filter]).values()
+    return future.result(30)
+
+
+def topic_acl(name: str, principal: str, operation: AclOperation, permission=ALLOW, pattern=LITERAL) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", operation, permission)
+
+
+def produce_error(cfg: dict[str, str], topic: str) -> int | None:
+    """Produce one record; the delivery error's code, or None."""
+    errors: list[KafkaError | None] = []
+    producer = Producer({**cfg, "message.timeout.ms": 10000})
+    producer.produce(topic, b"v", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(15)
+    assert len(errors) == 1, "no delivery report"
+    return None if errors[0] is None else errors[0].code()
+
+
+def consume_one(cfg: dict[str, str], topic: str, group: str) -> KafkaError | bytes:
+    """The first record, or the first error the consumer reports."""
+    consumer = Consumer({**cfg, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1)
+            if msg is None:
+                continue
+            return msg.error() if msg.error() else msg.value()
+        raise AssertionError("neither a record nor an error")
+    finally:
+        consumer.close()
+
+
+def create(admin: AdminClient, topic: str) -> None:
+    for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+
+
+def test_produce_needs_write_and_a_literal_acl_grants_it(admin, broker, sasl_port, topic: str) -> None:
+    create(admin, topic)
+    alice = config(sasl_port, "alice")
+    assert produce_error(alice, topic) == DENIED_TOPIC
+    grant(admin, topic_acl(topic, "User:alice", AclOperation.WRITE))
+    assert produce_error(alice, topic) is None
+    assert produce_error(config(sasl_port, "bob"), topic) == DENIED_TOPIC  # alice's ACL only
+    assert "Principal = User:bob is Denied operation = " in broker.log_file.read_text()
+
+
+def test_consume_needs_read_on_topic_and_group_and_prefixes_match(admin, sasl_port) -> None:
+    prefix = unique_name("orders")
+    topic, group = f"{prefix}-eu", f"{prefix}-group"
+    create(admin, topic)
+    assert produce_error(config(sasl_port, "admin"), topic) is None  # the super user may
+    bob = config(sasl_port, "bob")
+    assert consume_one(bob, topic, group).code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    grant(admin, AclBinding(ResourceType.GROUP, prefix, PREFIXED, "User:bob", "*", AclOperation.READ, ALLOW))
+    refused = consume_one(bob, topic, group)
+    assert isinstance(refused, KafkaError) and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(admin, topic_acl(prefix, "User:bob", AclOperation.READ, pattern=PREFIXED))
+    assert consume_one(bob, topic, group) == b"v"
+
+
+def test_deny_wins_over_allow(admin, sasl_port, topic: str) -> None:
+    create(admin, topic)
+    grant(admin, topic_acl(topic, "User:*", AclOperation.WRITE), topic_acl(topic, "User:bob", AclOperation.ALL, DENY))
+    assert produce_error(config(sasl_port, "alice"), topic) is None
+    assert produce_error(config(sasl_port, "bob"), topic) == DENIED_TOPIC
+
+
+def test_metadata_shows_only_topics_the_principal_may_describe(admin, sasl_port) -> None:
+    seen, hidden = unique_name("seen"), unique_name("hidden")
+    create(admin, seen)
+    create(admin, hidden)
+    grant(admin, topic_acl(seen, "User:alice", AclOperation.READ))  # READ implies DESCRIBE
+    topics = AdminClient(config(sasl_port, "alice")).list_topics(timeout=10).topics
+    assert seen in topics and hidden not in topics
+    assert hidden in AdminClient(config(sasl_port, "admin")).list_topics(timeout=10).topics
+
+
+def test_creating_topics_needs_create_and_acls_need_alter_on_the_cluster(admin, sasl_port) -> None:
+    alice_admin = AdminClient(config(sasl_port, "alice"))
+    name = unique_name("made-by-alice")
+    (future,) = alice_admin.create_topics([NewTopic(name, 1, 1)]).values()
+    with pytest.raises(KafkaException) as refused:
+        future.result(30)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    grant(
+        admin, AclBinding(ResourceType.BROKER, "kafka-cluster", LITERAL, "User:alice", "*", AclOperation.CREATE, ALLOW)
+    )
+    create(alice_admin, name)
+    with pytest.raises(KafkaException) as not_allowed:
+        grant(alice_admin, topic_acl(name, "User:alice", AclOperation.ALL))
+    assert not_allowed.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_acls_are_described_and_deleted_by_filter(admin) -> None:
+    name = unique_name("described")
+    grant(
+        admin, topic_acl(name, "User:alice", AclOperation.READ), topic_acl(name, "User:bob", AclOperation.WRITE, DENY)
+    )
+    everything = AclBindingFilter(
+        ResourceType.TOPIC, name, LITERAL, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    found = admin.describe_acls(everything).result(30)
+    assert {(b.principal, b.operation, b.permission_type) for b in found} == {
+        ("User:alice", AclOperation.READ, ALLOW),
+        ("User:bob", AclOperation.WRITE, DENY),
+    }
+    only_bob = AclBindingFilter(
+        ResourceType.TOPIC, name, LITERAL, "User:bob", None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    assert [b.principal for b in revoke(admin, only_bob)] == ["User:bob"]
+    assert [b.principal for b in admin.describe_acls(everything).result(30)] == ["User:alice"]
+    # Bad input: a principal without its type, a Cluster resource not named kafka-cluster.
+    for bad in (
+        AclBinding(ResourceType.TOPIC, name, LITERAL, "alice", "*", AclOperation.READ, ALLOW),
+        AclBinding(ResourceType.BROKER, "my-cluster", LITERAL, "User:alice", "*", AclOperation.ALTER, ALLOW),
+    ):
+        with pytest.raises(KafkaException) as refused:
+            grant(admin, bad)
+        assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert [b.principal for b in admin.describe_acls(everything).result(30)] == ["User:alice"]
+
+
+def test_without_an_authorizer_the_acl_apis_say_security_is_disabled(tmp_path) -> None:
+    plain = make_broker(tmp_path / "logs")
+    for broker in serve(plain):
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        binding = AclBinding(ResourceType.TOPIC, "t", LITERAL, "User:alice", "*", AclOperation.READ, ALLOW)
+        with pytest.raises(KafkaException) as disabled:
+            grant(admin, binding)
+        assert disabled.value.args[0].code() == KafkaError.SECURITY_DISABLED
+
+        async def describe() -> dict:
+            client = KafkaClient("127.0.0.1", broker.kafka_port)
+            try:
+                return await client.request(ApiKey.DESCRIBE_ACLS, 3, ANY_ACL, timeout_ms=10000)
+            finally:
+                client.close_nowait()
+
+        # (librdkafka drops DescribeAcls' top-level error and answers an empty list.)
+        assert asyncio.run(describe())["error_code"] == ErrorCode.SECURITY_DISABLED
+
+
+ANY_ACL = {
+    "resource_type_filter": 1,
+    "resource_name_filter": None,
+    "pattern_type_filter": 1,
+    "principal_filter": None,
+    "host_filter": None,
+    "operation": 1,
+    "permission_type": 1,
+}
