@@ -31,7 +31,8 @@ class BrokerEndpoint:
     epoch: int = field(default=-1, compare=False)
     # Every advertised Kafka listener: (name, security protocol, host, port). `host` and
     # `port` above are the inter-broker listener's (all brokers use the same listener name).
-    listeners: tuple[tuple[str, str, str, int], ...] = ()
+    # (Not compared: a registration without them reads back with its one PLAINTEXT endpoint.)
+    listeners: tuple[tuple[str, str, str, int], ...] = field(default=(), compare=False)
 
     def kafka_endpoint(self, listener: str) -> tuple[str, int] | None:
         """Where clients of that listener reach this broker (None: it has no such listener).
