@@ -26,7 +26,7 @@ from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.listener_security import listener_security
+from ingest_gateway.listener_security import http_tls_options, listener_security
 from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
@@ -266,6 +266,7 @@ class Broker:
                     app,
                     host=listener.host,
                     port=listener.port,
+                    **http_tls_options(self.config, listener),
                     # request.logging.enable: uvicorn's access log, one line per HTTP request.
                     log_level="info" if self._request_logging else "warning",
                     access_log=self._request_logging,

@@ -30,6 +30,8 @@ from ingest_gateway.http_errors import (
     kafka_error_response,
 )
 from ingest_gateway.http_groups import group_routes
+from ingest_gateway.http_security import HttpSecurity
+from ingest_gateway.listener_security import http_authenticator
 from ingest_gateway.http_reassignments import reassignment_routes
 from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_transactions import transaction_routes
@@ -96,6 +98,12 @@ def create_app(broker: Broker) -> FastAPI:
         default_response_class=JSONBytesResponse,
     )
     sticky = StickyPartitioner()
+    app.add_middleware(
+        HttpSecurity,
+        authorization=broker.authorization,
+        authenticator=http_authenticator(broker.config, broker.store),
+        realm=broker.config.raw.get("http.authentication.realm") or "loglake",
+    )
 
     @app.exception_handler(KafkaError)
     async def _kafka_error(request: Request, exc: KafkaError) -> Response:

@@ -65,6 +65,12 @@ def current_request() -> RequestContext:
     return _current_request.get(_NO_CONNECTION)
 
 
+def bind_request(context: RequestContext) -> None:
+    """Make `context` the current request's for the rest of this task (a connection's, or
+    one HTTP request's)."""
+    _current_request.set(context)
+
+
 # A request payload in, the response frame's chunks out (None: no response, acks=0); the
 # handler finds the request's context with `current_request()`.
 RequestHandler = Callable[[memoryview], Awaitable[list[Chunk] | None]]
@@ -145,7 +151,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         security = self.security
         context = RequestContext(security.name, security.protocol, peer)
-        _current_request.set(context)  # this task's own context: its requests see it
+        bind_request(context)  # this task's own context: its requests see it
         channel: PlainChannel | TlsChannel = PlainChannel(loop, conn)
         authenticator = None if security.authenticator is None else security.authenticator()
         buffer = bytearray()

@@ -5,6 +5,8 @@ ones, checking the SCRAM credentials of the metadata store."""
 from __future__ import annotations
 
 import logging
+import ssl
+from typing import Any
 
 from loglake.config import BrokerConfig, Listener
 from loglake.coordination.store import MetadataStore
@@ -13,6 +15,7 @@ from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
 from loglake.security.scram import ScramCredential
 from loglake.security.tls import server_context
 
+from ingest_gateway.http_security import BasicAuthenticator
 from ingest_gateway.kafka_server import ListenerSecurity
 from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
@@ -61,3 +64,34 @@ def listener_security(config: BrokerConfig, listener: Listener, store: MetadataS
         tls,
         lambda: SaslAuthenticator(mechanisms, credentials_of, reauth_ms),
     )
+
+
+def http_authenticator(config: BrokerConfig, store: MetadataStore) -> BasicAuthenticator | None:
+    """`http.authentication.method`: NONE (default) or BASIC (against the SCRAM credentials)."""
+    method = (config.raw.get("http.authentication.method") or "NONE").strip().upper()
+    if method not in ("NONE", "BASIC"):
+        raise ValueError(f"http.authentication.method={method}: NONE or BASIC")
+    return BasicAuthenticator(credentials_from(store)) if method == "BASIC" else None
+
+
+def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:
+    """uvicorn's TLS settings for an `https://` HTTP listener, from the same ssl.* configs
+    (prefix `listener.name.https.`) as the Kafka listeners: PEM keystore and truststore."""
+    if listener.scheme.lower() != "https":
+        return {}
+    server_context(config.raw, listener.scheme)  # the same checks, with the same messages
+
+    def get(name: str, default: str | None = None) -> str | None:
+        return listener_config(config.raw, listener.scheme, name, default)
+
+    keystore = get("ssl.keystore.location")
+    options: dict[str, Any] = {"ssl_certfile": keystore, "ssl_keyfile": keystore}
+    if get("ssl.key.password"):
+        options["ssl_keyfile_password"] = get("ssl.key.password")
+    if get("ssl.truststore.location"):
+        options["ssl_ca_certs"] = get("ssl.truststore.location")
+    client_auth = (get("ssl.client.auth") or "none").lower()
+    options["ssl_cert_reqs"] = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
+        client_auth
+    ]
+    return options

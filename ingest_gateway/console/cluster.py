@@ -74,12 +74,17 @@ def _unb64(text: str | None) -> bytes | None:
 class Cluster:
     """One console request's view of the cluster: use as `async with Cluster(broker, app)`."""
 
-    def __init__(self, broker: Broker, app: FastAPI) -> None:
+    def __init__(self, broker: Broker, app: FastAPI, authorization: str | None = None) -> None:
+        """`authorization`: the console request's Authorization header, passed on so that
+        every broker authenticates and authorizes the same user."""
         self.broker = broker
         self.status = broker.cluster_status()
         self.self_id = broker.config.broker_id
         self._urls = {b["broker_id"]: b["http"] for b in self.status["brokers"]}
-        self._local = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console")
+        self._headers = {"authorization": authorization} if authorization else {}
+        self._local = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://console", headers=self._headers
+        )
         self._remote: httpx.AsyncClient | None = None  # made on the first call to another broker
 
     async def __aenter__(self) -> Cluster:
@@ -104,7 +109,11 @@ class Cluster:
             if url is None:
                 raise ConsoleError(503, f"broker {broker_id} is not alive")
             if self._remote is None:
-                self._remote = httpx.AsyncClient(timeout=REMOTE_TIMEOUT_S)
+                # https:// brokers present certificates of the CAs in the broker's truststore.
+                truststore = self.broker.config.raw.get("ssl.truststore.location")
+                self._remote = httpx.AsyncClient(
+                    timeout=REMOTE_TIMEOUT_S, headers=self._headers, verify=truststore or True
+                )
             try:
                 response = await self._remote.request(method, url + path, **kwargs)
             except httpx.HTTPError as exc:

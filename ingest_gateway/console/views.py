@@ -113,7 +113,7 @@ def console_routes(broker: Broker) -> APIRouter:
         return templates.TemplateResponse(request, name, {"broker_id": broker.config.broker_id, **context})
 
     def cluster(request: Request) -> Cluster:
-        return Cluster(broker, request.app)
+        return Cluster(broker, request.app, request.headers.get("authorization"))
 
     @router.get("/static/{name}")
     async def static(name: str) -> Response:

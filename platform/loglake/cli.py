@@ -33,7 +33,15 @@ class CliError(Exception):
 
 
 def _client(args: argparse.Namespace) -> httpx.Client:
-    return httpx.Client(base_url=args.bootstrap_http, timeout=60)
+    return _http(args.bootstrap_http, 60)
+
+
+def _http(base_url: str, timeout: float) -> httpx.Client:
+    """A broker's HTTP API; with LOGLAKE_HTTP_USER / LOGLAKE_HTTP_PASSWORD set, as that user
+    (http.authentication.method=BASIC), LOGLAKE_HTTP_CA naming the CA bundle of https://."""
+    user = os.environ.get("LOGLAKE_HTTP_USER")
+    auth = (user, os.environ.get("LOGLAKE_HTTP_PASSWORD", "")) if user else None
+    return httpx.Client(base_url=base_url, timeout=timeout, auth=auth, verify=os.environ.get("LOGLAKE_HTTP_CA", True))
 
 
 def _check(resp: httpx.Response) -> Any:
@@ -93,7 +101,7 @@ def _with_leader_offsets(c: httpx.Client, topic: dict[str, Any]) -> dict[str, An
     brokers = _broker_urls(c)
     for leader in missing & brokers.keys():
         try:
-            with httpx.Client(base_url=brokers[leader], timeout=10) as other:
+            with _http(brokers[leader], 10) as other:
                 theirs = _check(other.get(f"/topics/{topic['name']}"))
         except (httpx.HTTPError, CliError):
             continue  # that leader is unreachable: its partitions show no offsets

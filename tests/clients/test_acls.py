@@ -5,11 +5,13 @@ are refused until an ACL lets them (literal and prefixed, deny over allow)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
@@ -23,6 +25,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from bench.pki import Pki, make_pki
 from client_helpers import make_broker, serve, unique_name
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.process import BrokerProcess, free_port
@@ -41,21 +44,44 @@ def sasl_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, sasl_port: int) -> Iterator[BrokerProcess]:
+def https_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def broker(
+    tmp_path_factory: pytest.TempPathFactory, sasl_port: int, https_port: int, pki: Pki
+) -> Iterator[BrokerProcess]:
     process = make_broker(tmp_path_factory.mktemp("acls") / "logs")
     process.overrides.update(
         {
             "listeners": process.overrides["listeners"] + f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-            "super.users": "User:admin",
         }
     )
-    for broker in serve(process):
-        for user, password in USERS.items():
-            argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
-            added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
-            assert added.returncode == 0, added.stderr
-        yield broker
+    # The users first (over HTTP, before any security), then a restart with the authorizer,
+    # HTTP Basic authentication on the plain HTTP listener, and an HTTPS one.
+    process.start()
+    for user, password in USERS.items():
+        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
+        added = subprocess.run([*argv, "--bootstrap-http", process.http_url], capture_output=True, text=True)
+        assert added.returncode == 0, added.stderr
+    assert process.stop() == 0
+    process.overrides.update(
+        {
+            "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            "super.users": "User:admin",
+            "http.authentication.method": "BASIC",
+            "http.listeners": process.overrides["http.listeners"] + f",https://127.0.0.1:{https_port}",
+            "ssl.keystore.location": str(pki.server),
+            "ssl.truststore.location": str(pki.ca),
+        }
+    )
+    yield from serve(process)
 
 
 def config(sasl_port: int, user: str) -> dict[str, str]:
@@ -233,3 +259,44 @@ ANY_ACL = {
     "operation": 1,
     "permission_type": 1,
 }
+
+
+def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls(
+    admin, broker, https_port, pki
+) -> None:
+    topic = unique_name("http-acl")
+    create(admin, topic)
+    url = broker.http_url
+    body = {"records": [{"value": "aGk="}]}  # base64 "hi"
+    assert httpx.get(f"{url}/healthz").status_code == 200  # for probes, without credentials
+    unauthenticated = httpx.post(f"{url}/topics/{topic}", json=body, headers=BINARY)
+    assert unauthenticated.status_code == 401 and unauthenticated.json()["error_code"] == 40101
+    assert unauthenticated.headers["www-authenticate"].startswith("Basic")
+    wrong = httpx.post(f"{url}/topics/{topic}", json=body, headers=BINARY, auth=("alice", "nope"))
+    assert wrong.status_code == 401
+    refused = httpx.post(f"{url}/topics/{topic}", json=body, headers=BINARY, auth=("alice", USERS["alice"]))
+    assert refused.status_code == 403 and refused.json()["kafka_error"] == "TOPIC_AUTHORIZATION_FAILED"
+    grant(admin, topic_acl(topic, "User:alice", AclOperation.WRITE))
+    produced = httpx.post(f"{url}/topics/{topic}", json=body, headers=BINARY, auth=("alice", USERS["alice"]))
+    assert produced.status_code == 200, produced.text
+    # Over HTTPS, verified against the CA; the super user may do anything.
+    secure = f"https://127.0.0.1:{https_port}"
+    read = httpx.get(
+        f"{secure}/topics/{topic}/partitions/0/records",
+        params={"offset": 0},
+        headers={"accept": BINARY["content-type"]},
+        auth=("admin", USERS["admin"]),
+        verify=str(pki.ca),
+    )
+    assert read.status_code == 200 and [r["value"] for r in read.json()] == ["aGk="]
+    # Administration needs the cluster: alice may not list users; the CLI authenticates too.
+    assert httpx.get(f"{url}/users", auth=("alice", USERS["alice"])).status_code == 403
+    env = {**os.environ, "LOGLAKE_HTTP_USER": "admin", "LOGLAKE_HTTP_PASSWORD": USERS["admin"]}
+    listed = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "users", "list", "--bootstrap-http", url],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert listed.returncode == 0 and "'alice'" in listed.stdout, listed.stderr
+
+
+BINARY = {"content-type": "application/vnd.kafka.binary.v2+json"}
