@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
+from loglake.errors import ErrorCode, KafkaError
+from loglake.groups import CONSUMER_PROTOCOL_TYPE, GroupState, OffsetCommitData, TopicPartition, decode_assignment
+from loglake.security.acls import AclOperation, ResourceType
 
 from ingest_gateway.http_errors import BadRequest, JSONBytesResponse
 from ingest_gateway.rest_records import BINARY_V2, JSON_V2, parse_isolation, render_records
-from loglake.errors import ErrorCode, KafkaError
-from loglake.groups import CONSUMER_PROTOCOL_TYPE, GroupState, OffsetCommitData, TopicPartition, decode_assignment
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -82,6 +83,10 @@ def group_routes(broker: Broker) -> APIRouter:
         topics = doc.get("topics")
         if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
             raise BadRequest(422, "'topics' must be a non-empty list of topic names", 2)
+        for topic in topics:  # the instance reads them inside the broker: check Read here
+            broker.authorization.require(
+                AclOperation.READ, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            )
         await consumers.subscribe(consumers.get(group_id, name), topics)
         return Response(status_code=204)
 
