@@ -26,7 +26,7 @@ from ingest_gateway.http_consumers import ConsumerManager
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.listener_security import http_tls_options, listener_security
+from ingest_gateway.listener_security import http_tls_options, inter_broker_security, listener_security
 from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
@@ -91,6 +91,8 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
+        # How this broker's clients reach the other brokers (the inter-broker listener).
+        self.inter_broker_security = inter_broker_security(config)
         self.replica_manager = ReplicaManager(
             config.broker_id,
             self.log_manager,
@@ -99,6 +101,7 @@ class Broker:
             endpoint_of=self._kafka_endpoint_of,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
+            inter_broker_security=self.inter_broker_security,
         )
         self.channel: BrokerChannel = ControllerChannelManager(self) if self.clustered else self
         self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
@@ -515,7 +518,7 @@ class Broker:
         endpoint = None if controller_id is None else self.store.brokers().get(controller_id)
         if endpoint is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
-        client = KafkaClient(endpoint.host, endpoint.port)
+        client = KafkaClient(endpoint.host, endpoint.port, security=self.inter_broker_security)
         try:
             return await client.request(api_key, version, body)
         except (ConnectionError, TimeoutError) as exc:

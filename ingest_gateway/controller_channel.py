@@ -131,7 +131,9 @@ class ControllerChannelManager:
                         break
                     try:
                         if client is None:
-                            client = KafkaClient(endpoint.host, endpoint.port)
+                            client = KafkaClient(
+                                endpoint.host, endpoint.port, security=self._broker.inter_broker_security
+                            )
                         response = await client.request(api_key, version, body)
                         if response.get("error_code"):
                             log.warning(

@@ -20,9 +20,19 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
+from dataclasses import dataclass, field
 from typing import Any
 
-from loglake.protocol import MAX_FRAME_SIZE, ProtocolDecodeError, decode_response, encode_request, read_frame_size
+from loglake.protocol import (
+    MAX_FRAME_SIZE,
+    ApiKey,
+    ProtocolDecodeError,
+    decode_response,
+    encode_request,
+    read_frame_size,
+)
+from loglake.security.scram import ScramClient, ScramError
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,20 @@ class RequestTimedOut(TimeoutError):
     """No answer within the request timeout (the connection has been closed)."""
 
 
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How the client reaches a broker's listener: TLS with `tls` (a client SSLContext), and
+    SASL with `mechanism` (PLAIN, SCRAM-SHA-256/512) as `username`."""
+
+    tls: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
+PLAINTEXT = ClientSecurity()
+
+
 class KafkaClient:
     def __init__(
         self,
@@ -48,9 +72,11 @@ class KafkaClient:
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS,
         max_response_bytes: int = MAX_FRAME_SIZE,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.host = host
         self.port = port
+        self.security = security
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -134,20 +160,60 @@ class KafkaClient:
         async with self._connect_lock:
             if self.connected:
                 return
+            tls = self.security.tls
             try:
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, limit=1 << 20),
+                    asyncio.open_connection(
+                        self.host, self.port, limit=1 << 20, ssl=tls, server_hostname=self.host if tls else None
+                    ),
                     self.connect_timeout_ms / 1000,
                 )
             except asyncio.TimeoutError:
                 raise KafkaConnectionError(f"connecting to {self.host}:{self.port} timed out") from None
-            except OSError as exc:
+            except OSError as exc:  # ssl.SSLError too
                 raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.security.mechanism is not None:
+                try:
+                    await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout_ms / 1000)
+                except (OSError, asyncio.TimeoutError, ProtocolDecodeError, ScramError) as exc:
+                    writer.close()
+                    raise KafkaConnectionError(f"SASL with {self.host}:{self.port} failed: {exc}") from None
             self._reader, self._writer = reader, writer
             self._read_task = asyncio.get_running_loop().create_task(self._read_loop(reader, writer))
+
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, api_key: int, version: int, body: dict
+    ) -> dict[str, Any]:
+        """One request and its answer, before the read loop runs (SASL)."""
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        writer.write(encode_request(api_key, version, correlation_id, self.client_id, body))
+        await writer.drain()
+        size = read_frame_size(await reader.readexactly(4), self.max_response_bytes)
+        return decode_response(api_key, version, await reader.readexactly(size))[1]
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism is done."""
+        security = self.security
+        mechanism = security.mechanism or ""
+        answer = await self._exchange(reader, writer, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if answer["error_code"]:
+            raise KafkaConnectionError(f"SaslHandshake: error {answer['error_code']} (offered {answer['mechanisms']})")
+
+        async def authenticate(token: bytes) -> bytes:
+            reply = await self._exchange(reader, writer, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if reply["error_code"]:
+                raise KafkaConnectionError(f"SaslAuthenticate: {reply['error_message']}")
+            return bytes(reply["auth_bytes"])
+
+        if mechanism == "PLAIN":
+            await authenticate(f"\0{security.username}\0{security.password}".encode())
+            return
+        scram = ScramClient(mechanism, security.username, security.password)
+        server_first = await authenticate(scram.first_message())
+        scram.verify(await authenticate(scram.final_message(server_first)))
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reason = f"connection to {self.host}:{self.port} closed"

@@ -5,6 +5,7 @@ ones, checking the SCRAM credentials of the metadata store."""
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from typing import Any
 
@@ -13,9 +14,10 @@ from loglake.coordination.store import MetadataStore
 from loglake.security.listeners import listener_config
 from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
 from loglake.security.scram import ScramCredential
-from loglake.security.tls import server_context
+from loglake.security.tls import client_context, server_context
 
 from ingest_gateway.http_security import BasicAuthenticator
+from ingest_gateway.kafka_client import ClientSecurity
 from ingest_gateway.kafka_server import ListenerSecurity
 from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
@@ -95,3 +97,33 @@ def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]
         client_auth
     ]
     return options
+
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
+    """How this broker reaches the others (replica fetchers, the controller channel,
+    transaction markers): the inter-broker listener's protocol; for SASL,
+    `sasl.mechanism.inter.broker.protocol` with the username and password of the JAAS line
+    `listener.name.<listener>.<mechanism>.sasl.jaas.config` (or `sasl.jaas.config`), as Kafka."""
+    name = config.inter_broker_listener_name
+    protocol = config.protocol_map[name]
+    tls = client_context(config.raw, name) if protocol.uses_tls else None
+    if not protocol.uses_sasl:
+        return ClientSecurity(tls)
+    mechanism = (config.raw.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").strip().upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ValueError(
+            f"sasl.mechanism.inter.broker.protocol={mechanism}: loglake offers {', '.join(SUPPORTED_MECHANISMS)}"
+        )
+    jaas = config.raw.get(f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config") or config.raw.get(
+        "sasl.jaas.config", ""
+    )
+    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
+    if "username" not in options or "password" not in options:
+        raise ValueError(
+            f"the inter-broker listener {name} uses SASL/{mechanism}: set "
+            f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config with username and password"
+        )
+    return ClientSecurity(tls, mechanism, options["username"], options["password"])

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ingest_gateway.process import BrokerProcess
+from ingest_gateway.process import BrokerProcess, free_port
 from ingest_gateway.zookeeper_process import ZooKeeperProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,15 +32,20 @@ class LocalCluster:
         zookeeper_connect: str | None = None,
         log_dirs_per_broker: int = 1,
         broker_overrides: dict[int, dict[str, str]] | None = None,
+        extra_listeners: tuple[str, ...] = (),
     ) -> None:
         """With `zookeeper_connect` (e.g. a chroot of a shared test ZooKeeper) no ZooKeeper
         of its own is started. Broker n's log dirs are broker-n/logs, then logs2, logs3...
-        `broker_overrides` are one broker's own (its `broker.rack`, say)."""
+        `broker_overrides` are one broker's own (its `broker.rack`, say); each of
+        `extra_listeners` (a listener name, e.g. SASL_SSL) gets a port of its own on every
+        broker beside the PLAINTEXT one (`listener_port`)."""
         self.base_dir = Path(base_dir)
         self.size = size
         self.log_dirs_per_broker = log_dirs_per_broker
         self.overrides = overrides or {}
         self.broker_overrides = broker_overrides or {}
+        self.extra_listeners = extra_listeners
+        self.listener_ports: dict[tuple[int, str], int] = {}
         self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper")
         self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
         self.brokers: dict[int, BrokerProcess] = {}
@@ -75,6 +80,9 @@ class LocalCluster:
             },
             broker_id=broker_id,
         )
+        for name in self.extra_listeners:
+            port = self.listener_ports[(broker_id, name)] = free_port()
+            broker.overrides["listeners"] += f",{name}://127.0.0.1:{port}"
         self.brokers[broker_id] = broker
         broker.start(timeout)
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest_gateway.fetch_session import ZERO_UUID, PartitionRequest
 from ingest_gateway.fetch_session_handler import FetchSessionHandler
-from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError
+from ingest_gateway.kafka_client import PLAINTEXT, ClientSecurity, KafkaClient, KafkaConnectionError
 from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, ProtocolDecodeError
@@ -124,9 +124,11 @@ class ReplicaFetcher:
         endpoint_of: EndpointOf,
         config: ReplicaFetcherConfig,
         quota: ReplicationQuota | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
+        self.security = security
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
         self._partition_of = partition_of
         self._endpoint_of = endpoint_of
@@ -247,6 +249,7 @@ class ReplicaFetcher:
                 port,
                 client_id=f"broker-{self.broker_id}-fetcher-{self.leader_id}",
                 request_timeout_ms=self.config.socket_timeout_ms,
+                security=self.security,
             )
         return client
 
@@ -595,8 +598,10 @@ class ReplicaFetcherManager:
         endpoint_of: EndpointOf,
         config: ReplicaFetcherConfig | None = None,
         quota: ReplicationQuota | None = None,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
+        self.security = security
         self.config = config or ReplicaFetcherConfig()
         # follower.replication.throttled.rate, shared by all fetchers as in Kafka.
         self.quota = quota or ReplicationQuota(broker_id)
@@ -621,7 +626,13 @@ class ReplicaFetcherManager:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(
-                    self.broker_id, leader, self._partition_of, self._endpoint_of, self.config, self.quota
+                    self.broker_id,
+                    leader,
+                    self._partition_of,
+                    self._endpoint_of,
+                    self.config,
+                    self.quota,
+                    self.security,
                 )
             fetcher.add_partitions(partitions)
         self._shutdown_idle_fetchers()

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ingest_gateway.kafka_client import PLAINTEXT, ClientSecurity
 from ingest_gateway.metrics import BrokerMetrics, add_remote_time
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
@@ -88,6 +89,7 @@ class ReplicaManager:
         endpoint_of: EndpointOf | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         fetcher_config: ReplicaFetcherConfig | None = None,
+        inter_broker_security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
@@ -111,6 +113,7 @@ class ReplicaManager:
             self._endpoint,
             fetcher_config or ReplicaFetcherConfig(),
             self.follower_quota,
+            inter_broker_security,
         )
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
         # Follower fetches waiting for new data wait on the LEO; kept apart so produce

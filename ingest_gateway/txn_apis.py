@@ -144,7 +144,9 @@ class BrokerMarkerChannel:
         endpoint = self._broker.image.brokers[leader]
         client = self._clients.get(leader)
         if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
-            client = self._clients[leader] = KafkaClient(endpoint.host, endpoint.port)
+            client = self._clients[leader] = KafkaClient(
+                endpoint.host, endpoint.port, security=self._broker.inter_broker_security
+            )
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
             by_topic[tp.topic].append(tp.partition)

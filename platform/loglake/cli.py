@@ -813,6 +813,8 @@ def cmd_users_add(args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\n") if args.password == "-" else args.password
     if not password:
         raise CliError("the password is empty")
+    if args.zookeeper_connect:
+        return _add_user_in_zookeeper(args, password)
     salt = os.urandom(32)
     try:
         salted = scram.salted_password(args.mechanism, password, salt, args.iterations)
@@ -826,6 +828,25 @@ def cmd_users_add(args: argparse.Namespace) -> int:
     }
     with _client(args) as c:
         _check(c.put(f"/users/{args.user}", json=body))
+    print(f"Completed updating config for user {args.user}.")
+    return 0
+
+
+def _add_user_in_zookeeper(args: argparse.Namespace, password: str) -> int:
+    """Before the brokers run (the inter-broker user, the first admin): write the
+    credential to ZooKeeper directly, as `kafka-configs.sh --zookeeper` does."""
+    from loglake.coordination.zookeeper import ZooKeeperMetadataStore
+
+    try:
+        credential = scram.new_credential(args.mechanism, password, args.iterations)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    store = ZooKeeperMetadataStore(args.zookeeper_connect)
+    try:
+        credentials = store.user_credentials(args.user)
+        store.set_user_credentials(args.user, {**credentials, args.mechanism: credential.to_config()})
+    finally:
+        store.close()
     print(f"Completed updating config for user {args.user}.")
     return 0
 
@@ -963,6 +984,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--password", required=True, help="the password, or - to read one line from stdin")
     p.add_argument("--mechanism", default="SCRAM-SHA-512", choices=sorted(scram.MECHANISMS))
     p.add_argument("--iterations", type=int, default=scram.DEFAULT_ITERATIONS)
+    p.add_argument("--zookeeper-connect", help="write to ZooKeeper directly (before the brokers run)")
     p.set_defaults(func=cmd_users_add)
     p = http_command(users, "list", "users and their SCRAM mechanisms")
     p.set_defaults(func=cmd_users_list)

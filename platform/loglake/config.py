@@ -517,12 +517,6 @@ def _listener_security(props: Mapping[str, str], listeners: tuple[Listener, ...]
         raise ValueError(f"inter.broker.listener.name={inter} must be one of the listeners {sorted(names)}")
     if advertised and inter not in {a.scheme for a in advertised}:
         raise ValueError(f"advertised.listeners must include the inter-broker listener {inter}")
-    if props.get("zookeeper.connect") and protocol_map[inter] != SecurityProtocol.PLAINTEXT:
-        # The replica fetchers and the controller channel speak PLAINTEXT only, for now.
-        raise ValueError(
-            f"inter.broker.listener.name={inter} is a {protocol_map[inter].value} listener: loglake's "
-            "inter-broker clients need a PLAINTEXT listener (keep one, e.g. on a private interface)"
-        )
     return {"protocol_map": protocol_map, "advertised_listeners": advertised, "inter_broker_listener_name": inter}
 
 

@@ -8,6 +8,7 @@ import uuid
 from types import SimpleNamespace
 
 from ingest_gateway.controller_channel import ControllerChannelManager
+from ingest_gateway.kafka_client import PLAINTEXT
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.process import free_port
 from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
@@ -23,6 +24,7 @@ class FakeBroker:
         self.config = SimpleNamespace(broker_id=CONTROLLER)
         self.registered: dict[int, BrokerEndpoint] = {TARGET: BrokerEndpoint(TARGET, "127.0.0.1", port, "", -1)}
         self.store = SimpleNamespace(brokers=lambda: dict(self.registered))
+        self.inter_broker_security = PLAINTEXT
 
 
 class RecordingBroker:

@@ -147,9 +147,10 @@ def parse_broker(broker_id: int, raw: bytes) -> BrokerEndpoint:
     protocols = doc.get("listener_security_protocol_map") or {}
     listeners = []
     for spec in doc.get("endpoints") or ():
-        name = spec.split("://", 1)[0]
-        url = urlsplit(spec)
-        listeners.append((name, protocols.get(name, name), url.hostname or "", url.port or -1))
+        # Not urlsplit: listener names such as SASL_SSL are not valid URL schemes.
+        name, _, address = spec.partition("://")
+        host, _, port = address.rpartition(":")
+        listeners.append((name, protocols.get(name, name), host.strip("[]"), int(port) if port.isdigit() else -1))
     # host and port: the inter-broker listener's endpoint (brokers share that listener's name).
     host, port = doc.get("host"), doc.get("port", -1)
     if not host and listeners:

@@ -184,3 +184,39 @@ class ScramServer:
         self._state = "complete"
         verifier = _hmac(self._hash, credential.server_key, auth_message)
         return f"v={base64.b64encode(verifier).decode()}".encode()
+
+
+class ScramClient:
+    """The client side, for the broker's own connections to other brokers."""
+
+    def __init__(self, mechanism: str, username: str, password: str) -> None:
+        self.mechanism = mechanism
+        self._hash = MECHANISMS[mechanism]
+        self._password = password
+        name = username.replace("=", "=3D").replace(",", "=2C")
+        self._client_first_bare = f"n={name},r={secrets.token_urlsafe(24)}"
+        self._auth_message = b""
+        self._salted = b""
+
+    def first_message(self) -> bytes:
+        return f"n,,{self._client_first_bare}".encode()
+
+    def final_message(self, server_first: bytes) -> bytes:
+        attrs = _attributes(server_first.decode())
+        nonce, salt, iterations = attrs.get("r", ""), attrs.get("s", ""), int(attrs.get("i", "0"))
+        if not nonce.startswith(self._client_first_bare.split("r=", 1)[1]) or iterations < MIN_ITERATIONS:
+            raise ScramError("invalid SCRAM server-first message")
+        self._salted = salted_password(self.mechanism, self._password, base64.b64decode(salt), iterations)
+        without_proof = f"c=biws,r={nonce}"
+        self._auth_message = f"{self._client_first_bare},{server_first.decode()},{without_proof}".encode()
+        client_key = _hmac(self._hash, self._salted, b"Client Key")
+        signature = _hmac(self._hash, hashlib.new(self._hash, client_key).digest(), self._auth_message)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        """Check the server's signature: the server knew our credential too."""
+        attrs = _attributes(server_final.decode())
+        expected = _hmac(self._hash, _hmac(self._hash, self._salted, b"Server Key"), self._auth_message)
+        if "v" not in attrs or not hmac.compare_digest(base64.b64decode(attrs["v"]), expected):
+            raise ScramError("the server's SCRAM signature does not match")

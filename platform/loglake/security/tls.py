@@ -98,3 +98,24 @@ def certificate_principal_name(certificate: dict[str, Any]) -> str | None:
     for rdn in reversed(subject):
         rdns.append("+".join(f"{_RDN_NAMES.get(k, k)}={_escape(v)}" for k, v in rdn))
     return ",".join(rdns)
+
+
+def client_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The SSLContext a broker connects to another broker's `listener` with: the truststore
+    verifies the other broker (and its host name, unless
+    `ssl.endpoint.identification.algorithm` is empty), the keystore is this broker's
+    certificate for listeners that ask for one."""
+
+    def get(name: str, default: str | None = None) -> str | None:
+        return listener_config(props, listener, name, default)
+
+    try:
+        context = ssl.create_default_context(cafile=get("ssl.truststore.location"))
+        keystore = get("ssl.keystore.location")
+        if keystore:
+            context.load_cert_chain(keystore, password=get("ssl.key.password"))
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"listener {listener}: cannot load the client keystore/truststore: {exc}") from None
+    if not get("ssl.endpoint.identification.algorithm", "https"):
+        context.check_hostname = False
+    return context
