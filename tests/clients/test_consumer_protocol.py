@@ -52,10 +52,19 @@ class Member(threading.Thread):
         from confluent_kafka import Consumer
 
         self.consumer = Consumer(config)
-        self.consumer.subscribe([topic])
+        # Kept by the rebalance callbacks (run within poll): asking the consumer for its
+        # assignment from another thread while it polls can block.
+        self.owned: set[int] = set()
+        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
         self.received: list[tuple[float, int, bytes]] = []  # (time, partition, value)
         self.stopping = threading.Event()
         self.errors: list[str] = []
+
+    def _assigned(self, consumer, partitions) -> None:
+        self.owned = self.owned | {p.partition for p in partitions}
+
+    def _revoked(self, consumer, partitions) -> None:
+        self.owned = self.owned - {p.partition for p in partitions}
 
     def run(self) -> None:
         try:
@@ -75,7 +84,7 @@ class Member(threading.Thread):
             self.consumer.close()
 
     def partitions(self) -> set[int]:
-        return {p.partition for p in self.consumer.assignment()}
+        return self.owned
 
     def stop(self) -> None:
         self.stopping.set()
@@ -129,6 +138,7 @@ def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, top
     for m in others:
         m.start()
     wait_until(lambda: all(len(m.partitions()) == 2 for m in (first, *others)), what="3 members, 2 partitions each")
+    wait_until(lambda: all(m.received for m in others), what="the new members consume")
     kept = first.partitions()
     for m in others:
         m.stop()
@@ -136,9 +146,7 @@ def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, top
     change_ended = time.monotonic()
     time.sleep(0.5)
     producer.stop()
-    wait_until(
-        lambda: sum(len(m.received) for m in (first, *others)) >= producer.sent, what="every record consumed"
-    )
+    wait_until(lambda: sum(len(m.received) for m in (first, *others)) >= producer.sent, what="every record consumed")
     first.stop()
     members = (first, *others)
     assert not [e for m in members for e in m.errors]
@@ -148,6 +156,137 @@ def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, top
     times = [t for t, p, _ in first.received if p in kept and change_started <= t <= change_ended]
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert times and max(gaps) < 2.0, gaps
+
+
+def _kill_me_member(bootstrap: str, group: str, topic: str) -> subprocess.Popen:
+    """A consumer in a subprocess that prints "assigned" once it owns partitions, then polls on."""
+    script = f"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({consumer_config(bootstrap, group)!r})
+c.subscribe([{topic!r}], on_assign=lambda c, ps: ps and print("assigned", flush=True))
+while True:
+    c.poll(0.1)
+"""
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_killed_member_partitions_move_after_session_timeout(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=4)
+    group = unique_name("g848")
+    survivor = Member(consumer_config(broker.bootstrap, group), topic)
+    survivor.start()
+    victim = _kill_me_member(broker.bootstrap, group, topic)
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
+        wait_until(lambda: len(survivor.partitions()) == 2, what="two members share the partitions")
+        victim.kill()  # SIGKILL: no leave heartbeat
+        victim.wait()
+        killed_at = time.monotonic()
+        values = [b"v%d" % i for i in range(40)]
+        produce_values(broker.bootstrap, topic, values)
+        wait_until(lambda: len(survivor.partitions()) == 4, timeout=SESSION_TIMEOUT_MS / 1000 + 8, what="takeover")
+        assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 - 1.0
+        wait_until(lambda: len(survivor.received) >= len(values), what="every record consumed")
+        assert sorted(v for _, _, v in survivor.received) == sorted(values)
+    finally:
+        victim.kill()
+        survivor.stop()
+
+
+def test_classic_and_consumer_groups_side_by_side(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=3)
+    values = [b"s%d" % i for i in range(30)]
+    produce_values(broker.bootstrap, topic, values)
+    classic_config = {**consumer_config(broker.bootstrap, unique_name("classic")), "group.protocol": "classic"}
+    members = [Member(consumer_config(broker.bootstrap, unique_name("g848")), topic), Member(classic_config, topic)]
+    for m in members:
+        m.start()
+    try:
+        for m in members:
+            wait_until(lambda: len(m.received) >= len(values), what="each group reads the whole topic")
+            assert sorted(v for _, _, v in m.received) == sorted(values)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def heartbeat(bootstrap: str, group: str, **fields: object) -> dict:
+    body = {
+        "group_id": group,
+        "member_id": "",
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout_ms": 30000,
+        "subscribed_topic_names": None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+        **fields,
+    }
+    return raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+
+
+def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = unique_name("g848")
+    joined = heartbeat(broker.bootstrap, group, subscribed_topic_names=[topic])
+    assert joined["error_code"] == 0 and joined["member_epoch"] > 0
+    member_id, epoch = joined["member_id"], joined["member_epoch"]
+    steady = {"member_id": member_id, "rebalance_timeout_ms": -1, "topic_partitions": None}
+    bad = [
+        (dict(steady, member_epoch=epoch + 5), ErrorCode.FENCED_MEMBER_EPOCH),
+        (dict(steady, member_id=str(uuid.uuid4()), member_epoch=epoch), ErrorCode.UNKNOWN_MEMBER_ID),
+        ({"subscribed_topic_regex": "orders[", "member_id": ""}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+        ({"subscribed_topic_names": [topic], "server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
+    ]
+    for fields, error in bad:
+        assert heartbeat(broker.bootstrap, group, **fields)["error_code"] == error, fields
+    # The member is unharmed: same epoch, and the group still has only it.
+    ok = heartbeat(broker.bootstrap, group, **dict(steady, member_epoch=epoch))
+    assert ok["error_code"] == 0 and ok["member_epoch"] == epoch
+    (described,) = raw_request(
+        broker.bootstrap,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        0,
+        {"group_ids": [group], "include_authorized_operations": False},
+    )["groups"]
+    assert [m["member_id"] for m in described["members"]] == [member_id]
+    # A classic JoinGroup to it is refused; a stale OffsetCommit epoch too.
+    join = raw_request(
+        broker.bootstrap,
+        ApiKey.JOIN_GROUP,
+        5,
+        {
+            "group_id": group,
+            "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+    assert join["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    commit = raw_request(
+        broker.bootstrap,
+        ApiKey.OFFSET_COMMIT,
+        9,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": epoch - 1,
+            "member_id": member_id,
+            "group_instance_id": None,
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}
+            ],
+        },
+    )
+    assert commit["topics"][0]["partitions"][0]["error_code"] == ErrorCode.STALE_MEMBER_EPOCH
+    left = heartbeat(broker.bootstrap, group, **dict(steady, member_epoch=-1))
+    assert left["error_code"] == 0
 
 
 def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
@@ -172,7 +311,8 @@ def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
         assert [t["topic_name"] for t in m["assignment"]["topic_partitions"]] == [topic]
         assert m["assignment"] == m["target_assignment"]
         assert missing["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
-        listed = AdminClient({"bootstrap.servers": broker.bootstrap}).list_consumer_groups().result(timeout=10)
-        assert group in {g.group_id for g in listed.valid}
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups().result(timeout=10)
+        assert not listed.errors and group in {g.group_id for g in listed.valid}, listed.errors
     finally:
         member.stop()
