@@ -337,9 +337,7 @@ class GroupCoordinator:
             if consumer_group.members:
                 return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
             # An Empty consumer group becomes a classic one, as Kafka converts it.
-            error, records = self._consumer_groups[self.partition_for(group_id)].delete_group(group_id)
-            if error is ErrorCode.NONE:
-                error = await self._append_consumer_records(self.partition_for(group_id), records)
+            error = await self._delete_consumer_group(group_id)
             if error is not ErrorCode.NONE:
                 return JoinResult(error, member_id=member_id)
         protocols = [(name, bytes(metadata)) for name, metadata in protocols]
@@ -736,6 +734,14 @@ class GroupCoordinator:
         groups = self._consumer_groups.get(self.partition_for(group_id))
         return None if groups is None else groups.groups.get(group_id)
 
+    async def _delete_consumer_group(self, group_id: str) -> ErrorCode:
+        """Writes an Empty consumer group's tombstones (NON_EMPTY_GROUP if it has members)."""
+        partition = self.partition_for(group_id)
+        error, records = self._consumer_groups[partition].delete_group(group_id)
+        if error is ErrorCode.NONE:
+            error = await self._append_consumer_records(partition, records)
+        return error
+
     def _replace_with_offsets_holder(self, classic: GroupMetadata) -> None:
         holder = GroupMetadata(classic.group_id, GroupState.EMPTY, self.now_ms())
         holder.offsets = classic.offsets
@@ -745,7 +751,8 @@ class GroupCoordinator:
 
     async def _append_consumer_records(self, partition: int, records: list[Record]) -> ErrorCode:
         """Appends what a ConsumerGroups call returned. On failure the groups already hold
-        state the log does not: the partition is loaded again, as Kafka reverts its timeline."""
+        state the log does not: the partition is loaded again before the caller answers, as
+        Kafka reverts its timeline."""
         if not records:
             return ErrorCode.NONE
         error = await self._append(partition, records, for_offsets=False)
@@ -754,14 +761,11 @@ class GroupCoordinator:
                 "__consumer_offsets-%d: consumer group records not written (%s), reloading", partition, error.name
             )
             self.unload_partition(partition)
-            self._spawn(self._reload(partition))
+            try:
+                await self.load_partition(partition)
+            except Exception:  # noqa: BLE001 - the broker's next leadership change loads it again
+                log.exception("reloading __consumer_offsets-%d failed", partition)
         return error
-
-    async def _reload(self, partition: int) -> None:
-        try:
-            await self.load_partition(partition)
-        except Exception:  # noqa: BLE001 - the broker's next leadership change loads it again
-            log.exception("reloading __consumer_offsets-%d failed", partition)
 
     def _schedule_consumer_expiry(self, partition: int) -> None:
         _cancel(self._consumer_timers.pop(partition, None))
@@ -832,15 +836,9 @@ class GroupCoordinator:
         for group_id in dict.fromkeys(group_ids):
             error = self._validate(group_id, allow_empty_id=True)
             if error is None and self._consumer_group(group_id) is not None:
-                partition = self.partition_for(group_id)
-                error, records = self._consumer_groups[partition].delete_group(group_id)
-                if error is ErrorCode.NONE:
-                    error = await self._append_consumer_records(partition, records)
-                if error is not ErrorCode.NONE:
-                    errors[group_id] = error
-                    continue
-                if group_id not in self._groups:
-                    errors[group_id] = ErrorCode.NONE  # it never committed an offset
+                deleted = await self._delete_consumer_group(group_id)
+                if deleted is not ErrorCode.NONE or group_id not in self._groups:
+                    errors[group_id] = deleted  # NONE: it never committed an offset
                     continue
             group = self._groups.get(group_id)
             if error is not None:
