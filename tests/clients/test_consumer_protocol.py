@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
@@ -314,5 +315,31 @@ def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         listed = admin.list_consumer_groups().result(timeout=10)
         assert not listed.errors and group in {g.group_id for g in listed.valid}, listed.errors
+        # What `loglake groups describe` shows: protocol, epochs, current vs target assignment.
+        described_http = httpx.get(f"{broker.http_url}/groups/{group}").json()
+        assert described_http["group_protocol"] == "consumer" and described_http["protocol"] == "uniform"
+        (member_http,) = described_http["members"]
+        assert member_http["member_epoch"] == described_http["group_epoch"]
+        expected = [{"topic": topic, "partition": p} for p in (0, 1)]
+        assert member_http["assignment"] == member_http["target_assignment"] == expected
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loglake.cli",
+                "groups",
+                "describe",
+                "--group",
+                group,
+                "--bootstrap-http",
+                broker.http_url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "consumer protocol, assignor uniform" in out
+        assert f"{topic}-0,{topic}-1  {topic}-0,{topic}-1" in out
     finally:
         member.stop()
