@@ -348,7 +348,9 @@ class GroupApis:
             groups.append(
                 {
                     "error_code": d.error,
-                    "error_message": None if ok else f"Group {d.group_id} is not a consumer group or does not exist.",
+                    "error_message": f"Group {d.group_id} is not a consumer group or does not exist."
+                    if d.error is ErrorCode.GROUP_ID_NOT_FOUND
+                    else None,
                     "group_id": d.group_id,
                     "group_state": d.state if ok else "",
                     "group_epoch": d.group_epoch,
