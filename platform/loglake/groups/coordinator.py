@@ -667,27 +667,31 @@ class GroupCoordinator:
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         """OffsetDelete (KIP-496): remove committed offsets and write their tombstones.
 
-        An Empty group loses any of them; a consumer group with members keeps those of topics
-        a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC); other groups with members answer
-        NON_EMPTY_GROUP. Partitions without a commit answer NONE, as Kafka does.
+        An Empty group loses any of them; a classic consumer group with members, or a
+        KIP-848 consumer group, keeps those of topics a member subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC); other groups with members answer NON_EMPTY_GROUP.
+        Partitions without a commit answer NONE, as Kafka does.
         """
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
             return OffsetDeleteResult(error)
         group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            subscribed = set(consumer_group.subscription_metadata)  # empty without members
+        elif group is None or group.state is GroupState.DEAD:
             return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        errors: dict[TopicPartition, ErrorCode] = {}
-        if group.state is GroupState.EMPTY:
-            deletable = list(partitions)
+        elif group.state is GroupState.EMPTY:
+            subscribed = set()
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
-            deletable = [tp for tp in partitions if not group.is_subscribed_to(tp.topic)]
-            errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if group.is_subscribed_to(tp.topic)}
+            subscribed = {tp.topic for tp in partitions if group.is_subscribed_to(tp.topic)}
         else:
             return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
-        if deletable:
+        errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp.topic in subscribed}
+        deletable = [tp for tp in partitions if tp.topic not in subscribed]
+        if deletable and group is not None:
             await self._cleanup_groups([group], lambda g: g.remove_offsets(deletable))
-            errors.update((tp, ErrorCode.NONE) for tp in deletable)
+        errors.update((tp, ErrorCode.NONE) for tp in deletable)
         return OffsetDeleteResult(ErrorCode.NONE, errors)
 
     # ---------------------------------------------------------------- consumer protocol (KIP-848)

@@ -142,6 +142,18 @@ async def test_groups_of_one_kind_refuse_the_other_protocol_unless_empty() -> No
     await coordinator.stop()
 
 
+async def test_offset_delete_keeps_the_offsets_of_subscribed_topics() -> None:
+    coordinator = await coordinator_over(FakeOffsetsLog())
+    joined = await coordinator.consumer_group_heartbeat(joining())
+    other = TopicPartition("other", 0)
+    offsets = {TP: OffsetCommitData(4), other: OffsetCommitData(2)}
+    await coordinator.commit_offsets(GROUP, joined.member_id or "", 1, offsets)
+    result = await coordinator.delete_offsets(GROUP, [TP, other])
+    assert result.partitions == {TP: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, other: ErrorCode.NONE}
+    fetched = (await coordinator.fetch_offsets(GROUP, [TP, other])).partitions
+    assert (fetched[TP].offset, fetched[other].offset) == (4, -1)
+
+
 async def test_delete_groups_deletes_an_empty_consumer_group_and_its_offsets() -> None:
     log = FakeOffsetsLog()
     coordinator = await coordinator_over(log)
