@@ -74,7 +74,7 @@ class Member(threading.Thread):
                 if msg is None:
                     continue
                 if msg.error() is not None:
-                    if not msg.error().retriable() and msg.error().code() != msg.error()._PARTITION_EOF:
+                    if not msg.error().retriable():
                         self.errors.append(str(msg.error()))
                     continue
                 self.consumer.commit(message=msg, asynchronous=False)
@@ -315,6 +315,8 @@ def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         listed = admin.list_consumer_groups().result(timeout=10)
         assert not listed.errors and group in {g.group_id for g in listed.valid}, listed.errors
+        admin_view = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert [len(m.assignment.topic_partitions) for m in admin_view.members] == [2]
         # What `loglake groups describe` shows: protocol, epochs, current vs target assignment.
         described_http = httpx.get(f"{broker.http_url}/groups/{group}").json()
         assert described_http["group_protocol"] == "consumer" and described_http["protocol"] == "uniform"
