@@ -125,7 +125,6 @@ class SteadyProducer(threading.Thread):
         self.join(timeout=30)
 
 
-@pytest.mark.slow
 def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic, partitions=6)
     group = unique_name("g848")
@@ -157,6 +156,20 @@ def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, top
     times = [t for t, p, _ in first.received if p in kept and change_started <= t <= change_ended]
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert times and max(gaps) < 2.0, gaps
+
+
+def test_regex_subscription_picks_up_new_topics(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, f"{topic}-a", partitions=2)
+    member = Member(consumer_config(broker.bootstrap, unique_name("g848")), f"^{topic}-.*")
+    member.start()
+    try:
+        wait_until(lambda: len(member.partitions()) == 2, what="the matching topic assigned")
+        create_topic(broker.bootstrap, f"{topic}-b", partitions=1)
+        produce_values(broker.bootstrap, f"{topic}-b", [b"late"])
+        # Evaluated on the broker: the new topic comes with a heartbeat, no client-side rebalance.
+        wait_until(lambda: [v for _, _, v in member.received] == [b"late"], what="the new topic consumed")
+    finally:
+        member.stop()
 
 
 def _kill_me_member(bootstrap: str, group: str, topic: str) -> subprocess.Popen:
