@@ -92,6 +92,7 @@ REQUEST_CHECKS: dict[int, tuple[RequestCheck, ...]] = {
     ApiKey.SYNC_GROUP: _READ_GROUP,
     ApiKey.HEARTBEAT: _READ_GROUP,
     ApiKey.LEAVE_GROUP: _READ_GROUP,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: _READ_GROUP,
     ApiKey.OFFSET_DELETE: (RequestCheck(_OP.DELETE, _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),),
     ApiKey.END_TXN: (_WRITE_TXN,),
     ApiKey.ADD_OFFSETS_TO_TXN: (_WRITE_TXN, *_READ_GROUP),

@@ -108,7 +108,10 @@ class Broker:
         self.image = MetadataImage()
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(
-            GroupConfig.from_properties(config.raw), ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC)
+            GroupConfig.from_properties(config.raw),
+            ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC),
+            # The image is replaced whole on each update: read the current one every time.
+            topics=lambda: self.image.topic_snapshot(),
         )
         self.marker_writer = MarkerWriter(self)
         self.marker_channel = BrokerMarkerChannel(self, self.marker_writer)

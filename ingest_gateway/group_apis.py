@@ -18,6 +18,7 @@ from loglake.groups import (
     SyncResult,
     TopicPartition,
 )
+from loglake.groups.consumer_group import HeartbeatRequest, TopicPartitions
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.protocol.release import release_versions
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -40,13 +41,12 @@ _GROUP_APIS = (
     ApiKey.LIST_GROUPS,
     ApiKey.DESCRIBE_GROUPS,
     ApiKey.DELETE_GROUPS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.CONSUMER_GROUP_DESCRIBE,
 )
-# Kafka 3.9.0's ranges. The KIP-848 fields of the newest versions (OffsetCommit v9's member
-# epoch, OffsetFetch v9's member id and epoch) are ignored, as Kafka's classic coordinator does.
+# Kafka's ranges (release.py). OffsetCommit v9's member epoch and OffsetFetch v9's member id
+# and epoch are checked against consumer-protocol (KIP-848) groups.
 GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _GROUP_APIS}
-
-# The classic protocol's group type (ListGroups v5); the only kind this coordinator has.
-CLASSIC_GROUP_TYPE = "classic"
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
 
@@ -177,6 +177,7 @@ class GroupApis:
                 body.get("generation_id_or_member_epoch", -1),
                 offsets,
                 group_instance_id=body.get("group_instance_id"),
+                api_version=header.request_api_version,
             )
         return {
             "throttle_time_ms": 0,
@@ -198,12 +199,12 @@ class GroupApis:
     async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
         if version >= 8:
-            groups = [(g["group_id"], g["topics"]) for g in body["groups"]]
+            groups = [(g["group_id"], g["topics"], g) for g in body["groups"]]
         else:
-            groups = [(body["group_id"], body["topics"])]
+            groups = [(body["group_id"], body["topics"], body)]
         answers = []
         auth = self.authorization
-        for group_id, topics in groups:
+        for group_id, topics, group in groups:
             if not auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 answers.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
                 continue
@@ -211,7 +212,11 @@ class GroupApis:
             if topics is not None:
                 wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partition_indexes"]]
             result = await self.coordinator.fetch_offsets(
-                group_id, wanted, require_stable=body.get("require_stable", False)
+                group_id,
+                wanted,
+                require_stable=body.get("require_stable", False),
+                # v9: a consumer group member names itself with its epoch.
+                member=(group.get("member_id"), group.get("member_epoch", -1)) if version >= 9 else None,
             )
             denied = auth.denied_topics(AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
             by_topic: dict[str, list[Body]] = {}
@@ -259,8 +264,7 @@ class GroupApis:
     async def list_groups(self, header: RequestHeader, body: Body) -> Body:
         result = await self.coordinator.list_groups(body.get("states_filter") or None)
         types = {t.lower() for t in body.get("types_filter") or ()}
-        # Every group here is a classic one: a types filter without "classic" matches none.
-        groups = result.groups if not types or CLASSIC_GROUP_TYPE in types else ()
+        groups = [g for g in result.groups if not types or g.group_type in types]
         auth = self.authorization
         if not auth.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
             groups = [g for g in groups if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, False)]
@@ -272,7 +276,7 @@ class GroupApis:
                     "group_id": g.group_id,
                     "protocol_type": g.protocol_type,
                     "group_state": g.state.value,
-                    "group_type": CLASSIC_GROUP_TYPE,
+                    "group_type": g.group_type,
                 }
                 for g in groups
             ],
@@ -326,6 +330,99 @@ class GroupApis:
             "results": [{"group_id": g, "error_code": errors[g]} for g in dict.fromkeys(body["groups_names"])],
         }
 
+    async def consumer_group_heartbeat(self, header: RequestHeader, body: Body) -> Body:
+        names, owned = body["subscribed_topic_names"], body["topic_partitions"]
+        request = HeartbeatRequest(
+            body["group_id"],
+            body["member_id"],
+            body["member_epoch"],
+            instance_id=body["instance_id"],
+            rack_id=body["rack_id"],
+            rebalance_timeout_ms=body["rebalance_timeout_ms"],
+            subscribed_topic_names=None if names is None else tuple(names),
+            subscribed_topic_regex=body.get("subscribed_topic_regex"),  # v1+
+            server_assignor=body["server_assignor"],
+            owned_partitions=None
+            if owned is None
+            else tuple(TopicPartitions(t["topic_id"], tuple(t["partitions"])) for t in owned),
+            client_id=header.client_id or "",
+            client_host="/" + current_request().client_host,
+        )
+        result = await self.coordinator.consumer_group_heartbeat(request)
+        assignment = None
+        if result.assignment is not None:
+            assignment = {
+                "topic_partitions": [
+                    {"topic_id": tp.topic_id, "partitions": list(tp.partitions)} for tp in result.assignment
+                ]
+            }
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "error_message": result.error_message,
+            "member_id": result.member_id,
+            "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms,
+            "assignment": assignment,
+        }
+
+    async def consumer_group_describe(self, header: RequestHeader, body: Body) -> Body:
+        auth = self.authorization
+        allowed = [g for g in body["group_ids"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        found = {d.group_id: d for d in await self.coordinator.consumer_group_describe(allowed)}
+        denied = set(body["group_ids"]) - set(allowed)
+        with_operations = body.get("include_authorized_operations", False)
+
+        def assignment(parts: tuple[TopicPartitions, ...], names: dict[Any, str]) -> Body:
+            return {
+                "topic_partitions": [
+                    {
+                        "topic_id": tp.topic_id,
+                        "topic_name": names.get(tp.topic_id, ""),
+                        "partitions": list(tp.partitions),
+                    }
+                    for tp in parts
+                ]
+            }
+
+        groups = []
+        for group_id in body["group_ids"]:
+            if group_id in denied:
+                groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": group_id, "members": []})
+                continue
+            d = found[group_id]
+            ok = d.error is ErrorCode.NONE
+            groups.append(
+                {
+                    "error_code": d.error,
+                    "error_message": f"Group {d.group_id} is not a consumer group or does not exist."
+                    if d.error is ErrorCode.GROUP_ID_NOT_FOUND
+                    else None,
+                    "group_id": d.group_id,
+                    "group_state": d.state if ok else "",
+                    "group_epoch": d.group_epoch,
+                    "assignment_epoch": d.assignment_epoch,
+                    "assignor_name": d.assignor_name,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "instance_id": m.instance_id,
+                            "rack_id": m.rack_id,
+                            "member_epoch": m.member_epoch,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "subscribed_topic_names": list(m.subscribed_topic_names),
+                            "subscribed_topic_regex": m.subscribed_topic_regex,
+                            "assignment": assignment(m.assignment, m.topic_names),
+                            "target_assignment": assignment(m.target_assignment, m.topic_names),
+                        }
+                        for m in d.members
+                    ],
+                    "authorized_operations": group_operations(auth, d.group_id, with_operations and ok),
+                }
+            )
+        return {"throttle_time_ms": 0, "groups": groups}
+
 
 def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> GroupApis:
     def partition_exists(topic: str, partition: int) -> bool:
@@ -344,6 +441,8 @@ def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> Group
         ApiKey.LIST_GROUPS: groups.list_groups,
         ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
         ApiKey.DELETE_GROUPS: groups.delete_groups,
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
+        ApiKey.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
     }
     for key, handler in handlers.items():
         apis.register(key, GROUP_API_VERSIONS[key], handler)

@@ -4,13 +4,23 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
 from fastapi import APIRouter, Request, Response
 from loglake.errors import ErrorCode, KafkaError
-from loglake.groups import CONSUMER_PROTOCOL_TYPE, GroupState, OffsetCommitData, TopicPartition, decode_assignment
+from loglake.groups import (
+    CONSUMER_PROTOCOL_TYPE,
+    GroupDescription,
+    GroupState,
+    OffsetCommitData,
+    TopicPartition,
+    decode_assignment,
+)
+from loglake.groups.api import CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE
+from loglake.groups.consumer_group import ConsumerGroupDescription, ConsumerGroupMemberDescription, TopicPartitions
 from loglake.security.acls import AclOperation, ResourceType
 
 from ingest_gateway.http_errors import BadRequest, JSONBytesResponse
@@ -152,7 +162,12 @@ def group_routes(broker: Broker) -> APIRouter:
         result = await coordinator.list_groups()
         _check(result.error, "cannot list groups")
         return [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "state": g.state.value}
+            {
+                "group_id": g.group_id,
+                "group_protocol": g.group_type,
+                "protocol_type": g.protocol_type,
+                "state": g.state.value,
+            }
             for g in sorted(result.groups, key=lambda g: g.group_id)
         ]
 
@@ -161,27 +176,22 @@ def group_routes(broker: Broker) -> APIRouter:
         """Members and their assignment; per partition the committed offset, the log end
         offset and the lag (kafka-consumer-groups.sh --describe)."""
         broker.group_coordinator_endpoint(group_id)
-        (described,) = await coordinator.describe_groups([group_id])
-        _check(described.error, f"cannot describe group {group_id!r}")
+        (consumer_group,) = await coordinator.consumer_group_describe([group_id])
+        if consumer_group.error is ErrorCode.NONE:
+            summary = _consumer_group_summary(consumer_group)
+        else:
+            (described,) = await coordinator.describe_groups([group_id])
+            _check(described.error, f"cannot describe group {group_id!r}")
+            summary = _classic_group_summary(described)
         fetched = await coordinator.fetch_offsets(group_id)
         _check(fetched.error, f"cannot fetch the offsets of group {group_id!r}")
-        if described.state == GroupState.DEAD.value and not fetched.partitions:
+        if summary["state"] == GroupState.DEAD.value and not fetched.partitions:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id!r} does not exist")
-        owner: dict[TopicPartition, str] = {}
-        members = []
-        for m in described.members:
-            assigned: tuple[TopicPartition, ...] = ()
-            if described.protocol_type == CONSUMER_PROTOCOL_TYPE and m.assignment:
-                assigned = decode_assignment(m.assignment).partitions
-            owner.update({tp: m.member_id for tp in assigned})
-            members.append(
-                {
-                    "member_id": m.member_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "assignment": [{"topic": tp.topic, "partition": tp.partition} for tp in assigned],
-                }
-            )
+        owner = {
+            TopicPartition(a["topic"], a["partition"]): m["member_id"]
+            for m in summary["members"]
+            for a in m["assignment"]
+        }
         rows = []
         partitions = sorted(set(fetched.partitions) | set(owner))
         ends = await _log_ends(broker, partitions)
@@ -199,14 +209,7 @@ def group_routes(broker: Broker) -> APIRouter:
                     "member_id": owner.get(tp),
                 }
             )
-        return {
-            "group_id": group_id,
-            "state": described.state,
-            "protocol_type": described.protocol_type,
-            "protocol": described.protocol,
-            "members": members,
-            "offsets": rows,
-        }
+        return {"group_id": group_id, **summary, "offsets": rows}
 
     @router.post("/groups/{group_id}/reset-offsets")
     async def reset_offsets(group_id: str, request: Request) -> dict[str, Any]:
@@ -252,6 +255,64 @@ def group_routes(broker: Broker) -> APIRouter:
         return Response(status_code=204)
 
     return router
+
+
+def _partitions_json(parts: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in sorted(parts)]
+
+
+def _classic_group_summary(described: GroupDescription) -> dict[str, Any]:
+    members = []
+    for m in described.members:
+        assigned: tuple[TopicPartition, ...] = ()
+        if described.protocol_type == CONSUMER_PROTOCOL_TYPE and m.assignment:
+            assigned = decode_assignment(m.assignment).partitions
+        members.append(
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "assignment": _partitions_json(assigned),
+            }
+        )
+    return {
+        "group_protocol": CLASSIC_GROUP_TYPE,
+        "state": described.state,
+        "protocol_type": described.protocol_type,
+        "protocol": described.protocol,
+        "members": members,
+    }
+
+
+def _consumer_group_summary(described: ConsumerGroupDescription) -> dict[str, Any]:
+    """A KIP-848 group: epochs, the server assignor, and per member its epoch with its
+    current assignment (what it consumes) next to the target the coordinator moves it to."""
+
+    def named(m: ConsumerGroupMemberDescription, parts: tuple[TopicPartitions, ...]) -> list[dict[str, Any]]:
+        return _partitions_json(
+            TopicPartition(m.topic_names.get(tp.topic_id, str(tp.topic_id)), p) for tp in parts for p in tp.partitions
+        )
+
+    return {
+        "group_protocol": CONSUMER_GROUP_TYPE,
+        "state": described.state,
+        "protocol_type": CONSUMER_PROTOCOL_TYPE,
+        "protocol": described.assignor_name,
+        "group_epoch": described.group_epoch,
+        "assignment_epoch": described.assignment_epoch,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_epoch": m.member_epoch,
+                "assignment": named(m, m.assignment),
+                "target_assignment": named(m, m.target_assignment),
+            }
+            for m in described.members
+        ],
+    }
 
 
 # A leader that does not answer within this leaves its partitions' lag unknown.

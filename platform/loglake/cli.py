@@ -244,9 +244,13 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
         for group_id in groups:
             g = _check(c.get(f"/groups/{group_id}"))
             members = {m["member_id"]: m for m in g["members"]}
-            print(
-                f"\nGroup {group_id} is {g['state']} with {len(members)} member(s) (protocol {g['protocol'] or '-'}).\n"
-            )
+            if g["group_protocol"] == "consumer":
+                _print_consumer_group_members(group_id, g)
+            else:
+                print(
+                    f"\nGroup {group_id} is {g['state']} with {len(members)} member(s) "
+                    f"(classic protocol, assignor {g['protocol'] or '-'}).\n"
+                )
             rows = [
                 [
                     "GROUP",
@@ -277,6 +281,35 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
                 )
             _print_table(rows)
     return 0
+
+
+def _print_consumer_group_members(group_id: str, g: dict[str, Any]) -> None:
+    """A KIP-848 group: epochs, and each member's current assignment against its target
+    (they differ while the group reconciles), as kafka-consumer-groups.sh --members --verbose."""
+    print(
+        f"\nGroup {group_id} is {g['state']} with {len(g['members'])} member(s) (consumer protocol, "
+        f"assignor {g['protocol'] or '-'}, group epoch {g['group_epoch']}, assignment epoch {g['assignment_epoch']}).\n"
+    )
+    if not g["members"]:
+        return
+
+    def parts(assignment: list[dict[str, Any]]) -> str:
+        return ",".join(f"{a['topic']}-{a['partition']}" for a in assignment) or "-"
+
+    rows = [["CONSUMER-ID", "EPOCH", "HOST", "CLIENT-ID", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
+    for m in g["members"]:
+        rows.append(
+            [
+                m["member_id"],
+                str(m["member_epoch"]),
+                _cell(m["client_host"]),
+                _cell(m["client_id"]),
+                parts(m["assignment"]),
+                parts(m["target_assignment"]),
+            ]
+        )
+    _print_table(rows)
+    print()
 
 
 def cmd_groups_reset_offsets(args: argparse.Namespace) -> int:

@@ -6,9 +6,10 @@ requests, HTTP describe) take the current reference, so they never see half an u
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription, topic_uuid
 from loglake.errors import ErrorCode, KafkaError
 
 
@@ -39,3 +40,7 @@ class MetadataImage:
 
     def partition_count(self, topic: str) -> int:
         return self.topic(topic).num_partitions
+
+    def topic_snapshot(self) -> dict[str, tuple[uuid.UUID, int]]:
+        """Every topic's id and partition count: what consumer groups subscribe to and are assigned."""
+        return {name: (topic_uuid(t.topic_id), t.num_partitions) for name, t in self.topics.items()}

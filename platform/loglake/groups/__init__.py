@@ -1,7 +1,8 @@
-"""Kafka's group coordinator (classic protocol), independent of any transport.
+"""Kafka's group coordinator (classic and KIP-848 consumer protocols), independent of any transport.
 
 The broker's Kafka protocol handlers (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups) and its REST-Proxy
+OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups,
+ConsumerGroupHeartbeat, ConsumerGroupDescribe) and its REST-Proxy
 style HTTP consumers call the same `GroupCoordinator`, whose async methods answer plain
 dataclasses carrying an `ErrorCode`:
 
@@ -30,7 +31,8 @@ Modules:
     records     __consumer_offsets key/value formats
     assignors   consumer protocol bytes, range and roundrobin assignors
     consumer_group    consumer-protocol (KIP-848) groups: ConsumerGroupHeartbeat state machine,
-                      reconciliation, timers, offset commit checks, describe (not yet wired in)
+                      reconciliation, timers, offset commit checks, describe (hosted by the
+                      GroupCoordinator next to classic groups)
     consumer_records  their __consumer_offsets records (key versions 3-8)
     server_assignors  the server-side uniform and range assignors
 """

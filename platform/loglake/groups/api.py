@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from loglake.errors import ErrorCode
 
 
+# ListGroups v5's group types: a group runs the classic protocol or KIP-848's consumer protocol.
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
+
+
 class GroupState(str, enum.Enum):
     """Kafka's classic group states; the value is the name DescribeGroups/ListGroups report."""
 
@@ -135,9 +140,12 @@ class OffsetDeleteResult:
 
 @dataclass(frozen=True)
 class GroupOverview:
+    """`state` is a classic group's GroupState or a consumer group's ConsumerGroupState."""
+
     group_id: str
     protocol_type: str
-    state: GroupState
+    state: enum.Enum
+    group_type: str = CLASSIC_GROUP_TYPE
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,25 @@ class ConsumerGroupConfig:
             unknown = [a for a in assignors if a not in SERVER_ASSIGNORS]
             if unknown or not assignors:
                 raise ValueError(f"group.consumer.assignors: unknown assignors {unknown}")
-        return cls(
+        config = cls(
             session_timeout_ms=int(props.get("group.consumer.session.timeout.ms", base.session_timeout_ms)),
             heartbeat_interval_ms=int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)),
             assignors=assignors,
             max_size=int(props.get("group.consumer.max.size", base.max_size)),
         )
+        # Kafka's bounds (group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms)
+        # keep a broker from handing out timeouts that fence members on every hiccup.
+        for name, value, low, high in (
+            ("session.timeout", config.session_timeout_ms, 45_000, 60_000),
+            ("heartbeat.interval", config.heartbeat_interval_ms, 5_000, 15_000),
+        ):
+            low = int(props.get(f"group.consumer.min.{name}.ms", low))
+            high = int(props.get(f"group.consumer.max.{name}.ms", high))
+            if not low <= value <= high:
+                raise ValueError(f"group.consumer.{name}.ms={value} is outside [{low}, {high}]")
+        if config.heartbeat_interval_ms >= config.session_timeout_ms:
+            raise ValueError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
+        return config
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,21 @@ per producer id and become the group's offsets only when the transaction's COMMI
 reaches that partition (`complete_txn`); an ABORT drops them. A coordinator loading the
 partition replays them the same way, and keeps those whose transaction is still open.
 
-Deliberately left out: group.max.size and KIP-848's consumer protocol.
+Consumer-protocol (KIP-848) groups are hosted alongside: a group id is either a classic
+group or a consumer group. The consumer groups of each loaded partition live in a
+`ConsumerGroups` (`loglake.groups.consumer_group`), rebuilt from their records (key
+versions 3-8) when the partition loads; ConsumerGroupHeartbeat appends the records it
+returns and answers only once they are written, and a failed append reloads the partition
+(the in-memory groups are then ahead of the log). A timer per partition fences members at
+`next_deadline_ms()`. A consumer group's committed offsets are kept, as a classic group's
+are, in an Empty `GroupMetadata` of the same id that only holds offsets. Empty groups
+convert either way as in Kafka: a consumer heartbeat joining an Empty classic group writes
+the classic group's tombstone, a JoinGroup to an Empty consumer group writes the consumer
+group's tombstones; a non-empty group of the other kind refuses (GROUP_ID_NOT_FOUND to a
+heartbeat, INCONSISTENT_GROUP_PROTOCOL to a JoinGroup).
+
+Deliberately left out: group.max.size (classic), classic members joining a consumer group
+and converting non-empty groups (Kafka's online migration).
 """
 
 from __future__ import annotations
@@ -37,7 +51,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Collection, Coroutine, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
@@ -51,6 +65,7 @@ from loglake.internal_topics import (
     partition_for_key,
 )
 from loglake.groups.api import (
+    CONSUMER_GROUP_TYPE,
     GroupDescription,
     GroupOverview,
     GroupState,
@@ -70,6 +85,18 @@ from loglake.groups.api import (
     TopicPartition,
 )
 from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE
+from loglake.groups.consumer_group import (
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerGroupDescription,
+    ConsumerGroups,
+    HeartbeatRequest,
+    HeartbeatResult,
+    Record,
+    TopicSnapshot,
+    validate_offset_commit,
+    validate_offset_fetch,
+)
 from loglake.groups.group import GroupMetadata, MemberMetadata
 from loglake.groups.records import (
     GroupMetadataKey,
@@ -90,6 +117,9 @@ _T = TypeVar("_T")
 
 # The group coordinator's name for its InternalTopicLog over __consumer_offsets.
 OffsetsLog = InternalTopicLog
+# The newest OffsetCommit version (v9 carries KIP-848 member epochs); callers outside the
+# Kafka protocol (the HTTP consumer, offset resets) commit as it.
+LATEST_OFFSET_COMMIT_VERSION = 9
 
 
 @dataclass(frozen=True)
@@ -105,6 +135,8 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     # Kafka's GroupCoordinator.NewMemberJoinTimeoutMs (a constant there).
     new_member_join_timeout_ms: int = 300_000
+    # The group.consumer.* settings of consumer-protocol (KIP-848) groups.
+    consumer: ConsumerGroupConfig = field(default_factory=ConsumerGroupConfig)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> GroupConfig:
@@ -129,6 +161,7 @@ class GroupConfig:
             offsets_retention_check_interval_ms=get(
                 "offsets.retention.check.interval.ms", base.offsets_retention_check_interval_ms
             ),
+            consumer=ConsumerGroupConfig.from_properties(props),
         )
 
 
@@ -147,16 +180,26 @@ class GroupCoordinator:
 
     Active from construction; `start()` only adds the periodic offset expiry, `stop()`
     unloads everything and answers later requests COORDINATOR_NOT_AVAILABLE.
-    `clock` returns seconds (like time.time); timestamps are in ms from it.
+    `clock` returns seconds (like time.time); timestamps are in ms from it. `topics`
+    answers the cluster's topics (name -> (topic id, partition count)) that consumer groups
+    subscribe to and are assigned from.
     """
 
     def __init__(
-        self, config: GroupConfig, offsets_log: InternalTopicLog, clock: Callable[[], float] = time.time
+        self,
+        config: GroupConfig,
+        offsets_log: InternalTopicLog,
+        clock: Callable[[], float] = time.time,
+        topics: Callable[[], TopicSnapshot] = dict,
     ) -> None:
         self._config = config
         self._log = offsets_log
         self._clock = clock
+        self._topics = topics
         self._groups: dict[str, GroupMetadata] = {}
+        # Per loaded partition: its consumer-protocol groups and their expiry timer.
+        self._consumer_groups: dict[int, ConsumerGroups] = {}
+        self._consumer_timers: dict[int, asyncio.TimerHandle] = {}
         self._partitions = PartitionLoads(OFFSETS_TOPIC)
         self._active = True
         self._tasks: set[asyncio.Task[None]] = set()
@@ -200,12 +243,16 @@ class GroupCoordinator:
         """
         offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
         groups: dict[str, GroupMetadataValue] = {}
+        consumer_groups = ConsumerGroups(self._config.consumer)
         # Producer id -> the offset records of its transaction, until its marker.
         open_txns: dict[int, list[tuple[bytes, bytes | None]]] = {}
 
         def apply(key_bytes: bytes, value_bytes: bytes | None) -> None:
             key = decode_key(key_bytes)
-            if isinstance(key, OffsetCommitKey):
+            if key is None:
+                # Key versions 3-8: a consumer group's records (other unknown ones are skipped).
+                consumer_groups.replay(key_bytes, value_bytes)
+            elif isinstance(key, OffsetCommitKey):
                 tp_key = (key.group, TopicPartition(key.topic, key.partition))
                 if value_bytes is None:
                     offsets.pop(tp_key, None)
@@ -229,6 +276,9 @@ class GroupCoordinator:
         if await self._partitions.load(partition, self._log, apply, on_transaction):
             self._install_loaded(groups, offsets)
             self._hold_open_txn_offsets(open_txns)
+            self._consumer_groups[partition] = consumer_groups
+            consumer_groups.on_loaded(self.now_ms())
+            self._schedule_consumer_expiry(partition)
             self._partitions.mark_owned(partition)
 
     def _hold_open_txn_offsets(self, open_txns: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
@@ -249,6 +299,8 @@ class GroupCoordinator:
         self._partitions.unload(partition)
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             self._on_group_unloaded(self._groups.pop(group_id))
+        self._consumer_groups.pop(partition, None)
+        _cancel(self._consumer_timers.pop(partition, None))
 
     # ---------------------------------------------------------------- membership
 
@@ -280,6 +332,14 @@ class GroupCoordinator:
             self._config.group_min_session_timeout_ms <= session_timeout_ms <= self._config.group_max_session_timeout_ms
         ):
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            # An Empty consumer group becomes a classic one, as Kafka converts it.
+            error = await self._delete_consumer_group(group_id)
+            if error is not ErrorCode.NONE:
+                return JoinResult(error, member_id=member_id)
         protocols = [(name, bytes(metadata)) for name, metadata in protocols]
         group = self._groups.get(group_id)
         if group is None:
@@ -433,17 +493,27 @@ class GroupCoordinator:
         offsets: Mapping[TopicPartition, OffsetCommitData],
         *,
         group_instance_id: str | None = None,
+        api_version: int = LATEST_OFFSET_COMMIT_VERSION,
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit. Members of a group pass their id and generation (and instance id if
         static); a "simple" commit (generation -1) is allowed while the group has no members,
         and creates the group if needed. Durable in __consumer_offsets when it returns NONE.
+        A consumer group's member passes its member epoch as `generation_id`, checked as
+        Kafka checks it for the request's `api_version`.
         """
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            error = validate_offset_commit(consumer_group, member_id, generation_id, False, api_version)
+            if error is not ErrorCode.NONE:
+                return {tp: error for tp in offsets}
+            generation_id = -1  # its offsets go to the Empty classic group that holds them
         group, error = self._group_to_commit(group_id, generation_id)
         if group is None:
             return {tp: error for tp in offsets}
-        error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
-        if error is not None:
-            return {tp: error for tp in offsets}
+        if consumer_group is None:
+            error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
+            if error is not None:
+                return {tp: error for tp in offsets}
         member = group.members.get(member_id)
         if member is not None and group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE):
             # A commit counts as a heartbeat; during PreparingRebalance the commit is still
@@ -461,15 +531,21 @@ class GroupCoordinator:
         offsets: Mapping[TopicPartition, OffsetCommitData],
         *,
         group_instance_id: str | None = None,
+        api_version: int = LATEST_OFFSET_COMMIT_VERSION,
     ) -> dict[TopicPartition, ErrorCode]:
         """TxnOffsetCommit: write the offsets in the producer's transaction and hold them;
         its COMMIT marker makes them the group's (`complete_txn`). The transaction
         coordinator has checked the producer; the member and generation are checked as for
         OffsetCommit (generation -1: a producer outside the group, KIP-447's older clients)."""
-        group, error = self._group_to_commit(group_id, generation_id)
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None and (generation_id >= 0 or member_id):
+            error = validate_offset_commit(consumer_group, member_id, generation_id, True, api_version)
+            if error is not ErrorCode.NONE:
+                return {tp: error for tp in offsets}
+        group, error = self._group_to_commit(group_id, -1 if consumer_group is not None else generation_id)
         if group is None:
             return {tp: error for tp in offsets}
-        if generation_id >= 0 or member_id:
+        if consumer_group is None and (generation_id >= 0 or member_id):
             error = self._validate_offset_commit(group, member_id, group_instance_id, generation_id)
             if error is not None:
                 return {tp: error for tp in offsets}
@@ -541,16 +617,24 @@ class GroupCoordinator:
         partitions: Iterable[TopicPartition] | None = None,
         *,
         require_stable: bool = False,
+        member: tuple[str | None, int] | None = None,
     ) -> OffsetFetchResult:
         """OffsetFetch: the given partitions, or every committed one when `partitions` is None.
 
         Answered whatever the group's state (groups may use Kafka only to store offsets);
         a partition with no commit gets offset -1. `require_stable` (v7+) answers
         UNSTABLE_OFFSET_COMMIT for a partition whose commit is still being written.
+        `member` is v9's (member id, member epoch): a consumer group's member must be at its
+        current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID otherwise).
         """
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
             return OffsetFetchResult(error)
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None and member is not None:
+            member_error = validate_offset_fetch(consumer_group, *member)
+            if member_error is not ErrorCode.NONE:
+                return OffsetFetchResult(member_error)
         group = self._groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return OffsetFetchResult(ErrorCode.NONE, {tp: PartitionOffset(-1, -1, "") for tp in partitions or ()})
@@ -583,28 +667,134 @@ class GroupCoordinator:
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         """OffsetDelete (KIP-496): remove committed offsets and write their tombstones.
 
-        An Empty group loses any of them; a consumer group with members keeps those of topics
-        a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC); other groups with members answer
-        NON_EMPTY_GROUP. Partitions without a commit answer NONE, as Kafka does.
+        An Empty group loses any of them; a classic consumer group with members, or a
+        KIP-848 consumer group, keeps those of topics a member subscribes to
+        (GROUP_SUBSCRIBED_TO_TOPIC); other groups with members answer NON_EMPTY_GROUP.
+        Partitions without a commit answer NONE, as Kafka does.
         """
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
             return OffsetDeleteResult(error)
         group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            subscribed = set(consumer_group.subscription_metadata)  # empty without members
+        elif group is None or group.state is GroupState.DEAD:
             return OffsetDeleteResult(ErrorCode.GROUP_ID_NOT_FOUND)
-        errors: dict[TopicPartition, ErrorCode] = {}
-        if group.state is GroupState.EMPTY:
-            deletable = list(partitions)
+        elif group.state is GroupState.EMPTY:
+            subscribed = set()
         elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
-            deletable = [tp for tp in partitions if not group.is_subscribed_to(tp.topic)]
-            errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if group.is_subscribed_to(tp.topic)}
+            subscribed = {tp.topic for tp in partitions if group.is_subscribed_to(tp.topic)}
         else:
             return OffsetDeleteResult(ErrorCode.NON_EMPTY_GROUP)
-        if deletable:
+        errors = {tp: ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC for tp in partitions if tp.topic in subscribed}
+        deletable = [tp for tp in partitions if tp.topic not in subscribed]
+        if deletable and group is not None:
             await self._cleanup_groups([group], lambda g: g.remove_offsets(deletable))
-            errors.update((tp, ErrorCode.NONE) for tp in deletable)
+        errors.update((tp, ErrorCode.NONE) for tp in deletable)
         return OffsetDeleteResult(ErrorCode.NONE, errors)
+
+    # ---------------------------------------------------------------- consumer protocol (KIP-848)
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat: answered once the records it changed are in the log."""
+        error = self._validate(request.group_id, allow_empty_id=True)  # "" is INVALID_REQUEST, as in Kafka
+        if error is not None:
+            return HeartbeatResult(error)
+        partition = self.partition_for(request.group_id)
+        groups = self._consumer_groups[partition]
+        classic = None if request.group_id in groups.groups else self._groups.get(request.group_id)
+        if classic is not None and classic.state is not GroupState.EMPTY:
+            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
+        result = groups.heartbeat(request, self._topics(), self.now_ms())
+        records = list(result.records)
+        if classic is not None and result.error is ErrorCode.NONE and records:
+            # The member created the consumer group: the Empty classic group it replaces goes
+            # (Kafka's tombstone; its offsets stay, held by a fresh Empty classic group).
+            if classic.generation_id > 0:
+                records.insert(0, (encode_key(GroupMetadataKey(request.group_id)), None))
+            self._replace_with_offsets_holder(classic)
+        error = await self._append_consumer_records(partition, records)
+        if error is not ErrorCode.NONE:
+            return HeartbeatResult(error)
+        self._schedule_consumer_expiry(partition)
+        return replace(result, records=())
+
+    async def consumer_group_describe(self, group_ids: Sequence[str]) -> list[ConsumerGroupDescription]:
+        """ConsumerGroupDescribe, one description per id in order (GROUP_ID_NOT_FOUND for a
+        classic or unknown group)."""
+        topics = self._topics()
+        out = []
+        for group_id in group_ids:
+            error = self._validate(group_id)
+            if error is not None:
+                out.append(ConsumerGroupDescription(group_id, error))
+            else:
+                out.append(self._consumer_groups[self.partition_for(group_id)].describe(group_id, topics))
+        return out
+
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        """The consumer group of that id, if its partition is loaded here and it is one."""
+        groups = self._consumer_groups.get(self.partition_for(group_id))
+        return None if groups is None else groups.groups.get(group_id)
+
+    async def _delete_consumer_group(self, group_id: str) -> ErrorCode:
+        """Writes an Empty consumer group's tombstones (NON_EMPTY_GROUP if it has members)."""
+        partition = self.partition_for(group_id)
+        error, records = self._consumer_groups[partition].delete_group(group_id)
+        if error is ErrorCode.NONE:
+            error = await self._append_consumer_records(partition, records)
+        return error
+
+    def _replace_with_offsets_holder(self, classic: GroupMetadata) -> None:
+        holder = GroupMetadata(classic.group_id, GroupState.EMPTY, self.now_ms())
+        holder.offsets = classic.offsets
+        classic.transition_to(GroupState.DEAD, self.now_ms())
+        self._cancel_timers(classic)
+        self._groups[classic.group_id] = holder
+
+    async def _append_consumer_records(self, partition: int, records: list[Record]) -> ErrorCode:
+        """Appends what a ConsumerGroups call returned. On failure the groups already hold
+        state the log does not: the partition is loaded again before the caller answers, as
+        Kafka reverts its timeline."""
+        if not records:
+            return ErrorCode.NONE
+        error = await self._append(partition, records, for_offsets=False)
+        if error is not ErrorCode.NONE and partition in self._partitions.owned:
+            log.warning(
+                "__consumer_offsets-%d: consumer group records not written (%s), reloading", partition, error.name
+            )
+            self.unload_partition(partition)
+            try:
+                await self.load_partition(partition)
+            except Exception:  # noqa: BLE001 - the broker's next leadership change loads it again
+                log.exception("reloading __consumer_offsets-%d failed", partition)
+        return error
+
+    def _schedule_consumer_expiry(self, partition: int) -> None:
+        _cancel(self._consumer_timers.pop(partition, None))
+        groups = self._consumer_groups.get(partition)
+        deadline = None if groups is None else groups.next_deadline_ms()
+        if deadline is not None:
+            delay = max(deadline - self.now_ms(), 0) / 1000
+            self._consumer_timers[partition] = asyncio.get_running_loop().call_later(
+                delay, self._on_consumer_deadline, partition
+            )
+
+    def _on_consumer_deadline(self, partition: int) -> None:
+        self._consumer_timers.pop(partition, None)
+        groups = self._consumer_groups.get(partition)
+        if groups is None:
+            return
+        records = groups.expire(self.now_ms(), self._topics())
+        if records:
+            self._spawn(self._append_expired(partition, records))
+        self._schedule_consumer_expiry(partition)
+
+    async def _append_expired(self, partition: int, records: list[Record]) -> None:
+        error = await self._append_consumer_records(partition, records)
+        if error is not ErrorCode.NONE:
+            log.warning("__consumer_offsets-%d: fencing expired members failed: %s", partition, error.name)
 
     # ---------------------------------------------------------------- administration
 
@@ -619,12 +809,16 @@ class GroupCoordinator:
             return ListGroupsResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self._partitions.any_loading else ErrorCode.NONE
         wanted = {s.lower() for s in states or ()}
-        groups = tuple(
+        consumer = {gid: g for groups in self._consumer_groups.values() for gid, g in groups.groups.items()}
+        overviews = [
             GroupOverview(g.group_id, g.protocol_type or "", g.state)
             for g in self._groups.values()
-            if not wanted or g.state.value.lower() in wanted
-        )
-        return ListGroupsResult(error, groups)
+            if g.group_id not in consumer  # the classic group only holding a consumer group's offsets
+        ]
+        overviews += [
+            GroupOverview(g.group_id, CONSUMER_PROTOCOL_TYPE, g.state, CONSUMER_GROUP_TYPE) for g in consumer.values()
+        ]
+        return ListGroupsResult(error, tuple(o for o in overviews if not wanted or o.state.value.lower() in wanted))
 
     def committed_offsets(self) -> Iterator[tuple[str, TopicPartition, int]]:
         """(group id, partition, committed offset) of every group this coordinator owns
@@ -639,11 +833,17 @@ class GroupCoordinator:
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
         """DeleteGroups: only Empty groups (NON_EMPTY_GROUP otherwise); their offsets and
-        metadata get tombstones."""
+        metadata get tombstones. A consumer group's records are written off first, then the
+        classic group holding its offsets goes as an Empty classic group does."""
         errors: dict[str, ErrorCode] = {}
         deletable = []
         for group_id in dict.fromkeys(group_ids):
             error = self._validate(group_id, allow_empty_id=True)
+            if error is None and self._consumer_group(group_id) is not None:
+                deleted = await self._delete_consumer_group(group_id)
+                if deleted is not ErrorCode.NONE or group_id not in self._groups:
+                    errors[group_id] = deleted  # NONE: it never committed an offset
+                    continue
             group = self._groups.get(group_id)
             if error is not None:
                 errors[group_id] = error
@@ -702,7 +902,9 @@ class GroupCoordinator:
         if error is not None:
             return GroupDescription(group_id, error, "")
         group = self._groups.get(group_id)
-        if group is None:
+        # A consumer group is no classic group: Kafka describes it as it describes an unknown
+        # one (ConsumerGroupDescribe describes it).
+        if group is None or self._consumer_group(group_id) is not None:
             return GroupDescription(group_id, ErrorCode.NONE, GroupState.DEAD.value)
         # Protocol, member metadata and assignments are only reported for a Stable group.
         protocol = group.protocol_name if group.state is GroupState.STABLE else None

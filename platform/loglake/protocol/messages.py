@@ -56,6 +56,17 @@ _ADD_PARTITIONS_TO_TXN_TOPIC_RESULT = (
         "fields": _ADD_PARTITIONS_TO_TXN_PARTITION_RESULT},
 )
 
+_DESCRIBED_TOPIC_PARTITIONS = (
+    {"name": "topic_id", "type": "uuid", "versions": "0+"},
+    {"name": "topic_name", "type": "string", "versions": "0+"},
+    {"name": "partitions", "type": "[]int32", "versions": "0+"},
+)
+
+_DESCRIBED_ASSIGNMENT = (
+    {"name": "topic_partitions", "type": "[]DescribedTopicPartitions", "versions": "0+",
+        "fields": _DESCRIBED_TOPIC_PARTITIONS},
+)
+
 MESSAGES: dict[str, dict] = {
     "ConsumerProtocolAssignment": {
         "type": "data", "validVersions": "0-3", "flexibleVersions": "none",
@@ -1613,6 +1624,87 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "ConsumerGroupHeartbeatRequest": {
+        "apiKey": 68, "type": "request", "validVersions": "0-1", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "group_id", "type": "string", "versions": "0+"},
+            {"name": "member_id", "type": "string", "versions": "0+"},
+            {"name": "member_epoch", "type": "int32", "versions": "0+"},
+            {"name": "instance_id", "type": "string", "versions": "0+", "nullableVersions": "0+", "default": None},
+            {"name": "rack_id", "type": "string", "versions": "0+", "nullableVersions": "0+", "default": None},
+            {"name": "rebalance_timeout_ms", "type": "int32", "versions": "0+", "default": -1},
+            {"name": "subscribed_topic_names", "type": "[]string", "versions": "0+", "nullableVersions": "0+",
+                "default": None},
+            {"name": "subscribed_topic_regex", "type": "string", "versions": "1+", "nullableVersions": "1+",
+                "default": None},
+            {"name": "server_assignor", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                "default": None},
+            {"name": "topic_partitions", "type": "[]TopicPartitions", "versions": "0+", "nullableVersions": "0+",
+                "default": None, "fields": (
+                {"name": "topic_id", "type": "uuid", "versions": "0+"},
+                {"name": "partitions", "type": "[]int32", "versions": "0+"},
+            )},
+        ),
+    },
+    "ConsumerGroupHeartbeatResponse": {
+        "apiKey": 68, "type": "response", "validVersions": "0-1", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+", "default": None},
+            {"name": "member_id", "type": "string", "versions": "0+", "nullableVersions": "0+", "default": None},
+            {"name": "member_epoch", "type": "int32", "versions": "0+"},
+            {"name": "heartbeat_interval_ms", "type": "int32", "versions": "0+"},
+            {"name": "assignment", "type": "Assignment", "versions": "0+", "nullableVersions": "0+", "default": None,
+                "fields": (
+                {"name": "topic_partitions", "type": "[]TopicPartitions", "versions": "0+", "fields": (
+                    {"name": "topic_id", "type": "uuid", "versions": "0+"},
+                    {"name": "partitions", "type": "[]int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "ConsumerGroupDescribeRequest": {
+        "apiKey": 69, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "group_ids", "type": "[]string", "versions": "0+"},
+            {"name": "include_authorized_operations", "type": "bool", "versions": "0+"},
+        ),
+    },
+    "ConsumerGroupDescribeResponse": {
+        "apiKey": 69, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "groups", "type": "[]DescribedGroup", "versions": "0+", "fields": (
+                {"name": "error_code", "type": "int16", "versions": "0+"},
+                {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                    "default": None},
+                {"name": "group_id", "type": "string", "versions": "0+"},
+                {"name": "group_state", "type": "string", "versions": "0+"},
+                {"name": "group_epoch", "type": "int32", "versions": "0+"},
+                {"name": "assignment_epoch", "type": "int32", "versions": "0+"},
+                {"name": "assignor_name", "type": "string", "versions": "0+"},
+                {"name": "members", "type": "[]Member", "versions": "0+", "fields": (
+                    {"name": "member_id", "type": "string", "versions": "0+"},
+                    {"name": "instance_id", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                        "default": None},
+                    {"name": "rack_id", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                        "default": None},
+                    {"name": "member_epoch", "type": "int32", "versions": "0+"},
+                    {"name": "client_id", "type": "string", "versions": "0+"},
+                    {"name": "client_host", "type": "string", "versions": "0+"},
+                    {"name": "subscribed_topic_names", "type": "[]string", "versions": "0+"},
+                    {"name": "subscribed_topic_regex", "type": "string", "versions": "0+", "nullableVersions": "0+",
+                        "default": None},
+                    {"name": "assignment", "type": "DescribedAssignment", "versions": "0+",
+                        "fields": _DESCRIBED_ASSIGNMENT},
+                    {"name": "target_assignment", "type": "DescribedAssignment", "versions": "0+",
+                        "fields": _DESCRIBED_ASSIGNMENT},
+                )},
+                {"name": "authorized_operations", "type": "int32", "versions": "0+", "default": -2147483648},
+            )},
+        ),
+    },
 }
 
 
@@ -1666,3 +1758,5 @@ class ApiKey(IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69

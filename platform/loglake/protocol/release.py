@@ -6,6 +6,8 @@ one real release, not a mix. The broker advertises Kafka 3.9.0's ranges (the rel
 the message definitions it ships) for every API it serves, with one exception taken from
 Kafka 4.0 (KIP-896): versions that can only carry message formats v0/v1 are not served
 (Produce v0-2, Fetch v0-3, ListOffsets v0), because the log holds record batches v2 only.
+ConsumerGroupHeartbeat is advertised up to Kafka 4.0's v1 (KIP-848 GA): clients send their
+regex subscription (`SubscribedTopicRegex`) only from v1.
 """
 
 from __future__ import annotations
@@ -72,15 +74,17 @@ KAFKA_3_9_VERSIONS: dict[int, tuple[int, int]] = {
     65: (0, 0),  # DescribeTransactions
     66: (0, 1),  # ListTransactions
     67: (0, 0),  # AllocateProducerIds
-    68: (0, 0),  # ConsumerGroupHeartbeat
+    68: (0, 0),  # ConsumerGroupHeartbeat (v1 from Kafka 4.0, see KAFKA_4_0_CEILINGS)
     69: (0, 0),  # ConsumerGroupDescribe
 }
 
 # Kafka 4.0 (KIP-896) dropped these; loglake never served them (no message format v0/v1).
 REMOVED_IN_KAFKA_4_0_FLOORS: dict[int, int] = {0: 3, 1: 4, 2: 1}
+# Versions Kafka 4.0 added that the broker serves: ConsumerGroupHeartbeat v1.
+KAFKA_4_0_CEILINGS: dict[int, int] = {68: 1}
 
 
 def release_versions(api_key: int) -> tuple[int, int]:
-    """The range the broker advertises for `api_key`: Kafka 3.9.0's, floors as above."""
+    """The range the broker advertises for `api_key`: Kafka 3.9.0's, floors and ceilings as above."""
     lo, hi = KAFKA_3_9_VERSIONS[api_key]
-    return max(lo, REMOVED_IN_KAFKA_4_0_FLOORS.get(api_key, lo)), hi
+    return max(lo, REMOVED_IN_KAFKA_4_0_FLOORS.get(api_key, lo)), KAFKA_4_0_CEILINGS.get(api_key, hi)

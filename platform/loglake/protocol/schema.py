@@ -127,9 +127,10 @@ def _compile_struct(fields: tuple[dict, ...], version: int, flexible: bool, wher
             make = None if default is None else list
         elif nested is not None:
             if nullable:
-                raise NotImplementedError(f"{where}.{key}: nullable structs are not in the specs we generate")
-            default = _EMPTY_STRUCT
-            make = nested.new_default
+                default = None  # a nullable struct (ConsumerGroupHeartbeatResponse.Assignment) is null by default
+            else:
+                default = _EMPTY_STRUCT
+                make = nested.new_default
         elif ftype in _TYPE_DEFAULTS:
             default = f.get("default", _TYPE_DEFAULTS[ftype])
         else:
@@ -186,6 +187,21 @@ def _compile_struct(fields: tuple[dict, ...], version: int, flexible: bool, wher
     return _Struct(read, write, new_default)
 
 
+def _nullable_struct(nested: _Struct) -> tuple[Reader, Writer]:
+    """Kafka writes a nullable struct as an int8 marker (-1: null, 1: present) then the struct."""
+
+    def read(buf: Buffer, pos: int) -> tuple[dict | None, int]:
+        marker, pos = t.read_int8(buf, pos)
+        return (None, pos) if marker < 0 else nested.read(buf, pos)
+
+    def write(out: list, d: dict | None) -> None:
+        t.write_int8(out, -1 if d is None else 1)
+        if d is not None:
+            nested.write(out, d)
+
+    return read, write
+
+
 def _field_codec(ftype: str, nested: _Struct | None, compact: bool, nullable: bool) -> tuple[Reader, Writer]:
     if ftype.startswith("[]"):
         element = ftype[2:]
@@ -197,7 +213,7 @@ def _field_codec(ftype: str, nested: _Struct | None, compact: bool, nullable: bo
         read, write = _field_codec(element, None, compact, False)
         return t.array_reader(read, compact, nullable), t.array_writer(write, compact, nullable)
     if nested is not None:
-        return nested.read, nested.write
+        return _nullable_struct(nested) if nullable else (nested.read, nested.write)
     if ftype == "uuid":
         return t.read_uuid, t.write_uuid
     code = _FIXED_CODES.get(ftype)

@@ -167,3 +167,17 @@ def test_versions_and_keys_outside_the_specs() -> None:
 
 def test_codec_plans_are_cached() -> None:
     assert codec("ProduceRequest", 9) is codec("ProduceRequest", 9)
+
+
+def test_nullable_struct_is_a_marker_byte_then_the_struct() -> None:
+    c = response_codec(68, 1)  # ConsumerGroupHeartbeatResponse.Assignment
+    head = {"throttle_time_ms": 0, "error_code": 0, "member_id": "m", "member_epoch": 3, "heartbeat_interval_ms": 5}
+    null = c.encode({**head, "assignment": None})
+    assert null.endswith(b"\xff\x00")  # -1, then the empty tag section
+    assert c.decode(null)["assignment"] is None
+    topic = uuid.uuid4()
+    assignment = {"topic_partitions": [{"topic_id": topic, "partitions": [0, 2]}]}
+    present = c.encode({**head, "assignment": assignment})
+    assert present[len(null) - 2] == 1
+    decoded = c.decode(present)["assignment"]["topic_partitions"]
+    assert [(t["topic_id"], list(t["partitions"])) for t in decoded] == [(topic, [0, 2])]

@@ -1,0 +1,360 @@
+"""KIP-848 consumer groups (group.protocol=consumer) with confluent-kafka and raw requests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
+from ingest_gateway.process import BrokerProcess
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+SESSION_TIMEOUT_MS = 3000
+# Short consumer-group timeouts, below Kafka's minimums (which the broker checks, hence the
+# lowered bounds), so that fencing and reconciliation happen within a test's time.
+CONSUMER_GROUP_OVERRIDES = {
+    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "300",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CONSUMER_GROUP_OVERRIDES))
+
+
+def consumer_config(bootstrap: str, group: str, **extra: object) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        **extra,
+    }
+
+
+class Member(threading.Thread):
+    """A consumer polling in a thread: records every value it gets (with the time) and
+    commits each one synchronously before taking the next, so none is delivered twice."""
+
+    def __init__(self, config: dict[str, object], topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(config)
+        # Kept by the rebalance callbacks (run within poll): asking the consumer for its
+        # assignment from another thread while it polls can block.
+        self.owned: set[int] = set()
+        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
+        self.received: list[tuple[float, int, bytes]] = []  # (time, partition, value)
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def _assigned(self, consumer, partitions) -> None:
+        self.owned = self.owned | {p.partition for p in partitions}
+
+    def _revoked(self, consumer, partitions) -> None:
+        self.owned = self.owned - {p.partition for p in partitions}
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                msg = self.consumer.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    if not msg.error().retriable():
+                        self.errors.append(str(msg.error()))
+                    continue
+                self.consumer.commit(message=msg, asynchronous=False)
+                self.received.append((time.monotonic(), msg.partition(), msg.value()))
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(repr(exc))
+        finally:
+            self.consumer.close()
+
+    def partitions(self) -> set[int]:
+        return self.owned
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=15)
+
+
+def wait_until(condition, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+class SteadyProducer(threading.Thread):
+    """Produces numbered values to every partition until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+        self.topic = topic
+        self.stopping = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.producer.produce(self.topic, value=b"%d" % self.sent)
+            self.sent += 1
+            self.producer.poll(0)
+            time.sleep(0.005)
+        assert self.producer.flush(30) == 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=30)
+
+
+def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=6)
+    group = unique_name("g848")
+    producer = SteadyProducer(broker.bootstrap, topic)
+    producer.start()
+    first = Member(consumer_config(broker.bootstrap, group, **{"group.remote.assignor": "uniform"}), topic)
+    first.start()
+    wait_until(lambda: len(first.partitions()) == 6, what="first member owns all partitions")
+    others = [Member(consumer_config(broker.bootstrap, group), topic) for _ in range(2)]
+    change_started = time.monotonic()
+    for m in others:
+        m.start()
+    wait_until(lambda: all(len(m.partitions()) == 2 for m in (first, *others)), what="3 members, 2 partitions each")
+    wait_until(lambda: all(m.received for m in others), what="the new members consume")
+    kept = first.partitions()
+    for m in others:
+        m.stop()
+    wait_until(lambda: len(first.partitions()) == 6, what="the first member owns all partitions again")
+    change_ended = time.monotonic()
+    time.sleep(0.5)
+    producer.stop()
+    wait_until(lambda: sum(len(m.received) for m in (first, *others)) >= producer.sent, what="every record consumed")
+    first.stop()
+    members = (first, *others)
+    assert not [e for m in members for e in m.errors]
+    values = [v for m in members for _, _, v in m.received]
+    assert len(values) == len(set(values)) == producer.sent
+    # The partitions the first member kept never stopped flowing while the group changed.
+    times = [t for t, p, _ in first.received if p in kept and change_started <= t <= change_ended]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times and max(gaps) < 2.0, gaps
+
+
+def test_regex_subscription_picks_up_new_topics(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, f"{topic}-a", partitions=2)
+    member = Member(consumer_config(broker.bootstrap, unique_name("g848")), f"^{topic}-.*")
+    member.start()
+    try:
+        wait_until(lambda: len(member.partitions()) == 2, what="the matching topic assigned")
+        create_topic(broker.bootstrap, f"{topic}-b", partitions=1)
+        produce_values(broker.bootstrap, f"{topic}-b", [b"late"])
+        # Evaluated on the broker: the new topic comes with a heartbeat, no client-side rebalance.
+        wait_until(lambda: [v for _, _, v in member.received] == [b"late"], what="the new topic consumed")
+    finally:
+        member.stop()
+
+
+def _kill_me_member(bootstrap: str, group: str, topic: str) -> subprocess.Popen:
+    """A consumer in a subprocess that prints "assigned" once it owns partitions, then polls on."""
+    script = f"""
+import sys
+from confluent_kafka import Consumer
+c = Consumer({consumer_config(bootstrap, group)!r})
+c.subscribe([{topic!r}], on_assign=lambda c, ps: ps and print("assigned", flush=True))
+while True:
+    c.poll(0.1)
+"""
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_killed_member_partitions_move_after_session_timeout(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=4)
+    group = unique_name("g848")
+    survivor = Member(consumer_config(broker.bootstrap, group), topic)
+    survivor.start()
+    victim = _kill_me_member(broker.bootstrap, group, topic)
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "assigned"
+        wait_until(lambda: len(survivor.partitions()) == 2, what="two members share the partitions")
+        victim.kill()  # SIGKILL: no leave heartbeat
+        victim.wait()
+        killed_at = time.monotonic()
+        values = [b"v%d" % i for i in range(40)]
+        produce_values(broker.bootstrap, topic, values)
+        wait_until(lambda: len(survivor.partitions()) == 4, timeout=SESSION_TIMEOUT_MS / 1000 + 8, what="takeover")
+        assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 - 1.0
+        wait_until(lambda: len(survivor.received) >= len(values), what="every record consumed")
+        assert sorted(v for _, _, v in survivor.received) == sorted(values)
+    finally:
+        victim.kill()
+        survivor.stop()
+
+
+def test_classic_and_consumer_groups_side_by_side(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=3)
+    values = [b"s%d" % i for i in range(30)]
+    produce_values(broker.bootstrap, topic, values)
+    classic_config = {**consumer_config(broker.bootstrap, unique_name("classic")), "group.protocol": "classic"}
+    members = [Member(consumer_config(broker.bootstrap, unique_name("g848")), topic), Member(classic_config, topic)]
+    for m in members:
+        m.start()
+    try:
+        for m in members:
+            wait_until(lambda: len(m.received) >= len(values), what="each group reads the whole topic")
+            assert sorted(v for _, _, v in m.received) == sorted(values)
+    finally:
+        for m in members:
+            m.stop()
+
+
+def heartbeat(bootstrap: str, group: str, **fields: object) -> dict:
+    body = {
+        "group_id": group,
+        "member_id": "",
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout_ms": 30000,
+        "subscribed_topic_names": None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+        **fields,
+    }
+    return raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+
+
+def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: BrokerProcess, topic: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = unique_name("g848")
+    joined = heartbeat(broker.bootstrap, group, subscribed_topic_names=[topic])
+    assert joined["error_code"] == 0 and joined["member_epoch"] > 0
+    member_id, epoch = joined["member_id"], joined["member_epoch"]
+    steady = {"member_id": member_id, "rebalance_timeout_ms": -1, "topic_partitions": None}
+    bad = [
+        (dict(steady, member_epoch=epoch + 5), ErrorCode.FENCED_MEMBER_EPOCH),
+        (dict(steady, member_id=str(uuid.uuid4()), member_epoch=epoch), ErrorCode.UNKNOWN_MEMBER_ID),
+        ({"subscribed_topic_regex": "orders[", "member_id": ""}, ErrorCode.INVALID_REGULAR_EXPRESSION),
+        ({"subscribed_topic_names": [topic], "server_assignor": "sticky"}, ErrorCode.UNSUPPORTED_ASSIGNOR),
+    ]
+    for fields, error in bad:
+        assert heartbeat(broker.bootstrap, group, **fields)["error_code"] == error, fields
+    # The member is unharmed: same epoch, and the group still has only it.
+    ok = heartbeat(broker.bootstrap, group, **dict(steady, member_epoch=epoch))
+    assert ok["error_code"] == 0 and ok["member_epoch"] == epoch
+    (described,) = raw_request(
+        broker.bootstrap,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        0,
+        {"group_ids": [group], "include_authorized_operations": False},
+    )["groups"]
+    assert [m["member_id"] for m in described["members"]] == [member_id]
+    # A classic JoinGroup to it is refused; a stale OffsetCommit epoch too.
+    join = raw_request(
+        broker.bootstrap,
+        ApiKey.JOIN_GROUP,
+        5,
+        {
+            "group_id": group,
+            "session_timeout_ms": 10000,
+            "rebalance_timeout_ms": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+    assert join["error_code"] == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    commit = raw_request(
+        broker.bootstrap,
+        ApiKey.OFFSET_COMMIT,
+        9,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": epoch - 1,
+            "member_id": member_id,
+            "group_instance_id": None,
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}
+            ],
+        },
+    )
+    assert commit["topics"][0]["partitions"][0]["error_code"] == ErrorCode.STALE_MEMBER_EPOCH
+    left = heartbeat(broker.bootstrap, group, **dict(steady, member_epoch=-1))
+    assert left["error_code"] == 0
+
+
+def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    create_topic(broker.bootstrap, topic, partitions=2)
+    group = unique_name("g848")
+    member = Member(consumer_config(broker.bootstrap, group), topic)
+    member.start()
+    try:
+        wait_until(lambda: len(member.partitions()) == 2, what="assignment")
+        body = raw_request(
+            broker.bootstrap,
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            0,
+            {"group_ids": [group, "no-such-group"], "include_authorized_operations": False},
+        )
+        described, missing = body["groups"]
+        assert described["error_code"] == 0 and described["group_state"] == "Stable"
+        (m,) = described["members"]
+        assert m["member_epoch"] == described["group_epoch"] > 0
+        assert [t["topic_name"] for t in m["assignment"]["topic_partitions"]] == [topic]
+        assert m["assignment"] == m["target_assignment"]
+        assert missing["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        listed = admin.list_consumer_groups().result(timeout=10)
+        assert not listed.errors and group in {g.group_id for g in listed.valid}, listed.errors
+        admin_view = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        assert [len(m.assignment.topic_partitions) for m in admin_view.members] == [2]
+        # What `loglake groups describe` shows: protocol, epochs, current vs target assignment.
+        described_http = httpx.get(f"{broker.http_url}/groups/{group}").json()
+        assert described_http["group_protocol"] == "consumer" and described_http["protocol"] == "uniform"
+        (member_http,) = described_http["members"]
+        assert member_http["member_epoch"] == described_http["group_epoch"]
+        expected = [{"topic": topic, "partition": p} for p in (0, 1)]
+        assert member_http["assignment"] == member_http["target_assignment"] == expected
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loglake.cli",
+                "groups",
+                "describe",
+                "--group",
+                group,
+                "--bootstrap-http",
+                broker.http_url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "consumer protocol, assignor uniform" in out
+        assert f"{topic}-0,{topic}-1  {topic}-0,{topic}-1" in out
+    finally:
+        member.stop()
