@@ -512,3 +512,41 @@ def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(clu
     assert "leader.replication.throttled.replicas" not in configs
     assert "follower.replication.throttled.replicas" not in configs
     assert read_all(cluster.bootstrap, "heavy", 1, 2000, timeout=120)[0][-1] == chunk
+
+
+def test_a_reassignment_in_progress_is_cancelled_back_to_the_original_replicas(cluster: LocalCluster, tmp_path) -> None:
+    """A move whose new replica cannot catch up (its broker is paused) is cancelled with
+    `loglake reassign cancel`: the replicas are the original ones again, the added replica
+    is deleted once its broker is back, and nothing is lost."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = NewTopic("held-back", 1, replica_assignment=[[1]], config={"min.insync.replicas": "1"})
+    for future in admin.create_topics([topic]).values():
+        future.result(30)
+    cluster.wait_for(lambda s: any(p["topic"] == "held-back" for p in s["partitions"]))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+    for i in range(500):
+        producer.produce("held-back", b"%04d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "held-back", "partition": 0, "replicas": [2]}]}))
+    cluster.pause(2)
+    try:
+        executed = loglake(cluster, "reassign", "execute", "--plan", str(plan))
+        assert executed.returncode == 0, executed.stderr
+        bootstrap = cluster.brokers[1].bootstrap
+        assert ongoing(bootstrap) == {("held-back", 0): ([2, 1], [2], [1])}
+        cancelled = loglake(cluster, "reassign", "cancel", "--plan", str(plan))
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert ongoing(bootstrap) == {}
+        assert cluster.partition("held-back", 0)["replicas"] == [1]
+    finally:
+        cluster.resume(2)
+    settled(cluster, "held-back", 0, [1])
+    deadline = time.monotonic() + 30
+    while hosts(cluster, 2, "held-back", 0):
+        assert time.monotonic() < deadline, "the cancelled replica was not deleted"
+        time.sleep(0.1)
+    assert cluster.partition("held-back", 0)["leader"] == 1
+    records = read_all(cluster.bootstrap, "held-back", 1, 500)[0]
+    assert records == [b"%04d" % i for i in range(500)]
