@@ -101,6 +101,32 @@ _STATIC_KEYS = (
     ConfigKey("log.flush.scheduler.interval.ms", _T.LONG, 1000, "How often logs are checked for a due flush."),
     ConfigKey("log.retention.check.interval.ms", _T.LONG, 300000, "How often logs are checked for deletion."),
     ConfigKey("socket.request.max.bytes", _T.INT, 104857600, "Largest request the broker reads."),
+    # Security (docs/security.md). Passwords are PASSWORD: DescribeConfigs never shows them.
+    ConfigKey("listener.security.protocol.map", _T.STRING, None, "Each listener name's security protocol."),
+    ConfigKey("advertised.listeners", _T.STRING, None, "The listeners registered for clients (default: listeners)."),
+    ConfigKey("inter.broker.listener.name", _T.STRING, None, "The listener brokers reach each other on."),
+    ConfigKey("sasl.enabled.mechanisms", _T.LIST, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms offered."),
+    ConfigKey(
+        "sasl.mechanism.inter.broker.protocol", _T.STRING, None, "The SASL mechanism brokers use with each other."
+    ),
+    ConfigKey("sasl.jaas.config", _T.PASSWORD, None, "JAAS login: the inter-broker SASL username and password."),
+    ConfigKey("connections.max.reauth.ms", _T.LONG, 0, "SASL session lifetime (0: no re-authentication)."),
+    ConfigKey("ssl.keystore.type", _T.STRING, "PEM", "PEM only."),
+    ConfigKey("ssl.keystore.location", _T.STRING, None, "PEM file with the certificate chain and private key."),
+    ConfigKey("ssl.key.password", _T.PASSWORD, None, "The private key's password."),
+    ConfigKey("ssl.truststore.type", _T.STRING, "PEM", "PEM only."),
+    ConfigKey("ssl.truststore.location", _T.STRING, None, "PEM bundle of trusted CAs."),
+    ConfigKey(
+        "ssl.client.auth", _T.STRING, "none", "Ask for client certificates.", one_of("none", "requested", "required")
+    ),
+    ConfigKey("ssl.enabled.protocols", _T.LIST, "TLSv1.2,TLSv1.3", "TLS versions."),
+    ConfigKey("ssl.cipher.suites", _T.LIST, None, "OpenSSL cipher names."),
+    ConfigKey("ssl.endpoint.identification.algorithm", _T.STRING, "https", "Verify other brokers' host names."),
+    ConfigKey("authorizer.class.name", _T.STRING, None, "Kafka's AclAuthorizer (or StandardAuthorizer) turns ACLs on."),
+    ConfigKey("super.users", _T.STRING, None, "Principals allowed everything (User:a;User:b)."),
+    ConfigKey("allow.everyone.if.no.acl.found", _T.BOOLEAN, False, "Allow resources no ACL matches."),
+    ConfigKey("http.authentication.method", _T.STRING, "NONE", "HTTP API authentication.", one_of("NONE", "BASIC")),
+    ConfigKey("http.authentication.realm", _T.STRING, "loglake", "The HTTP Basic realm."),
     ConfigKey("metrics.enabled", _T.BOOLEAN, True, "Record metrics and serve them at /metrics."),
     ConfigKey("metrics.per.partition.enabled", _T.BOOLEAN, True, "Export each partition's log size and offsets."),
     ConfigKey("request.logging.enable", _T.BOOLEAN, False, "Log every Kafka request with its times."),
