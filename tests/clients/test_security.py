@@ -238,3 +238,29 @@ def test_users_are_listed_without_secrets_and_can_be_removed(broker, pki: Pki, p
     assert "Authentication failed" in failing_client_error(carol)
     gone = loglake(broker, "users", "delete", "--user", "carol")
     assert gone.returncode == 1 and "no SCRAM credential" in gone.stderr
+
+
+def test_random_bytes_on_the_sasl_and_tls_listeners_are_refused_and_the_broker_keeps_serving(
+    broker, pki: Pki, ports, topic: str
+) -> None:
+    import random
+    import socket
+    import struct
+
+    rng = random.Random(1234)
+    for port in (ports["SASL_PLAINTEXT"], ports["SSL"], ports["SASL_SSL"]):
+        for _ in range(20):
+            size = rng.randrange(1, 200)
+            junk = rng.randbytes(size)
+            if rng.random() < 0.5:  # a well-formed frame of junk: past the framing, into the parsers
+                junk = struct.pack(">i", len(junk)) + junk
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(junk)
+                sock.shutdown(socket.SHUT_WR)
+                try:
+                    while sock.recv(4096):  # whatever comes back, the connection must end
+                        pass
+                except (ConnectionResetError, TimeoutError) as exc:
+                    assert not isinstance(exc, TimeoutError), f"the broker hung on {junk!r}"
+    config = sasl_ssl(pki, ports["SASL_SSL"], "alice", "alice-secret", "SCRAM-SHA-512")
+    assert round_trip(config, topic, 10) == EXPECTED[:10]
