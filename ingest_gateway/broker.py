@@ -49,6 +49,7 @@ from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.protocol import ApiKey
+from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 from loglake.storage.meta_properties import MetaProperties, new_cluster_id
@@ -133,6 +134,9 @@ class Broker:
             self.log_manager.flush_observer = self.metrics.observe_flush
         self._request_logging = metrics_config.request_logging
         self.authorization = RequestAuthorization(authorizer_from_config(config.raw))
+        # Client quotas (producer_byte_rate, consumer_byte_rate of /config/users, /config/clients).
+        self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
+        self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
         self.kafka_apis = KafkaApis(self)
         self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
@@ -234,9 +238,15 @@ class Broker:
         register_config_apis(self.kafka_apis, self)
         self.acl_apis = register_acl_apis(self.kafka_apis, self)
         self.dynamic_config.start()
+        loop = asyncio.get_running_loop()
+
+        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
+            self.produce_quotas.update(configs)
+            self.fetch_quotas.update(configs)
+
+        self.store.watch_entity_configs(lambda configs: loop.call_soon_threadsafe(apply_quotas, configs))
         authorizer = self.authorization.authorizer
         if authorizer is not None:
-            loop = asyncio.get_running_loop()
             self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
         register_admin_apis(self.kafka_apis, self)
         self._log_dir_mover = register_log_dir_apis(self.kafka_apis, self.replica_manager)

@@ -33,6 +33,7 @@ from loglake.protocol import IsolationLevel, RequestHeader
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.client_endpoints import node_endpoints
+from ingest_gateway.kafka_server import current_request
 from ingest_gateway.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     DEFAULT_EVICTION_MS,
@@ -170,6 +171,19 @@ class FetchApis:
     async def fetch(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
         replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
+        quotas = self.broker.fetch_quotas
+        if replica_id < 0 and quotas.enabled:
+            request = current_request()
+            throttle_ms = quotas.throttle_ms(request.principal.name, header.client_id or "")
+            if throttle_ms > 0:
+                # Over its consumer_byte_rate: an empty answer now, the connection muted (as Kafka).
+                request.throttle_ms = throttle_ms
+                return {
+                    "throttle_time_ms": throttle_ms,
+                    "error_code": 0,
+                    "session_id": body["session_id"],
+                    "responses": [],
+                }
         fetch_data, to_forget = self._requested(version, body)
         context = self.sessions.new_context(
             version, body["session_id"], body["session_epoch"], replica_id >= 0, fetch_data, to_forget, self.topic_name
@@ -210,9 +224,13 @@ class FetchApis:
                 for tp, entry in answers:
                     if entry["records"]:
                         metrics.record_bytes_out(tp.topic, entry["records"].size)  # type: ignore[arg-type]
+        throttle_ms = 0
+        if replica_id < 0 and quotas.enabled:
+            sent = sum(entry["records"].size for _, entry in answers if entry["records"])  # type: ignore[union-attr]
+            throttle_ms = self.broker.kafka_apis.charge(quotas, header, sent)
         result = context.respond(answers + erroneous)
         response: Body = {
-            "throttle_time_ms": 0,
+            "throttle_time_ms": throttle_ms,
             "error_code": result.error,
             "session_id": result.session_id,
             "responses": _by_topic(result.partitions),

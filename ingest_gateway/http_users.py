@@ -1,20 +1,26 @@
-"""HTTP for SASL users (what `kafka-configs.sh --entity-type users --alter --add-config
-'SCRAM-SHA-256=[...]'` does): each user's SCRAM credentials in the metadata store. As with
-Kafka's AlterUserScramCredentials, the client sends a salt and the salted password, never
-the password; the broker keeps only the derived keys. Listing shows mechanisms and
-iteration counts, never key material.
+"""HTTP for client entities (what `kafka-configs.sh --entity-type users|clients` alters):
+SASL users' SCRAM credentials and client quotas, both entity configs in the metadata store.
+
+As with Kafka's AlterUserScramCredentials, the client sends a salt and the salted password,
+never the password; the broker keeps only the derived keys. Listing shows mechanisms and
+iteration counts, never key material. Quotas (`producer_byte_rate`, `consumer_byte_rate`)
+are set per `users/<user>`, `clients/<client id>` or `users/<user>/clients/<client id>`,
+`<default>` standing for a default.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import re
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request, Response
+from loglake.security.quotas import QUOTA_KEYS
+from loglake.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
 from ingest_gateway.http_errors import BadRequest, json_object
-from loglake.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
 if TYPE_CHECKING:
     from ingest_gateway.broker import Broker
@@ -72,4 +78,43 @@ def user_routes(broker: Broker) -> APIRouter:
         store.set_user_credentials(user, remaining)
         return Response(status_code=204)
 
+    @router.get("/quotas")
+    async def list_quotas() -> dict[str, dict[str, str]]:
+        configs = await asyncio.to_thread(store.entity_configs)
+        return {
+            entity: quotas
+            for entity, config in sorted(configs.items())
+            if (quotas := {k: v for k, v in config.items() if k in QUOTA_KEYS})
+        }
+
+    @router.patch("/quotas/{entity:path}")
+    async def alter_quotas(entity: str, request: Request) -> dict[str, Any]:
+        """Set quotas ({"configs": {"producer_byte_rate": "1048576"}}); "" removes one."""
+        if not _QUOTA_ENTITY.match(entity):
+            raise BadRequest(
+                422, "the entity is users/<user>, clients/<client id> or users/<user>/clients/<client id>", 2
+            )
+        changes = (await json_object(request)).get("configs")
+        if not isinstance(changes, dict) or not changes:
+            raise BadRequest(422, 'the body is {"configs": {"producer_byte_rate": "...", ...}}', 2)
+        for key, value in changes.items():
+            if key not in QUOTA_KEYS:
+                raise BadRequest(422, f"{key!r} is not a quota: {', '.join(QUOTA_KEYS)}", 2)
+            if value != "" and not _positive_number(value):
+                raise BadRequest(422, f"{key} must be a positive number, not {value!r}", 2)
+        config = await asyncio.to_thread(store.entity_config, entity)
+        config = {k: v for k, v in {**config, **changes}.items() if v != ""}
+        await asyncio.to_thread(store.set_entity_config, entity, config)
+        return {"entity": entity, "configs": {k: v for k, v in config.items() if k in QUOTA_KEYS}}
+
     return router
+
+
+_QUOTA_ENTITY = re.compile(r"^(users/[^/]+(/clients/[^/]+)?|clients/[^/]+)$")
+
+
+def _positive_number(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and float(value) > 0
+    except ValueError:
+        return False

@@ -32,6 +32,7 @@ from loglake.protocol import (
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from loglake.security.quotas import ClientQuotaManager
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.client_endpoints import node_endpoint, node_endpoints
@@ -180,6 +181,16 @@ class KafkaApis:
                 return exc.code
         return None
 
+    def charge(self, quotas: ClientQuotaManager, header: RequestHeader, nbytes: int) -> int:
+        """Charge a request's bytes to its client quota; the throttle time, which also mutes
+        the connection after the response."""
+        if not quotas.enabled or not nbytes:
+            return 0
+        request = current_request()
+        throttle_ms = quotas.record(request.principal.name, header.client_id or "", nbytes)
+        request.throttle_ms = max(request.throttle_ms, throttle_ms)
+        return throttle_ms
+
     def _require_topic(self, operation: AclOperation, topic: str) -> None:
         self.broker.authorization.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
@@ -326,6 +337,7 @@ class KafkaApis:
             )
             entries = {}
         results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
+        throttle_ms = self.charge(self.broker.produce_quotas, header, sum(len(r) for r in entries.values()))
         if acks == 0:
             # No response at all: the client does not wait for one. On an error Kafka
             # closes the connection instead, so that the producer notices and refreshes
@@ -360,7 +372,7 @@ class KafkaApis:
             )
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
-            "throttle_time_ms": 0,
+            "throttle_time_ms": throttle_ms,
             "node_endpoints": self._point_to_current_leaders(by_topic),
         }
 

@@ -49,6 +49,9 @@ class RequestContext:
     security_protocol: SecurityProtocol
     peer: str  # host:port
     principal: KafkaPrincipal = ANONYMOUS
+    # Set by a handler whose quota the request overdrew: the connection is muted that long
+    # after the response (KIP-219).
+    throttle_ms: int = 0
 
     @property
     def client_host(self) -> str:
@@ -192,6 +195,10 @@ class KafkaServer:
                     await channel.send(chunks)
                 if timing is not None:
                     metrics.end_request(payload, timing, peer)  # type: ignore[union-attr]
+                if context.throttle_ms > 0:
+                    # Muted: the next request waits in the socket until the quota allows it.
+                    await asyncio.sleep(context.throttle_ms / 1000)
+                    context.throttle_ms = 0
         except ConnectionClosed:
             pass
         except CloseConnection as exc:

@@ -900,6 +900,39 @@ def cmd_users_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+# quotas ------------------------------------------------------------------------------------
+
+
+def _quota_entity(args: argparse.Namespace) -> str:
+    if args.user and args.client_id:
+        return f"users/{args.user}/clients/{args.client_id}"
+    if args.user:
+        return f"users/{args.user}"
+    if args.client_id:
+        return f"clients/{args.client_id}"
+    raise CliError("give --user and/or --client-id (<default> for the defaults)")
+
+
+def cmd_quotas_alter(args: argparse.Namespace) -> int:
+    """As kafka-configs.sh --alter --entity-type users|clients --add-config producer_byte_rate=..."""
+    changes = {**parse_overrides(args.add_config), **{k: "" for k in args.delete_config}}
+    if not changes:
+        raise CliError("nothing to alter: give --add-config k=v or --delete-config k")
+    entity = _quota_entity(args)
+    with _client(args) as c:
+        _check(c.patch(f"/quotas/{entity}", json={"configs": changes}))
+    print(f"Completed updating config for entity {entity}.")
+    return 0
+
+
+def cmd_quotas_describe(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        quotas = _check(c.get("/quotas"))
+    for entity, configs in quotas.items():
+        print(f"Quota configs for {entity} are " + ", ".join(f"{k}={v}" for k, v in sorted(configs.items())))
+    return 0
+
+
 # parser ------------------------------------------------------------------------------------
 
 
@@ -1025,6 +1058,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", required=True)
     p.add_argument("--mechanism", choices=sorted(scram.MECHANISMS))
     p.set_defaults(func=cmd_users_delete)
+
+    quotas = sub.add_parser(
+        "quotas", help="client quotas: producer_byte_rate, consumer_byte_rate (as kafka-configs.sh)"
+    ).add_subparsers(dest="action", required=True)
+    p = http_command(quotas, "alter", "set or remove quotas of a user and/or client id")
+    p.add_argument("--user", help="a user name, or <default>")
+    p.add_argument("--client-id", help="a client id, or <default>")
+    p.add_argument("--add-config", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    p.set_defaults(func=cmd_quotas_alter)
+    p = http_command(quotas, "describe", "every quota set")
+    p.set_defaults(func=cmd_quotas_describe)
 
     txns = sub.add_parser(
         "transactions", help="list, describe, find hanging and abort transactions (as kafka-transactions.sh)"

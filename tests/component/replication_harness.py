@@ -27,6 +27,7 @@ from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.protocol import ApiKey
+from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
 from loglake.record.batch import decode_batches, encode_batch
 from loglake.storage.log_manager import LogManager
 
@@ -58,6 +59,8 @@ class Node:
             topic_config=lambda name: LogConfig.from_properties(cluster.topics[name].config),
             metrics=None,  # metrics.enabled=false: the hooks are skipped
             authorization=RequestAuthorization(None),  # no authorizer: everything allowed
+            produce_quotas=ClientQuotaManager(PRODUCER_BYTE_RATE),  # no quotas set
+            fetch_quotas=ClientQuotaManager(CONSUMER_BYTE_RATE),
         )
         self.apis = KafkaApis(self.broker)  # type: ignore[arg-type]
         self.server = KafkaServer("127.0.0.1", 0, self.apis.handle, 100 * 1024 * 1024)

@@ -52,7 +52,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._pending_deletions: set[str] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
-        self._user_credentials: dict[str, dict[str, str]] = {}
+        self._entity_configs: dict[str, dict[str, str]] = {}  # users/<u>, clients/<c>, ...
         self._acls: dict[ResourcePattern, list[AccessControlEntry]] = {}
         self._tiered: dict[str, dict[int, int]] = {}
         self._watches: list[_LocalWatch] = []
@@ -73,7 +73,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = doc.get("next_producer_id", 0)
         self._pending_deletions = set(doc.get("pending_deletions", []))
         self._broker_configs = {entity: dict(c) for entity, c in doc.get("broker_configs", {}).items()}
-        self._user_credentials = {user: dict(c) for user, c in doc.get("user_credentials", {}).items()}
+        self._entity_configs = {entity: dict(c) for entity, c in doc.get("entity_configs", {}).items()}
         for a in doc.get("acls", []):
             pattern = ResourcePattern(ResourceType(a["resource_type"]), a["name"], PatternType(a["pattern_type"]))
             self._acls[pattern] = [AccessControlEntry.from_document(e) for e in a["acls"]]
@@ -106,7 +106,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "next_producer_id": self._next_producer_id,
             "pending_deletions": sorted(self._pending_deletions),
             "broker_configs": self._broker_configs,
-            "user_credentials": self._user_credentials,
+            "entity_configs": self._entity_configs,
             "acls": [
                 {
                     "resource_type": int(p.resource_type),
@@ -153,6 +153,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return self._isr_changes_notified
             if kind == "broker_configs":
                 return {entity: dict(c) for entity, c in self._broker_configs.items()}
+            if kind == "entity_configs":
+                return {entity: dict(c) for entity, c in self._entity_configs.items()}
             if kind == "acls":
                 return {p: list(entries) for p, entries in self._acls.items()}
             raise ValueError(kind)
@@ -203,21 +205,24 @@ class EmbeddedMetadataStore(MetadataStore):
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         self._watch("isr_changes", callback)
 
-    def user_credentials(self, user: str) -> dict[str, str]:
+    def entity_config(self, entity: str) -> dict[str, str]:
         with self._lock:
-            return dict(self._user_credentials.get(user, {}))
+            return dict(self._entity_configs.get(entity, {}))
 
-    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
+    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
         with self._lock:
-            if credentials:
-                self._user_credentials[user] = dict(credentials)
+            if config:
+                self._entity_configs[entity] = dict(config)
             else:
-                self._user_credentials.pop(user, None)
+                self._entity_configs.pop(entity, None)
             self._save()
+        self._notify("entity_configs")
 
-    def users(self) -> list[str]:
-        with self._lock:
-            return sorted(self._user_credentials)
+    def entity_configs(self) -> dict[str, dict[str, str]]:
+        return self._current("entity_configs")
+
+    def watch_entity_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        self._watch("entity_configs", callback)
 
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
         return self._current("acls")

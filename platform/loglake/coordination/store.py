@@ -20,6 +20,9 @@ from typing import Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
+from loglake.security.scram import MECHANISMS
+
+SCRAM_MECHANISMS = frozenset(MECHANISMS)
 
 
 class MetadataStore(ABC):
@@ -152,17 +155,39 @@ class MetadataStore(ABC):
         (ZooKeeper: a /config/changes/config_change_ notification, as Kafka writes)."""
 
     @abstractmethod
+    def entity_config(self, entity: str) -> dict[str, str]:
+        """A client entity's config (Kafka's /config/<entity>): `users/<user>`,
+        `clients/<client id>`, `users/<user>/clients/<client id>`, with `<default>` for a
+        default; SCRAM credentials and quotas live there side by side, as in Kafka."""
+
+    @abstractmethod
+    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
+        """Replace an entity's config (empty: remove it) and notify the brokers."""
+
+    @abstractmethod
+    def entity_configs(self) -> dict[str, dict[str, str]]:
+        """Every user and client entity's config, by entity path."""
+
+    @abstractmethod
+    def watch_entity_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        """Call `callback` with `entity_configs()` now and whenever one changes."""
+
     def user_credentials(self, user: str) -> dict[str, str]:
-        """A user's SCRAM credentials by mechanism, in Kafka's stored form
-        (/config/users/<user>); empty for an unknown user."""
+        """A user's SCRAM credentials by mechanism, in Kafka's stored form; empty if none."""
+        return {k: v for k, v in self.entity_config(f"users/{user}").items() if k in SCRAM_MECHANISMS}
 
-    @abstractmethod
     def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
-        """Replace a user's SCRAM credentials (empty: the user is removed)."""
+        """Replace a user's SCRAM credentials, keeping the user's other configs (quotas)."""
+        others = {k: v for k, v in self.entity_config(f"users/{user}").items() if k not in SCRAM_MECHANISMS}
+        self.set_entity_config(f"users/{user}", {**others, **credentials})
 
-    @abstractmethod
     def users(self) -> list[str]:
         """Users with credentials, sorted."""
+        return sorted(
+            entity.split("/")[1]
+            for entity, config in self.entity_configs().items()
+            if entity.count("/") == 1 and entity.startswith("users/") and SCRAM_MECHANISMS & config.keys()
+        )
 
     @abstractmethod
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:

@@ -65,6 +65,7 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_ROOT = "/config"
 CONFIG_USERS = "/config/users"
 # ACLs as Kafka's AclAuthorizer keeps them: literal patterns, prefixed ones, and the change
 # notifications brokers watch.
@@ -911,22 +912,73 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._retry(write)
         self._notify_config_change(f"brokers/{entity}")
 
-    def user_credentials(self, user: str) -> dict[str, str]:
+    def entity_config(self, entity: str) -> dict[str, str]:
         def read() -> dict[str, str]:
             try:
-                raw = self._client.get(f"{CONFIG_USERS}/{user}")[0]
+                raw = self._client.get(f"{CONFIG_ROOT}/{entity}")[0]
             except NoNodeError:
                 return {}
             return {str(k): str(v) for k, v in json.loads(raw or b"{}").get("config", {}).items()}
 
         return self._retry(read)
 
-    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
-        """/config/users/<user> in Kafka's form, then its change notification."""
-        self._retry(
-            self._write_or_delete, f"{CONFIG_USERS}/{user}", config_document(credentials) if credentials else None
-        )
-        self._notify_config_change(f"users/{user}")
+    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
+        """/config/<entity> in Kafka's form, then its change notification."""
+        path = f"{CONFIG_ROOT}/{entity}"
+        if config:
+            self._retry(self._write_or_delete, path, config_document(config))
+        else:
+            # A user's node may hold its clients' nodes: then it stays, emptied.
+            self._retry(self._empty_or_delete, path)
+        self._notify_config_change(entity)
+
+    def _empty_or_delete(self, path: str) -> None:
+        try:
+            self._client.delete(path)
+        except NoNodeError:
+            pass
+        except NotEmptyError:
+            self._client.set(path, config_document({}))
+
+    def entity_configs(self) -> dict[str, dict[str, str]]:
+        return self._retry(self._read_entity_configs)
+
+    def _read_entity_configs(self) -> dict[str, dict[str, str]]:
+        paths = []
+        for kind in ("users", "clients"):
+            try:
+                names = self._client.get_children(f"{CONFIG_ROOT}/{kind}")
+            except NoNodeError:
+                continue
+            for name in names:
+                paths.append(f"{kind}/{name}")
+                if kind == "users":
+                    try:
+                        paths += [
+                            f"users/{name}/clients/{c}"
+                            for c in self._client.get_children(f"{CONFIG_USERS}/{name}/clients")
+                        ]
+                    except NoNodeError:
+                        pass
+        replies = {p: self._client.get_async(f"{CONFIG_ROOT}/{p}") for p in paths}
+        out = {}
+        for path, reply in replies.items():
+            try:
+                config = json.loads(reply.get()[0] or b"{}").get("config", {})
+            except NoNodeError:
+                continue
+            if config:
+                out[path] = {str(k): str(v) for k, v in config.items()}
+        return out
+
+    def watch_entity_configs(self, callback: Callable[[dict[str, dict[str, str]]], None]) -> None:
+        changes = self._children_reader(CONFIG_CHANGES)
+
+        def read(watcher: Callable[[WatchedEvent], None]) -> dict[str, dict[str, str]]:
+            changes(watcher)
+            return self._read_entity_configs()
+
+        self._add_watch(read, lambda configs: configs, callback)
 
     def _write_or_delete(self, path: str, doc: bytes | None) -> None:
         """Set (creating it if need be) or, with no document, delete a znode."""
@@ -940,15 +992,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._client.set(path, doc)
         except NoNodeError:
             self._client.create(path, doc, makepath=True)
-
-    def users(self) -> list[str]:
-        def read() -> list[str]:
-            try:
-                return sorted(self._client.get_children(CONFIG_USERS))
-            except NoNodeError:
-                return []
-
-        return self._retry(read)
 
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
         return self._retry(self._read_acls)
