@@ -20,8 +20,6 @@ import asyncio
 import itertools
 import logging
 import socket
-import ssl
-from dataclasses import dataclass, field
 from typing import Any
 
 from loglake.protocol import (
@@ -32,6 +30,7 @@ from loglake.protocol import (
     encode_request,
     read_frame_size,
 )
+from loglake.security.client import PLAINTEXT, ClientSecurity
 from loglake.security.scram import ScramClient, ScramError
 
 log = logging.getLogger(__name__)
@@ -46,20 +45,6 @@ class KafkaConnectionError(ConnectionError):
 
 class RequestTimedOut(TimeoutError):
     """No answer within the request timeout (the connection has been closed)."""
-
-
-@dataclass(frozen=True)
-class ClientSecurity:
-    """How the client reaches a broker's listener: TLS with `tls` (a client SSLContext), and
-    SASL with `mechanism` (PLAIN, SCRAM-SHA-256/512) as `username`."""
-
-    tls: ssl.SSLContext | None = None
-    mechanism: str | None = None
-    username: str = ""
-    password: str = field(default="", repr=False)
-
-
-PLAINTEXT = ClientSecurity()
 
 
 class KafkaClient:

@@ -5,19 +5,18 @@ ones, checking the SCRAM credentials of the metadata store."""
 from __future__ import annotations
 
 import logging
-import re
 import ssl
 from typing import Any
 
 from loglake.config import BrokerConfig, Listener
 from loglake.coordination.store import MetadataStore
+from loglake.security.client import ClientSecurity, jaas_credentials
 from loglake.security.listeners import listener_config
 from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
 from loglake.security.scram import ScramCredential
 from loglake.security.tls import client_context, server_context
 
 from ingest_gateway.http_security import BasicAuthenticator
-from ingest_gateway.kafka_client import ClientSecurity
 from ingest_gateway.kafka_server import ListenerSecurity
 from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
@@ -99,9 +98,6 @@ def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]
     return options
 
 
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     """How this broker reaches the others (replica fetchers, the controller channel,
     transaction markers): the inter-broker listener's protocol; for SASL,
@@ -120,10 +116,10 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     jaas = config.raw.get(f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config") or config.raw.get(
         "sasl.jaas.config", ""
     )
-    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
-    if "username" not in options or "password" not in options:
+    credentials = jaas_credentials(jaas)
+    if credentials is None:
         raise ValueError(
             f"the inter-broker listener {name} uses SASL/{mechanism}: set "
             f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config with username and password"
         )
-    return ClientSecurity(tls, mechanism, options["username"], options["password"])
+    return ClientSecurity(tls, mechanism, *credentials)

@@ -33,13 +33,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ingest_gateway.fetch_session import ZERO_UUID, PartitionRequest
-from ingest_gateway.fetch_session_handler import FetchSessionHandler
-from ingest_gateway.kafka_client import PLAINTEXT, ClientSecurity, KafkaClient, KafkaConnectionError
 from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, ProtocolDecodeError
 from loglake.record.header import RecordBatchHeader, peek_batch_size
+from loglake.security.client import PLAINTEXT, ClientSecurity
+
+from ingest_gateway.fetch_session import ZERO_UUID, PartitionRequest
+from ingest_gateway.fetch_session_handler import FetchSessionHandler
+from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError
 
 if TYPE_CHECKING:
     from loglake.cluster.partition import Partition

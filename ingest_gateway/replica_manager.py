@@ -23,17 +23,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ingest_gateway.kafka_client import PLAINTEXT, ClientSecurity
-from ingest_gateway.metrics import BrokerMetrics, add_remote_time
-from ingest_gateway.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
 from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.config import LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
+from loglake.security.client import PLAINTEXT, ClientSecurity
 from loglake.storage.checkpoints import OffsetCheckpointFile
 from loglake.storage.file_records import LogSlice
 from loglake.storage.log_manager import LogManager
+
+from ingest_gateway.metrics import BrokerMetrics, add_remote_time
+from ingest_gateway.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
 
 log = logging.getLogger(__name__)
 

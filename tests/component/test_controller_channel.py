@@ -7,12 +7,13 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
-from ingest_gateway.controller_channel import ControllerChannelManager
-from ingest_gateway.kafka_client import PLAINTEXT
-from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.process import free_port
 from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
 from loglake.protocol import ApiKey, decode_request, encode_response
+from loglake.security.client import PLAINTEXT
+
+from ingest_gateway.controller_channel import ControllerChannelManager
+from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.process import free_port
 
 CONTROLLER, TARGET = 1, 2
 

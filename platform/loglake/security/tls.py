@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Mapping
 from typing import Any
 
+from loglake.security.client import tls_client_context
 from loglake.security.listeners import listener_config
 
 _CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
@@ -110,12 +111,11 @@ def client_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
         return listener_config(props, listener, name, default)
 
     try:
-        context = ssl.create_default_context(cafile=get("ssl.truststore.location"))
-        keystore = get("ssl.keystore.location")
-        if keystore:
-            context.load_cert_chain(keystore, password=get("ssl.key.password"))
+        return tls_client_context(
+            get("ssl.truststore.location"),
+            get("ssl.keystore.location"),
+            get("ssl.key.password"),
+            bool(get("ssl.endpoint.identification.algorithm", "https")),
+        )
     except (OSError, ssl.SSLError) as exc:
         raise TlsConfigError(f"listener {listener}: cannot load the client keystore/truststore: {exc}") from None
-    if not get("ssl.endpoint.identification.algorithm", "https"):
-        context.check_hostname = False
-    return context

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from loglake.protocol import IsolationLevel
+from loglake.security.client import SECURITY_PROPERTIES, client_security
 from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -84,12 +85,30 @@ class ReadOptions:
     commit_offsets: bool
     # kafka.isolation.level: read_committed by default
     isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
+    # kafka.security.protocol, kafka.sasl.*, kafka.ssl.* as Spark's Kafka source takes them
+    # (kept as properties: options travel to executors pickled, SSL contexts do not).
+    security: tuple[tuple[str, str], ...] = ()
 
     def client(self) -> ProtocolClient:
-        """A protocol client for these options (bootstrap servers, timeout, isolation level)."""
+        """A protocol client for these options (bootstrap servers, timeout, isolation level, security)."""
         return ProtocolClient(
-            self.bootstrap_servers, request_timeout_ms=self.request_timeout_ms, isolation_level=self.isolation_level
+            self.bootstrap_servers,
+            request_timeout_ms=self.request_timeout_ms,
+            isolation_level=self.isolation_level,
+            security=client_security(dict(self.security)),
         )
+
+
+def security_options(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.jaas.config, kafka.ssl.* (PEM),
+    checked now so that a mistake fails the query before it starts."""
+    lowered = {k.lower(): v for k, v in opts.items()}
+    props = {p: lowered[f"kafka.{p}"] for p in SECURITY_PROPERTIES if f"kafka.{p}" in lowered}
+    try:
+        client_security(props)
+    except ValueError as exc:
+        raise OptionError(f"kafka.* security options: {exc}") from None
+    return tuple(sorted(props.items()))
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -241,6 +260,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
     if isolation not in _ISOLATION_LEVELS:
         raise OptionError(f"kafka.isolation.level must be read_committed or read_uncommitted, not {isolation!r}")
     return ReadOptions(
+        security=security_options(opts),
         bootstrap_servers=servers,
         selection=selection,
         starting=starting,

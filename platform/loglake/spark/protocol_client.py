@@ -21,6 +21,8 @@ from typing import Any, Self
 
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, IsolationLevel, decode_response, encode_request, read_frame_size
+from loglake.security.client import PLAINTEXT, ClientSecurity
+from loglake.security.scram import ScramClient, ScramError
 
 # Versions every Kafka since 2.6 and loglake (Kafka 3.9.0's ranges) serve.
 METADATA_VERSION = 9
@@ -64,6 +66,10 @@ class CoordinatorType(IntEnum):
 
     GROUP = 0
     TRANSACTION = 1
+
+
+class AuthenticationFailed(Exception):
+    """The broker refused this client's SASL credentials (not retriable)."""
 
 
 class BrokerUnavailable(ConnectionError):
@@ -149,18 +155,50 @@ def _offset_commit_topics(offsets: Mapping[TopicPartition, int], metadata: Mappi
 
 
 class BrokerConnection:
-    """One blocking TCP connection; one request at a time."""
+    """One blocking TCP connection (TLS and SASL as `security` says); one request at a time."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, timeout_s: float, security: ClientSecurity = PLAINTEXT
+    ) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self._correlation = itertools.count(1)
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as exc:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock if security.tls is None else security.tls.wrap_socket(sock, server_hostname=host)
+        except OSError as exc:  # ssl.SSLError too: an untrusted certificate
             raise BrokerUnavailable(f"cannot connect to {host}:{port}: {exc}") from exc
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security.mechanism is not None:
+            self._authenticate(security)
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake v1 and SaslAuthenticate; a refusal is an AuthenticationFailed."""
+        mechanism = security.mechanism or ""
+        answer = self.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if answer["error_code"]:
+            self.close()
+            raise AuthenticationFailed(
+                f"{self.host}:{self.port} does not offer SASL/{mechanism}: {answer['mechanisms']}"
+            )
+
+        def authenticate(token: bytes) -> bytes:
+            reply = self.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+            if reply["error_code"]:
+                self.close()
+                raise AuthenticationFailed(f"{self.host}:{self.port}: {reply['error_message']}")
+            return bytes(reply["auth_bytes"])
+
+        if mechanism == "PLAIN":
+            authenticate(f"\0{security.username}\0{security.password}".encode())
+            return
+        scram = ScramClient(mechanism, security.username, security.password)
+        try:
+            scram.verify(authenticate(scram.final_message(authenticate(scram.first_message()))))
+        except ScramError as exc:
+            self.close()
+            raise AuthenticationFailed(f"{self.host}:{self.port}: {exc}") from None
 
     def request(self, api_key: int, version: int, body: dict[str, Any]) -> dict[str, Any]:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
@@ -203,8 +241,10 @@ class ProtocolClient:
         client_id: str = "loglake-spark",
         request_timeout_ms: int = 30_000,
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.bootstrap = parse_bootstrap_servers(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         # Of ListOffsets (latest: the LSO for read_committed) and Fetch (up to the LSO, with
         # the aborted transactions).
@@ -227,7 +267,7 @@ class ProtocolClient:
     def _connection(self, address: tuple[str, int]) -> BrokerConnection:
         conn = self._connections.get(address)
         if conn is None:
-            conn = BrokerConnection(address[0], address[1], self.client_id, self.timeout_s)
+            conn = BrokerConnection(address[0], address[1], self.client_id, self.timeout_s, self.security)
             self._connections[address] = conn
         return conn
 

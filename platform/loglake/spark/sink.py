@@ -34,8 +34,9 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, Stri
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
 from loglake.record.batch import RecordRow
 from loglake.record.compression import CompressionType
+from loglake.security.client import SECURITY_PROPERTIES, client_security, librdkafka_properties
 from loglake.spark.faults import spark_jvm_fault_point
-from loglake.spark.options import OptionError
+from loglake.spark.options import OptionError, security_options
 from loglake.spark.protocol_client import ProducerIdAndEpoch, ProtocolClient, TopicPartition
 from loglake.spark.transactional_producer import (
     SinkProgress,
@@ -63,6 +64,7 @@ _TRANSACTIONAL_KAFKA_OPTIONS = {
     "transaction.timeout.ms",
     "request.timeout.ms",
     "compression.type",
+    *SECURITY_PROPERTIES,
 }
 
 
@@ -77,10 +79,14 @@ class TransactionalOptions:
     request_timeout_ms: int = 30_000
     compression: CompressionType = CompressionType.NONE
     write_id: str = ""
+    security: tuple[tuple[str, str], ...] = ()  # Kafka client properties (picklable)
 
     def client(self) -> ProtocolClient:
         return ProtocolClient(
-            self.bootstrap_servers, client_id="loglake-spark-sink", request_timeout_ms=self.request_timeout_ms
+            self.bootstrap_servers,
+            client_id="loglake-spark-sink",
+            request_timeout_ms=self.request_timeout_ms,
+            security=client_security(dict(self.security)),
         )
 
 
@@ -150,6 +156,7 @@ def _transactional_options(opts: Mapping[str, str], streaming: bool) -> Transact
         _positive_int(kafka, "request.timeout.ms", TransactionalOptions.request_timeout_ms),
         CompressionType[codec],
         "" if streaming else uuid.uuid4().hex,
+        security_options(opts),
     )
 
 
@@ -183,7 +190,10 @@ def parse_write_options(options: Mapping[str, str], schema: StructType, *, strea
         "linger.ms": "5",
         "partitioner": "murmur2_random",
     }
-    config.update({k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+    # Spark's Kafka options (Java's names: sasl.jaas.config, ssl.truststore.location...) in librdkafka's.
+    config.update(
+        librdkafka_properties({k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")})
+    )
     return WriteOptions(topic, config, _transactional_options(opts, streaming))
 
 

@@ -1,0 +1,114 @@
+"""The client side of security: how a connection to a broker is secured, from Kafka's
+client properties (`security.protocol`, `sasl.mechanism`, `sasl.jaas.config`,
+`ssl.truststore.location`, `ssl.keystore.location`, `ssl.key.password`,
+`ssl.endpoint.identification.algorithm`), PEM files as on the broker. The broker's own
+clients (replica fetchers, the controller channel) and the Spark data source use it; for
+librdkafka (the Spark sink's at-least-once path) the same properties are translated."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loglake.security.listeners import SecurityProtocol
+from loglake.security.sasl import SUPPORTED_MECHANISMS
+
+SECURITY_PROPERTIES = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.jaas.config",
+    "ssl.truststore.location",
+    "ssl.truststore.type",
+    "ssl.keystore.location",
+    "ssl.keystore.type",
+    "ssl.key.password",
+    "ssl.endpoint.identification.algorithm",
+)
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """TLS with `tls` (a client SSLContext), and SASL with `mechanism` as `username`."""
+
+    tls: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = field(default="", repr=False)
+
+
+PLAINTEXT = ClientSecurity()
+
+
+def jaas_credentials(jaas: str) -> tuple[str, str] | None:
+    """The username and password of a JAAS login line (PlainLoginModule, ScramLoginModule)."""
+    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas or "")}
+    if "username" not in options or "password" not in options:
+        return None
+    return options["username"], options["password"]
+
+
+def tls_client_context(
+    truststore: str | None, keystore: str | None, key_password: str | None, verify_host: bool
+) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=truststore)
+    if keystore:
+        context.load_cert_chain(keystore, password=key_password)
+    context.check_hostname = verify_host
+    return context
+
+
+def client_security(props: Mapping[str, str]) -> ClientSecurity:
+    """Kafka client properties to a ClientSecurity; ValueError naming what is wrong."""
+    try:
+        protocol = SecurityProtocol((props.get("security.protocol") or "PLAINTEXT").strip().upper())
+    except ValueError:
+        raise ValueError(
+            f"security.protocol={props.get('security.protocol')}: one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+        ) from None
+    for kind in ("truststore", "keystore"):
+        if (props.get(f"ssl.{kind}.type") or "PEM").upper() != "PEM":
+            raise ValueError(f"ssl.{kind}.type: PEM files only")
+    tls = None
+    if protocol.uses_tls:
+        try:
+            tls = tls_client_context(
+                props.get("ssl.truststore.location"),
+                props.get("ssl.keystore.location"),
+                props.get("ssl.key.password"),
+                bool(props.get("ssl.endpoint.identification.algorithm", "https")),
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"cannot load the truststore/keystore: {exc}") from None
+    if not protocol.uses_sasl:
+        return ClientSecurity(tls)
+    mechanism = (props.get("sasl.mechanism") or "GSSAPI").strip().upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ValueError(f"sasl.mechanism={mechanism}: one of {', '.join(SUPPORTED_MECHANISMS)}")
+    credentials = jaas_credentials(props.get("sasl.jaas.config", ""))
+    if credentials is None:
+        raise ValueError('sasl.jaas.config needs username="..." and password="..."')
+    return ClientSecurity(tls, mechanism, *credentials)
+
+
+def librdkafka_properties(props: Mapping[str, str]) -> dict[str, str]:
+    """The same settings in librdkafka's names (it reads no JAAS and no Java stores)."""
+    out = {k: v for k, v in props.items() if k not in SECURITY_PROPERTIES}
+    if "security.protocol" in props:
+        out["security.protocol"] = props["security.protocol"]
+    if "sasl.mechanism" in props:
+        out["sasl.mechanisms"] = props["sasl.mechanism"]
+    credentials = jaas_credentials(props.get("sasl.jaas.config", ""))
+    if credentials is not None:
+        out["sasl.username"], out["sasl.password"] = credentials
+    if props.get("ssl.truststore.location"):
+        out["ssl.ca.location"] = props["ssl.truststore.location"]
+    if props.get("ssl.keystore.location"):  # a PEM keystore holds both
+        out["ssl.certificate.location"] = out["ssl.key.location"] = props["ssl.keystore.location"]
+    if props.get("ssl.key.password"):
+        out["ssl.key.password"] = props["ssl.key.password"]
+    if "ssl.endpoint.identification.algorithm" in props:
+        out["ssl.endpoint.identification.algorithm"] = props["ssl.endpoint.identification.algorithm"] or "none"
+    return out
