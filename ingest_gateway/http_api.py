@@ -20,22 +20,23 @@ from loglake.partitioner import StickyPartitioner
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ingest_gateway.console import console_routes
+from ingest_gateway.http_acls import acl_routes
 from ingest_gateway.http_broker_configs import broker_config_routes
 from ingest_gateway.http_errors import (
     RETRIABLE,
     BadRequest,
-    json_object,
     JSONBytesResponse,
     error_response,
+    json_object,
     kafka_error_response,
 )
 from ingest_gateway.http_groups import group_routes
-from ingest_gateway.http_security import HttpSecurity
-from ingest_gateway.listener_security import http_authenticator
 from ingest_gateway.http_reassignments import reassignment_routes
+from ingest_gateway.http_security import HttpSecurity
 from ingest_gateway.http_tiering import tiering_routes
 from ingest_gateway.http_transactions import transaction_routes
 from ingest_gateway.http_users import user_routes
+from ingest_gateway.listener_security import http_authenticator
 from ingest_gateway.rest_records import (
     BINARY_V2,
     JSON_V2,
@@ -119,6 +120,7 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(reassignment_routes(broker))
     app.include_router(broker_config_routes(broker))
     app.include_router(user_routes(broker))
+    app.include_router(acl_routes(broker))
     app.include_router(console_routes(broker))
 
     @app.get("/healthz")

@@ -300,3 +300,30 @@ def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls
 
 
 BINARY = {"content-type": "application/vnd.kafka.binary.v2+json"}
+
+
+def test_the_acls_cli_adds_lists_and_removes(admin, broker) -> None:
+    env = {**os.environ, "LOGLAKE_HTTP_USER": "admin", "LOGLAKE_HTTP_PASSWORD": USERS["admin"]}
+    name = unique_name("cli-acl")
+
+    def acls(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "loglake.cli", "acls", *args, "--bootstrap-http", broker.http_url]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+
+    added = acls(
+        "add", "--resource-type", "Topic", "--resource-name", name, "--principal", "User:bob", "--operation", "Read"
+    )
+    assert added.returncode == 0, added.stderr
+    listed = acls("list", "--principal", "User:bob", "--resource-name", name)
+    assert f"Topic:{name}" in listed.stdout and "Read" in listed.stdout and "Allow" in listed.stdout
+    everything = AclBindingFilter(
+        ResourceType.TOPIC, name, LITERAL, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    assert [b.principal for b in admin.describe_acls(everything).result(30)] == ["User:bob"]  # the same ACLs
+    refused = acls(
+        "add", "--resource-type", "Topic", "--resource-name", name, "--principal", "User:bob", "--operation", "Juggle"
+    )
+    assert refused.returncode == 1 and "operation must be one of" in refused.stderr
+    removed = acls("remove", "--resource-type", "Topic", "--resource-name", name)
+    assert removed.returncode == 0, removed.stderr
+    assert admin.describe_acls(everything).result(30) == []
