@@ -491,14 +491,15 @@ def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(clu
         time.sleep(0.05)
     took = time.monotonic() - started
     during = busy.rate_since(mark)
-    # The baseline around the move, so a machine whose load drifts does not skew it.
     after = busy.rate_over(4)
     busy.finish()
     settled(cluster, "heavy", 0, [1, 2])
 
     rate = size / took
     assert 0.8 * throttle <= rate <= 1.2 * throttle, f"moved {size} B in {took:.1f} s: {rate / 1e6:.1f} MB/s"
-    baseline = (before + after) / 2
+    # The baseline: the lower of the two windows around the move, so that a machine whose
+    # load moves from one level to another while the test runs does not count as starvation.
+    baseline = min(before, after)
     assert during >= 0.7 * baseline, (
         f"producer: {during / 1e6:.1f} MB/s during the move, {before / 1e6:.1f} before, {after / 1e6:.1f} after"
     )

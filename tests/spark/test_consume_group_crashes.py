@@ -88,8 +88,8 @@ def test_delta_target_killed_between_write_and_commit_and_at_random(broker, tmp_
     assert committed(broker, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 0)
     source.burst()
     job.run(fault=FAULT_AFTER_TARGET_WRITE, expect=137)  # run 1 again (already there), killed after it
-    for _ in range(2):
-        job.kill_while_producing(source, rng)
+    # One random kill (the exact crash points are injected above): the suite's time.
+    job.kill_while_producing(source, rng)
     source.burst()
     job.run()
 

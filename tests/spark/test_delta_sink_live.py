@@ -96,8 +96,8 @@ def test_killed_sink_over_a_live_broker_writes_every_record_once(spark, broker, 
         crashed = job.run(fault=fault)
         assert crashed.returncode == 137, crashed.stdout + crashed.stderr
         records.burst()
-    for _ in range(2):
-        job.kill_while_producing(records, rng)
+    # One random kill (the exact crash points are injected above): the suite's time.
+    job.kill_while_producing(records, rng)
     records.burst()  # so that there is a next batch
     crashed = job.run(fault=FAULT_AFTER_DELTA_COMMIT)  # whichever batch comes next
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr

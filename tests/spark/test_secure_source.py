@@ -49,7 +49,9 @@ def test_reads_and_writes_over_sasl_ssl(loglake_spark, secure) -> None:
     create_topic(broker.bootstrap, topic)
     create_topic(broker.bootstrap, copy)
     rows = loglake_spark.createDataFrame([(f"v{i}",) for i in range(50)], "value string")
-    rows.write.format("loglake").options(**options).option("topic", topic).option("exactly.once", "false").mode("append").save()
+    rows.write.format("loglake").options(**options).option("topic", topic).option("exactly.once", "false").mode(
+        "append"
+    ).save()
     read = loglake_spark.read.format("loglake").options(**options).option("subscribe", topic).load()
     assert sorted(r.value.decode() for r in read.select("value").collect()) == sorted(f"v{i}" for i in range(50))
     # The exactly-once path speaks loglake's own protocol client: the same options.
