@@ -1,11 +1,48 @@
-"""Reading the web console's HTML in tests, and what the `loglake` CLI prints to compare it with."""
+"""The web console in tests: a headless browser, its HTML, and what the `loglake` CLI prints to compare it with."""
 
 from __future__ import annotations
 
 import html as html_lib
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
+
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1200,900",
+)
+
+
+def start_browser(profile: Path) -> Any:
+    """Debian's headless Chromium under Selenium, with a fresh profile; its console log kept."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(30)
+    return driver
+
+
+def check_console(browser: Any, url: str) -> None:
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, f"browser console errors on {url}: {errors}"
 
 
 def table_cells(html: str, table_id: str) -> list[list[str]]:

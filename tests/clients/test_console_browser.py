@@ -14,31 +14,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from client_helpers import create_topic, unique_name
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+from console_helpers import check_console, cli_lags, start_browser, table_cells
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from client_helpers import create_topic, unique_name
-from console_helpers import cli_lags, table_cells
 from ingest_gateway.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
-CHROME_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1200,900",
-)
 # The screenshots docs/operations.md shows.
 DOC_SHOTS = {"overview", "topic", "messages", "group", "metrics"}
 
@@ -50,15 +37,7 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in CHROME_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
-    driver = webdriver.Chrome(options=options, service=service)
-    driver.set_page_load_timeout(30)
+    driver = start_browser(tmp_path_factory.mktemp("chromium-profile"))
     yield driver
     driver.quit()
 
@@ -71,11 +50,6 @@ def visit(browser: WebDriver, url: str, shots: Path, name: str | None = None) ->
     if name is not None:
         screenshot(browser, shots, name)
     return browser.page_source
-
-
-def check_console(browser: WebDriver, url: str) -> None:
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-    assert not errors, f"browser console errors on {url}: {errors}"
 
 
 def screenshot(browser: WebDriver, shots: Path, name: str) -> None:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cluster_helpers import FAST, serving
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from console_helpers import check_console, cli_lags, start_browser, table_cells
 
-from cluster_helpers import FAST, serving
-from console_helpers import cli_lags, table_cells
 from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -49,7 +49,7 @@ def produce(cluster: LocalCluster, leader: int, partition: int, count: int) -> N
 
 
 @pytest.mark.timeout(240)
-def test_console_of_a_non_controller(cluster: LocalCluster) -> None:
+def test_console_of_a_non_controller(cluster: LocalCluster, tmp_path) -> None:
     controller = cluster.status()["controller"]["broker_id"]
     viewer, follower = [b for b in sorted(cluster.brokers) if b != controller]
     # Partition 0 led by the viewer, partition 1 by the controller; the follower in both.
@@ -109,6 +109,16 @@ def test_console_of_a_non_controller(cluster: LocalCluster) -> None:
         assert topics == [[TOPIC, "2", "3", "2 under-replicated"]]
         rows = table_cells(page(f"{ui}/topics/{TOPIC}"), "partitions")
         assert [row[8] for row in rows] == ["under-replicated", "under-replicated"]
+        # And in a real browser: the overview shows the flag, with no console errors.
+        browser = start_browser(tmp_path / "chromium-profile")
+        try:
+            browser.get(ui)
+            check_console(browser, ui)
+            assert "bad" in browser.find_element("id", "health").get_attribute("class")
+            assert browser.page_source.count("under-replicated") >= 2
+            browser.save_screenshot(str(tmp_path / "under-replicated.png"))
+        finally:
+            browser.quit()
     finally:
         cluster.resume(follower)
     cluster.wait_for(lambda s: s["under_replicated_partitions"] == 0)
