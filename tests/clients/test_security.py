@@ -121,9 +121,14 @@ def test_kafka_python_over_sasl_ssl_with_scram(broker, pki: Pki, ports, topic: s
         producer.send(topic, value)
     producer.flush(30)
     producer.close()
-    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **common)
-    assert [m.value for m in consumer] == EXPECTED
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", **common)
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < len(EXPECTED) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            values += [r.value for r in records]
     consumer.close()
+    assert values == EXPECTED
 
 
 def kcat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
