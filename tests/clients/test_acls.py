@@ -327,3 +327,34 @@ def test_the_acls_cli_adds_lists_and_removes(admin, broker) -> None:
     removed = acls("remove", "--resource-type", "Topic", "--resource-name", name)
     assert removed.returncode == 0, removed.stderr
     assert admin.describe_acls(everything).result(30) == []
+
+
+def test_transactional_producers_need_write_on_their_transactional_id(admin, sasl_port, topic: str) -> None:
+    create(admin, topic)
+    txn_id = unique_name("txn")
+    alice = {**config(sasl_port, "alice"), "transactional.id": txn_id}
+    grant(admin, topic_acl(topic, "User:alice", AclOperation.WRITE))
+    refused = Producer(alice)
+    with pytest.raises(KafkaException) as denied:
+        refused.init_transactions(15)
+    assert denied.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    grant(
+        admin, AclBinding(ResourceType.TRANSACTIONAL_ID, txn_id, LITERAL, "User:alice", "*", AclOperation.WRITE, ALLOW)
+    )
+    producer = Producer(alice)
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, b"committed")
+    producer.commit_transaction(15)
+    # Listing groups shows only those the principal may describe.
+    seen = unique_name("bobs-group")
+    grant(admin, AclBinding(ResourceType.GROUP, seen, LITERAL, "User:bob", "*", AclOperation.READ, ALLOW))
+    grant(admin, topic_acl(topic, "User:bob", AclOperation.READ))
+    assert consume_one(config(sasl_port, "bob"), topic, seen) == b"committed"
+    hidden = unique_name("admins-group")
+    assert consume_one(config(sasl_port, "admin"), topic, hidden) == b"committed"
+    # (The AdminClient must outlive its futures: an inline one is destroyed before the answer.)
+    admins = {user: AdminClient(config(sasl_port, user)) for user in ("admin", "bob")}
+    listed = {user: {g.group_id for g in a.list_consumer_groups().result(30).valid} for user, a in admins.items()}
+    assert {seen, hidden} <= listed["admin"]
+    assert seen in listed["bob"] and hidden not in listed["bob"], listed["bob"]
