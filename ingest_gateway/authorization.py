@@ -71,7 +71,7 @@ def _group(body: Body) -> str:
     return body["group_id"]
 
 
-def _transactional_id(body: Body) -> str:
+def _transactional_id(body: Body) -> str | None:
     return body["transactional_id"]
 
 
@@ -96,16 +96,9 @@ REQUEST_CHECKS: dict[int, tuple[RequestCheck, ...]] = {
     ApiKey.OFFSET_DELETE: (RequestCheck(_OP.DELETE, _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),),
     ApiKey.END_TXN: (_WRITE_TXN,),
     ApiKey.ADD_OFFSETS_TO_TXN: (_WRITE_TXN, *_READ_GROUP),
-    ApiKey.INIT_PRODUCER_ID: (
-        # Transactional producers need WRITE on their id; idempotent ones need nothing more
-        # than WRITE on the topics they produce to (KIP-679).
-        RequestCheck(
-            _OP.WRITE,
-            _RT.TRANSACTIONAL_ID,
-            lambda b: b["transactional_id"],
-            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        ),
-    ),
+    # Transactional producers need WRITE on their id (no id: nothing to check); idempotent
+    # ones need nothing more than WRITE on the topics they produce to (KIP-679).
+    ApiKey.INIT_PRODUCER_ID: (_WRITE_TXN,),
     ApiKey.LEADER_AND_ISR: _CLUSTER_ACTION,
     ApiKey.STOP_REPLICA: _CLUSTER_ACTION,
     ApiKey.UPDATE_METADATA: _CLUSTER_ACTION,

@@ -227,7 +227,8 @@ class FetchApis:
         throttle_ms = 0
         if replica_id < 0 and quotas.enabled:
             sent = sum(entry["records"].size for _, entry in answers if entry["records"])  # type: ignore[union-attr]
-            throttle_ms = self.broker.kafka_apis.charge(quotas, header, sent)
+            if sent:
+                throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
         result = context.respond(answers + erroneous)
         response: Body = {
             "throttle_time_ms": throttle_ms,

@@ -32,7 +32,6 @@ from loglake.protocol import (
 from loglake.protocol.release import release_versions
 from loglake.record.batch import validate_client_records
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from loglake.security.quotas import ClientQuotaManager
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.client_endpoints import node_endpoint, node_endpoints
@@ -181,16 +180,6 @@ class KafkaApis:
                 return exc.code
         return None
 
-    def charge(self, quotas: ClientQuotaManager, header: RequestHeader, nbytes: int) -> int:
-        """Charge a request's bytes to its client quota; the throttle time, which also mutes
-        the connection after the response."""
-        if not quotas.enabled or not nbytes:
-            return 0
-        request = current_request()
-        throttle_ms = quotas.record(request.principal.name, header.client_id or "", nbytes)
-        request.throttle_ms = max(request.throttle_ms, throttle_ms)
-        return throttle_ms
-
     def _require_topic(self, operation: AclOperation, topic: str) -> None:
         self.broker.authorization.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
@@ -337,7 +326,11 @@ class KafkaApis:
             )
             entries = {}
         results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
-        throttle_ms = self.charge(self.broker.produce_quotas, header, sum(len(r) for r in entries.values()))
+        quotas = self.broker.produce_quotas
+        throttle_ms = 0
+        if quotas.enabled and entries:
+            sent = sum(len(r) for r in entries.values())
+            throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
         if acks == 0:
             # No response at all: the client does not wait for one. On an error Kafka
             # closes the connection instead, so that the producer notices and refreshes

@@ -30,8 +30,8 @@ from loglake.protocol import (
     encode_request,
     read_frame_size,
 )
-from loglake.security.client import PLAINTEXT, ClientSecurity
-from loglake.security.scram import ScramClient, ScramError
+from loglake.security.client import PLAINTEXT, ClientSecurity, SaslClientExchange
+from loglake.security.scram import ScramError
 
 log = logging.getLogger(__name__)
 
@@ -187,18 +187,13 @@ class KafkaClient:
         if answer["error_code"]:
             raise KafkaConnectionError(f"SaslHandshake: error {answer['error_code']} (offered {answer['mechanisms']})")
 
-        async def authenticate(token: bytes) -> bytes:
+        exchange = SaslClientExchange(security)
+        token: bytes | None = exchange.first()
+        while token is not None:
             reply = await self._exchange(reader, writer, ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
             if reply["error_code"]:
                 raise KafkaConnectionError(f"SaslAuthenticate: {reply['error_message']}")
-            return bytes(reply["auth_bytes"])
-
-        if mechanism == "PLAIN":
-            await authenticate(f"\0{security.username}\0{security.password}".encode())
-            return
-        scram = ScramClient(mechanism, security.username, security.password)
-        server_first = await authenticate(scram.first_message())
-        scram.verify(await authenticate(scram.final_message(server_first)))
+            token = exchange.respond(bytes(reply["auth_bytes"]))
 
     async def _read_loop(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         reason = f"connection to {self.host}:{self.port} closed"

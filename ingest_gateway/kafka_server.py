@@ -19,10 +19,10 @@ import asyncio
 import logging
 import os
 import socket
-import time
-from contextvars import ContextVar
 import ssl
+import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,8 @@ from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 from loglake.security.tls import certificate_principal_name
 
 if TYPE_CHECKING:
+    from loglake.security.quotas import ClientQuotaManager
+
     from ingest_gateway.metrics import BrokerMetrics
     from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
@@ -56,6 +58,13 @@ class RequestContext:
     @property
     def client_host(self) -> str:
         return self.peer.rpartition(":")[0]
+
+    def charge(self, quotas: ClientQuotaManager, client_id: str, nbytes: int) -> int:
+        """Charge a request's bytes to its client quota (by principal and client id); the
+        throttle time, which also mutes this connection after the response."""
+        throttle_ms = quotas.record(self.principal.name, client_id, nbytes)
+        self.throttle_ms = max(self.throttle_ms, throttle_ms)
+        return throttle_ms
 
 
 # The context of the request being handled: each connection's task sets its own.

@@ -424,7 +424,7 @@ def cmd_reassign_execute(args: argparse.Namespace) -> int:
 _THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
-def _throttled_replicas(
+def _throttle_plan(
     plan: dict[str, Any], current: dict[tuple[str, int], list[int]]
 ) -> tuple[dict[str, dict[str, str]], set[int]]:
     """As kafka-reassign-partitions.sh: per topic, the moving partitions' current replicas
@@ -453,7 +453,7 @@ def _throttled_replicas(
 def _set_throttles(c: httpx.Client, plan: dict[str, Any], current: dict[tuple[str, int], list[int]], rate: int) -> None:
     if rate < 1:
         raise CliError(f"--throttle must be a positive number of bytes/s, not {rate}")
-    configs, brokers = _throttled_replicas(plan, current)
+    configs, brokers = _throttle_plan(plan, current)
     for topic, config in configs.items():
         _check(c.patch(f"/topics/{topic}", json={"configs": config}))
     for b in sorted(brokers):

@@ -9,10 +9,7 @@ for throttled partitions), applied only to the replicas named in the topic confi
 ("*" or "partition:broker,..."). Replicas in sync are never throttled: the throttle slows
 catching up, not keeping up.
 
-Deviation from Kafka: the rate is a token bucket holding at most one second of bytes.
-Kafka measures the rate over 11 one-second windows and pads a short history to ten
-seconds, which lets a fresh move burst ten seconds' worth at once and then pause; a
-bucket keeps a move within a second's burst of the throttle all along.
+Deviation from Kafka: the rate is a `TokenBucket` (loglake/token_bucket.py says why).
 """
 
 from __future__ import annotations
@@ -21,8 +18,9 @@ import functools
 import time
 from collections.abc import Callable
 
+from loglake.token_bucket import TokenBucket
+
 UNLIMITED = 2**63 - 1  # Kafka's default rate: Long.MAX_VALUE
-BURST_SECONDS = 1.0
 
 # "*" in a throttled-replicas list: every replica of the topic.
 _ALL = frozenset({-1})
@@ -50,18 +48,23 @@ class ReplicationQuota:
         self.broker_id = broker_id
         self.rate = UNLIMITED
         self._clock = clock
-        self._tokens = 0.0
-        self._updated = clock()
+        self._bucket: TokenBucket | None = None  # None while unlimited
         self.throttled_bytes = 0  # bytes recorded against the quota, for metrics
 
     def update_rate(self, rate: int) -> None:
-        if rate != self.rate:
-            self.rate = rate
-            self._tokens = min(self._tokens, rate * BURST_SECONDS)
+        if rate == self.rate:
+            return
+        self.rate = rate
+        if rate >= UNLIMITED:
+            self._bucket = None
+        elif self._bucket is None:
+            self._bucket = TokenBucket(rate, self._clock())
+        else:
+            self._bucket.set_rate(rate)
 
     @property
     def enabled(self) -> bool:
-        return self.rate < UNLIMITED
+        return self._bucket is not None
 
     def is_throttled(self, partition: int, replicas: str) -> bool:
         """Whether `partition` of a topic whose throttled-replicas config is `replicas` is
@@ -71,26 +74,19 @@ class ReplicationQuota:
         named = throttled_partitions(replicas, self.broker_id)
         return named is _ALL or partition in named
 
-    def _refill(self) -> float:
-        now = self._clock()
-        self._tokens = min(self.rate * BURST_SECONDS, self._tokens + (now - self._updated) * self.rate)
-        self._updated = now
-        return self._tokens
-
     def is_quota_exceeded(self) -> bool:
-        return self.enabled and self._refill() <= 0
+        return self._bucket is not None and self._bucket.refill(self._clock()) <= 0
 
     def record(self, nbytes: int) -> None:
         """Count bytes sent or fetched for throttled replicas (the balance may go negative:
         one fetch may take more than the bucket holds; the next waits for it)."""
         self.throttled_bytes += nbytes
-        if self.enabled:
-            self._refill()
-            self._tokens -= nbytes
+        if self._bucket is not None:
+            self._bucket.take(nbytes, self._clock())
 
     def seconds_until_allowed(self) -> float:
         """How long until the quota lets bytes through again (0 if it does now)."""
-        if not self.enabled:
+        if self._bucket is None:
             return 0.0
-        tokens = self._refill()
+        tokens = self._bucket.refill(self._clock())
         return 0.0 if tokens > 0 else (-tokens + 1) / self.rate

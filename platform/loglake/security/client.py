@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.sasl import SUPPORTED_MECHANISMS
+from loglake.security.scram import ScramClient
 
 SECURITY_PROPERTIES = (
     "security.protocol",
@@ -112,3 +113,31 @@ def librdkafka_properties(props: Mapping[str, str]) -> dict[str, str]:
     if "ssl.endpoint.identification.algorithm" in props:
         out["ssl.endpoint.identification.algorithm"] = props["ssl.endpoint.identification.algorithm"] or "none"
     return out
+
+
+class SaslClientExchange:
+    """The client's side of one SASL exchange, whatever carries it: `first()` is the first
+    token, `respond(server_token)` the next one, or None once authenticated."""
+
+    def __init__(self, security: ClientSecurity) -> None:
+        self.mechanism = security.mechanism or ""
+        self._security = security
+        self._scram = (
+            None if self.mechanism == "PLAIN" else ScramClient(self.mechanism, security.username, security.password)
+        )
+        self._step = 0
+
+    def first(self) -> bytes:
+        if self._scram is None:
+            return f"\0{self._security.username}\0{self._security.password}".encode()
+        return self._scram.first_message()
+
+    def respond(self, server_token: bytes) -> bytes | None:
+        """Raises ScramError when the server's answer does not check out."""
+        self._step += 1
+        if self._scram is None:
+            return None  # PLAIN: one token
+        if self._step == 1:
+            return self._scram.final_message(server_token)
+        self._scram.verify(server_token)
+        return None

@@ -8,7 +8,7 @@ client, user, default user+client, default user+default client, default user, cl
 default client), and everyone that level covers shares it: a user quota is one budget for
 all of the user's clients.
 
-A budget is a token bucket holding one second of bytes: a request that overdraws it gets
+A budget is a `TokenBucket` holding one second of bytes: a request that overdraws it gets
 the time until it is repaid as its throttle time (`throttle_time_ms`), and the broker
 mutes the connection that long after answering (KIP-219), so the client's rate settles at
 the quota however hard it pushes.
@@ -20,11 +20,12 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
+from loglake.token_bucket import TokenBucket
+
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage")
 DEFAULT = "<default>"
-BURST_SECONDS = 1.0
 
 
 def quota_levels(user: str, client_id: str) -> list[str]:
@@ -51,18 +52,6 @@ def _shared_key(level: str, user: str, client_id: str) -> str:
     return "/".join(parts)
 
 
-class _Budget:
-    def __init__(self, rate: float, now: float) -> None:
-        self.rate = rate
-        self.tokens = rate * BURST_SECONDS
-        self.updated = now
-
-    def refill(self, now: float) -> float:
-        self.tokens = min(self.rate * BURST_SECONDS, self.tokens + (now - self.updated) * self.rate)
-        self.updated = now
-        return self.tokens
-
-
 class ClientQuotaManager:
     """One quota type (produce or fetch bytes) on one broker."""
 
@@ -70,7 +59,7 @@ class ClientQuotaManager:
         self.key = key
         self._clock = clock
         self._configs: dict[str, float] = {}  # entity path -> rate, for entities setting `key`
-        self._budgets: dict[str, tuple[str, _Budget]] = {}  # shared key -> (level, budget)
+        self._budgets: dict[str, tuple[str, TokenBucket]] = {}  # shared key -> (level, budget)
 
     def update(self, entity_configs: Mapping[str, Mapping[str, str]]) -> None:
         rates = {}
@@ -85,7 +74,7 @@ class ClientQuotaManager:
         # Budgets follow their level's new rate; those of levels gone are dropped.
         for key, (level, budget) in list(self._budgets.items()):
             if level in rates:
-                budget.rate = rates[level]
+                budget.set_rate(rates[level])
             else:
                 del self._budgets[key]
 
@@ -107,9 +96,8 @@ class ClientQuotaManager:
         entry = None if found is None else self._budgets.get(found[1])
         if entry is None:
             return 0
-        budget = entry[1]
-        tokens = budget.refill(self._clock())
-        return 0 if tokens > 0 else math.ceil(-tokens / budget.rate * 1000) + 1
+        wait = entry[1].seconds_until_positive(self._clock())
+        return math.ceil(wait * 1000) + 1 if wait else 0
 
     def record(self, user: str, client_id: str, nbytes: int) -> int:
         """Charge `nbytes` to the request's budget; its throttle time in ms."""
@@ -120,8 +108,5 @@ class ClientQuotaManager:
         now = self._clock()
         entry = self._budgets.get(key)
         if entry is None or entry[0] != level:
-            entry = self._budgets[key] = (level, _Budget(rate, now))
-        budget = entry[1]
-        budget.refill(now)
-        budget.tokens -= nbytes
-        return 0 if budget.tokens > 0 else math.ceil(-budget.tokens / budget.rate * 1000)
+            entry = self._budgets[key] = (level, TokenBucket(rate, now))
+        return math.ceil(entry[1].take(nbytes, now) * 1000)

@@ -21,8 +21,8 @@ from typing import Any, Self
 
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, IsolationLevel, decode_response, encode_request, read_frame_size
-from loglake.security.client import PLAINTEXT, ClientSecurity
-from loglake.security.scram import ScramClient, ScramError
+from loglake.security.client import PLAINTEXT, ClientSecurity, SaslClientExchange
+from loglake.security.scram import ScramError
 
 # Versions every Kafka since 2.6 and loglake (Kafka 3.9.0's ranges) serve.
 METADATA_VERSION = 9
@@ -183,19 +183,17 @@ class BrokerConnection:
                 f"{self.host}:{self.port} does not offer SASL/{mechanism}: {answer['mechanisms']}"
             )
 
-        def authenticate(token: bytes) -> bytes:
-            reply = self.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
-            if reply["error_code"]:
-                self.close()
-                raise AuthenticationFailed(f"{self.host}:{self.port}: {reply['error_message']}")
-            return bytes(reply["auth_bytes"])
-
-        if mechanism == "PLAIN":
-            authenticate(f"\0{security.username}\0{security.password}".encode())
-            return
-        scram = ScramClient(mechanism, security.username, security.password)
+        exchange = SaslClientExchange(security)
+        token: bytes | None = exchange.first()
         try:
-            scram.verify(authenticate(scram.final_message(authenticate(scram.first_message()))))
+            while token is not None:
+                reply = self.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+                if reply["error_code"]:
+                    raise AuthenticationFailed(f"{self.host}:{self.port}: {reply['error_message']}")
+                token = exchange.respond(bytes(reply["auth_bytes"]))
+        except AuthenticationFailed:
+            self.close()
+            raise
         except ScramError as exc:
             self.close()
             raise AuthenticationFailed(f"{self.host}:{self.port}: {exc}") from None
