@@ -98,13 +98,15 @@ def test_preferred_and_unclean_elections(cluster: LocalCluster) -> None:
         ("pref", 0): ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
     }
     cluster.restart(a)
-    cluster.wait_for(lambda s: sorted(partition(s, "pref")["isr"]) == sorted([a, b]))
+    # Both partitions: "stale" (led by b now) must have a back in sync before b is killed
+    # below, or its leadership has nowhere to go.
+    cluster.wait_for(lambda s: all(sorted(partition(s, t)["isr"]) == sorted([a, b]) for t in ("pref", "stale")))
     assert partition(cluster.status(), "pref")["leader"] == b
     assert elect(cluster, ElectionType.PREFERRED, ("pref", 0)) == {("pref", 0): None}
     cluster.wait_for(lambda s: partition(s, "pref")["leader"] == a)
 
-    # "stale": its follower b falls out of the ISR, then the only ISR member a dies. b is
-    # alive but not in sync: only an unclean election may make it leader.
+    # "stale": its leader b dies (a takes over, alone in the ISR), then a dies too. b comes
+    # back alive but not in sync: only an unclean election may make it leader.
     cluster.kill(b)
     cluster.wait_for(lambda s: partition(s, "stale")["isr"] == [a])
     cluster.kill(a)
