@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 from loglake.security.acls import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -29,8 +28,10 @@ from loglake.security.acls import (
 )
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
-    from ingest_gateway.kafka_apis import KafkaApis
+    from loglake.coordination.store import MetadataStore
+
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 
@@ -84,29 +85,39 @@ def _described(binding: AclBinding) -> Body:
 
 
 class AclApis:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, authorization: RequestAuthorization, store: MetadataStore) -> None:
+        self._auth = authorization
+        self._store = store
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.CREATE_ACLS: self.create_acls,
+                ApiKey.DESCRIBE_ACLS: self.describe_acls,
+                ApiKey.DELETE_ACLS: self.delete_acls,
+            }
+        )
 
     def _check(self, operation: AclOperation) -> None:
-        auth = self._broker.authorization
+        auth = self._auth
         if not auth.enabled:
             raise KafkaError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
         auth.require(operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
     async def _reload(self) -> None:
         """Apply the store's ACLs here now (other brokers follow its notifications)."""
-        authorizer = self._broker.authorization.authorizer
+        authorizer = self._auth.authorizer
         assert authorizer is not None
-        authorizer.replace_acls(await asyncio.to_thread(self._broker.store.acls))
+        authorizer.replace_acls(await asyncio.to_thread(self._store.acls))
 
     def bindings(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
-        authorizer = self._broker.authorization.authorizer
+        authorizer = self._auth.authorizer
         assert authorizer is not None
         return [b for b in authorizer.bindings() if acl_filter.matches(b)]
 
     async def change(self, additions: list[AclBinding], removals: list[AclBinding]) -> None:
         """Add and remove ACLs, by resource pattern, in the store."""
-        store = self._broker.store
+        store = self._store
         touched = {b.pattern for b in additions} | {b.pattern for b in removals}
         current = await asyncio.to_thread(store.acls)
         for pattern in touched:
@@ -177,14 +188,3 @@ class AclApis:
         if doomed:
             await self.change([], doomed)
         return {"throttle_time_ms": 0, "filter_results": results}
-
-
-def register_acl_apis(apis: KafkaApis, broker: Broker) -> AclApis:
-    acl_apis = AclApis(broker)
-    for key, handler in (
-        (ApiKey.CREATE_ACLS, acl_apis.create_acls),
-        (ApiKey.DESCRIBE_ACLS, acl_apis.describe_acls),
-        (ApiKey.DELETE_ACLS, acl_apis.delete_acls),
-    ):
-        apis.register(key, release_versions(key), handler)
-    return acl_apis

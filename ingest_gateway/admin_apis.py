@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 from loglake.coordination.controller import ElectionType
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 
 from ingest_gateway import authorized_operations
 from ingest_gateway.client_endpoints import node_endpoints
-from ingest_gateway.kafka_apis import KafkaApis
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.admin_manager import AdminManager
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 
@@ -30,8 +31,20 @@ ENDPOINT_TYPES = {1: "BROKER", 2: "CONTROLLER"}
 
 
 class AdminApis:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, admin: AdminManager, cache: MetadataCache, authorization: RequestAuthorization) -> None:
+        self._admin = admin
+        self._cache = cache
+        self._auth = authorization
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.ELECT_LEADERS: self.elect_leaders,
+                ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
+                ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
+            }
+        )
 
     async def elect_leaders(self, header: RequestHeader, body: Body) -> Body:
         requested = body["topic_partitions"]
@@ -39,7 +52,7 @@ class AdminApis:
         try:
             if body["election_type"] not in ElectionType._value2member_map_:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown election type {body['election_type']}")
-            results = await self.broker.elect_leaders(partitions, ElectionType(body["election_type"]))
+            results = await self._admin.elect_leaders(partitions, ElectionType(body["election_type"]))
         except KafkaError as exc:
             # The whole request failed (no controller, say): every partition gets the error.
             return _election_response(exc.code, {tp: exc for tp in partitions or ()})
@@ -56,7 +69,7 @@ class AdminApis:
         }
         response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None}
         try:
-            results = await self.broker.alter_partition_reassignments(targets)
+            results = await self._admin.alter_partition_reassignments(targets)
         except KafkaError as exc:
             return response | {"error_code": exc.code, "error_message": exc.message, "responses": []}
         by_topic: dict[str, list[Body]] = {}
@@ -73,7 +86,7 @@ class AdminApis:
     async def list_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
         requested = body["topics"]
         partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
-        ongoing = self.broker.controller.list_partition_reassignments(partitions)
+        ongoing = self._admin.list_partition_reassignments(partitions)
         by_topic: dict[str, list[Body]] = {}
         for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
             by_topic.setdefault(topic, []).append(
@@ -92,7 +105,7 @@ class AdminApis:
         }
 
     async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
-        image = self.broker.image
+        image = self._cache.image
         response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "cluster_id": image.cluster_id}
         endpoint_type = body["endpoint_type"]
         if endpoint_type != ENDPOINT_TYPE_BROKER:
@@ -114,7 +127,7 @@ class AdminApis:
                 for n in node_endpoints(brokers)
             ],
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                self.broker.authorization, body["include_cluster_authorized_operations"]
+                self._auth, body["include_cluster_authorized_operations"]
             ),
         }
 
@@ -134,14 +147,3 @@ def _election_response(error_code: ErrorCode, results: dict[tuple[str, int], Kaf
         "error_code": error_code,
         "replica_election_results": [{"topic": t, "partition_result": ps} for t, ps in by_topic.items()],
     }
-
-
-def register_admin_apis(apis: KafkaApis, broker: Broker) -> None:
-    admin = AdminApis(broker)
-    apis.register(ApiKey.ELECT_LEADERS, release_versions(ApiKey.ELECT_LEADERS), admin.elect_leaders)
-    apis.register(ApiKey.DESCRIBE_CLUSTER, release_versions(ApiKey.DESCRIBE_CLUSTER), admin.describe_cluster)
-    for key, handler in (
-        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, admin.alter_partition_reassignments),
-        (ApiKey.LIST_PARTITION_REASSIGNMENTS, admin.list_partition_reassignments),
-    ):
-        apis.register(key, release_versions(key), handler)

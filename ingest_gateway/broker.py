@@ -16,31 +16,37 @@ import numpy as np
 import pyarrow as pa
 import uvicorn
 
-from ingest_gateway.acl_apis import register_acl_apis
+from ingest_gateway.acl_apis import AclApis
+from ingest_gateway.admin_apis import AdminApis
+from ingest_gateway.admin_manager import AdminManager
 from ingest_gateway.authorization import RequestAuthorization, authorizer_from_config
-from ingest_gateway.config_apis import register_config_apis
-from ingest_gateway.controller_apis import register_controller_apis
+from ingest_gateway.config_apis import ConfigApis
+from ingest_gateway.controller_apis import ControllerApis
 from ingest_gateway.controller_channel import ControllerChannelManager
 from ingest_gateway.dynamic_config import DynamicConfigManager
 from ingest_gateway.http_consumers import ConsumerManager
+from ingest_gateway.coordinator_locator import CoordinatorLocator
+from ingest_gateway.fetch_apis import FetchApis
+from ingest_gateway.group_apis import register_group_apis
 from ingest_gateway.kafka_apis import KafkaApis
-from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
 from ingest_gateway.listener_security import http_tls_options, inter_broker_security, listener_security
 from ingest_gateway.log_dir_apis import register_log_dir_apis
 from ingest_gateway.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.internal_topic_log import ReplicatedTopicLog
-from ingest_gateway.txn_apis import BrokerMarkerChannel, MarkerWriter, register_txn_apis
+from ingest_gateway.metadata_cache import MetadataCache
+from ingest_gateway.request_router import RequestRouter
+from ingest_gateway.txn_apis import BrokerMarkerChannel, MarkerWriter, TxnApis
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
-from loglake.coordination.controller import BrokerChannel, Controller, ElectionType
+from loglake.coordination.controller import BrokerChannel, Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.store import MetadataStore
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
@@ -48,7 +54,6 @@ from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
-from loglake.protocol import ApiKey
 from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
@@ -66,12 +71,6 @@ class InternalTopicCoordinator(Protocol):
     async def load_partition(self, partition: int, leader_epoch: int) -> None: ...
 
     def unload_partition(self, partition: int) -> None: ...
-
-
-def _raise_for(result: dict[str, Any]) -> None:
-    if result["error_code"]:
-        code = ErrorCode(result["error_code"])
-        raise KafkaError(code, result.get("error_message") or code.name)
 
 
 class Broker:
@@ -92,6 +91,7 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
+        self.metadata_cache = MetadataCache(self.store, cluster_id)
         # How this broker's clients reach the other brokers (the inter-broker listener).
         self.inter_broker_security = inter_broker_security(config)
         self.replica_manager = ReplicaManager(
@@ -104,9 +104,15 @@ class Broker:
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
             inter_broker_security=self.inter_broker_security,
         )
-        self.channel: BrokerChannel = ControllerChannelManager(self) if self.clustered else self
+        self.channel: BrokerChannel = (
+            ControllerChannelManager(
+                config.broker_id, self.store, self.replica_manager, self.metadata_cache, self.inter_broker_security
+            )
+            if self.clustered
+            else self
+        )
         self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
-        self.image = MetadataImage()
+        self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         self.group_coordinator = GroupCoordinator(
             GroupConfig.from_properties(config.raw),
@@ -114,8 +120,10 @@ class Broker:
             # The image is replaced whole on each update: read the current one every time.
             topics=lambda: self.image.topic_snapshot(),
         )
-        self.marker_writer = MarkerWriter(self)
-        self.marker_channel = BrokerMarkerChannel(self, self.marker_writer)
+        self.marker_writer = MarkerWriter(self.replica_manager, self.group_coordinator)
+        self.marker_channel = BrokerMarkerChannel(
+            config.broker_id, self.metadata_cache, self.inter_broker_security, self.marker_writer
+        )
         self.transaction_coordinator = TransactionCoordinator(
             TransactionConfig.from_properties(config.raw),
             ReplicatedTopicLog(self.replica_manager, TRANSACTION_STATE_TOPIC),
@@ -137,9 +145,16 @@ class Broker:
         # Client quotas (producer_byte_rate, consumer_byte_rate of /config/users, /config/clients).
         self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
-        self.kafka_apis = KafkaApis(self)
         self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(self, self.group_coordinator)
+        self.coordinators = CoordinatorLocator(
+            config,
+            self.metadata_cache,
+            self.admin,
+            self.group_coordinator.partition_for,
+            self.transaction_coordinator.partition_for,
+        )
+        self.requests = self._serve_apis()
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
@@ -154,6 +169,41 @@ class Broker:
         # Internal topic leadership changes seen before the event loop ran (startup).
         self._pending_loads: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
+
+    def _serve_apis(self) -> RequestRouter:
+        """The Kafka APIs, each module given the collaborators it uses."""
+        config, cache, auth, rm = self.config, self.metadata_cache, self.authorization, self.replica_manager
+        router = RequestRouter(auth, self.metrics, config.inter_broker_listener_name)
+        self.txn_apis = TxnApis(
+            self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
+        )
+        self.acl_apis = AclApis(auth, self.store)
+        api_modules = [
+            KafkaApis(
+                config=config,
+                cache=cache,
+                admin=self.admin,
+                coordinators=self.coordinators,
+                replica_manager=rm,
+                log_manager=self.log_manager,
+                producer_ids=self.producer_ids,
+                authorization=auth,
+                produce_quotas=self.produce_quotas,
+                dynamic_config=self.dynamic_config,
+                init_transactional_producer=self.txn_apis.init_producer_id,
+            ),
+            FetchApis(config, cache, rm, auth, self.fetch_quotas, self.metrics),
+            self.txn_apis,
+            self.acl_apis,
+            ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
+            AdminApis(self.admin, cache, auth),
+        ]
+        if self.clustered:
+            api_modules.append(ControllerApis(self.store, rm, cache))
+        for module in api_modules:
+            module.register(router)
+        register_group_apis(router, self.group_coordinator, auth, cache)
+        return router
 
     @property
     def endpoint(self) -> BrokerEndpoint:
@@ -198,7 +248,6 @@ class Broker:
         self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
         self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
         self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
-        register_controller_apis(self.kafka_apis, self)
         self.track_background(asyncio.create_task(self._preferred_leader_loop()))
 
     def _on_controller_change(self, holder: int | None) -> None:
@@ -229,14 +278,8 @@ class Broker:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
         every `http.listeners` address."""
         self.startup()
-        from ingest_gateway.admin_apis import register_admin_apis
-        from ingest_gateway.group_apis import register_group_apis
         from ingest_gateway.http_api import create_app
 
-        register_group_apis(self.kafka_apis, self.group_coordinator)
-        self.txn_apis = register_txn_apis(self.kafka_apis, self, self.transaction_coordinator, self.marker_writer)
-        register_config_apis(self.kafka_apis, self)
-        self.acl_apis = register_acl_apis(self.kafka_apis, self)
         self.dynamic_config.start()
         loop = asyncio.get_running_loop()
 
@@ -248,8 +291,7 @@ class Broker:
         authorizer = self.authorization.authorizer
         if authorizer is not None:
             self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
-        register_admin_apis(self.kafka_apis, self)
-        self._log_dir_mover = register_log_dir_apis(self.kafka_apis, self.replica_manager)
+        self._log_dir_mover = register_log_dir_apis(self.requests, self.replica_manager)
         if self.clustered:
             self._watch_cluster()
         for topic, p in self._pending_loads:
@@ -267,7 +309,7 @@ class Broker:
             server = KafkaServer(
                 listener.host,
                 listener.port,
-                self.kafka_apis.handle,
+                self.requests.handle,
                 self.config.socket_request_max_bytes,
                 self.metrics,
                 listener_security(self.config, listener, self.store),
@@ -405,191 +447,6 @@ class Broker:
 
     # Topics and coordinators ------------------------------------------------------------
 
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        config: dict[str, str],
-        assignment: dict[int, tuple[int, ...]] | None = None,
-        validate_only: bool = False,
-    ) -> TopicDescription:
-        topic = self.controller.create_topic(
-            name, num_partitions, replication_factor, config, assignment, validate_only
-        )
-        if not validate_only and not self.controller.is_active:
-            # The active controller hears of it through ZooKeeper; answer from the store now.
-            self.refresh_metadata(self.store.controller_epoch())
-        return topic
-
-    async def create_partitions(
-        self, name: str, total: int, validate_only: bool = False, assignment: list[tuple[int, ...]] | None = None
-    ) -> None:
-        """Grow a topic (`assignment`: the new partitions' replicas, else round-robin); a
-        cluster broker that is not the controller forwards the request to the controller
-        (which must send the new partitions' LeaderAndIsr)."""
-        if self.controller.is_active or not self.clustered:
-            self.controller.create_partitions(name, total, validate_only, assignment)
-            return
-        assignments = None if assignment is None else [{"broker_ids": list(replicas)} for replicas in assignment]
-        response = await self._forward_to_controller(
-            ApiKey.CREATE_PARTITIONS,
-            3,
-            {
-                "topics": [{"name": name, "count": total, "assignments": assignments}],
-                "timeout_ms": 30000,
-                "validate_only": validate_only,
-            },
-        )
-        _raise_for(response["results"][0])
-        self.refresh_metadata(self.store.controller_epoch())
-
-    async def elect_leaders(
-        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType
-    ) -> dict[tuple[str, int], KafkaError | None]:
-        """ElectLeaders on the controller (forwarded there, like `create_partitions`)."""
-        if self.controller.is_active or not self.clustered:
-            return self.controller.elect_leaders(partitions, election_type)
-        by_topic: dict[str, list[int]] = {}
-        for topic, p in partitions or ():
-            by_topic.setdefault(topic, []).append(p)
-        response = await self._forward_to_controller(
-            ApiKey.ELECT_LEADERS,
-            2,
-            {
-                "election_type": election_type,
-                "topic_partitions": None
-                if partitions is None
-                else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-                "timeout_ms": 30000,
-            },
-        )
-        _raise_for(response)
-        self.refresh_metadata(self.store.controller_epoch())
-        return {
-            (r["topic"], p["partition_id"]): KafkaError(ErrorCode(p["error_code"]), p["error_message"] or "")
-            if p["error_code"]
-            else None
-            for r in response["replica_election_results"]
-            for p in r["partition_result"]
-        }
-
-    async def alter_partition_reassignments(
-        self, targets: dict[tuple[str, int], tuple[int, ...] | None]
-    ) -> dict[tuple[str, int], KafkaError | None]:
-        """AlterPartitionReassignments on the controller (forwarded there, like `elect_leaders`)."""
-        if self.controller.is_active or not self.clustered:
-            return self.controller.alter_partition_reassignments(targets)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, p), replicas in targets.items():
-            by_topic.setdefault(topic, []).append(
-                {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
-            )
-        response = await self._forward_to_controller(
-            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-            0,
-            {"timeout_ms": 30000, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
-        )
-        _raise_for(response)
-        return {
-            (r["name"], p["partition_index"]): KafkaError(ErrorCode(p["error_code"]), p["error_message"] or "")
-            if p["error_code"]
-            else None
-            for r in response["responses"]
-            for p in r["partitions"]
-        }
-
-    async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:
-        """Change a topic's overrides ("" removes one); forwarded to the controller like
-        `create_partitions`, as an AlterConfigs of the whole resulting set."""
-        if self.controller.is_active or not self.clustered:
-            self.controller.alter_topic_config(name, config, validate_only)
-            return
-        current = self.store.topics().get(name)
-        if current is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        merged = {k: v for k, v in {**current.config, **config}.items() if v != ""}
-        response = await self._forward_to_controller(
-            ApiKey.ALTER_CONFIGS,
-            2,
-            {
-                "resources": [
-                    {
-                        "resource_type": 2,
-                        "resource_name": name,
-                        "configs": [{"name": k, "value": v} for k, v in merged.items()],
-                    }
-                ],
-                "validate_only": validate_only,
-            },
-        )
-        _raise_for(response["responses"][0])
-        self.refresh_metadata(self.store.controller_epoch())
-
-    async def _forward_to_controller(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
-        controller_id = self.store.controller_id()
-        endpoint = None if controller_id is None else self.store.brokers().get(controller_id)
-        if endpoint is None:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
-        client = KafkaClient(endpoint.host, endpoint.port, security=self.inter_broker_security)
-        try:
-            return await client.request(api_key, version, body)
-        except (ConnectionError, TimeoutError) as exc:
-            raise KafkaError(
-                ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"
-            ) from exc
-        finally:
-            await client.close()
-
-    def group_coordinator_endpoint(self, group_id: str) -> BrokerEndpoint:
-        """The broker leading the group's __consumer_offsets partition (created on first use)."""
-        rf = self.config.offsets_topic_replication_factor
-        config = {
-            "cleanup.policy": "compact",
-            "segment.bytes": self.config.raw.get("offsets.topic.segment.bytes", "104857600"),
-        }
-        partitions = self.config.offsets_topic_num_partitions
-        partition = self.group_coordinator.partition_for(group_id)
-        return self._coordinator_endpoint(OFFSETS_TOPIC, partitions, rf, config, partition, f"the group {group_id!r}")
-
-    def transaction_coordinator_endpoint(self, transactional_id: str) -> BrokerEndpoint:
-        """The broker leading the id's __transaction_state partition (created on first use)."""
-        raw = self.config.raw
-        rf = int(raw.get("transaction.state.log.replication.factor", "3"))
-        config = {
-            "cleanup.policy": "compact",
-            "segment.bytes": raw.get("transaction.state.log.segment.bytes", "104857600"),
-            "min.insync.replicas": raw.get("transaction.state.log.min.isr", "2"),
-        }
-        partitions = int(raw.get("transaction.state.log.num.partitions", "50"))
-        partition = self.transaction_coordinator.partition_for(transactional_id)
-        owner = f"the transactional id {transactional_id!r}"
-        return self._coordinator_endpoint(TRANSACTION_STATE_TOPIC, partitions, rf, config, partition, owner)
-
-    def _coordinator_endpoint(
-        self, topic: str, num_partitions: int, rf: int, config: dict[str, str], partition: int, owner: str
-    ) -> BrokerEndpoint:
-        if topic not in self.image.topics:
-            rf = min(rf, len(self.image.brokers) or 1)
-            if "min.insync.replicas" in config:
-                config = config | {"min.insync.replicas": str(min(int(config["min.insync.replicas"]), rf))}
-            try:
-                self.create_topic(topic, num_partitions, rf, config)
-            except KafkaError as exc:
-                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise KafkaError(
-                        ErrorCode.COORDINATOR_NOT_AVAILABLE, f"cannot create {topic}: {exc.message}"
-                    ) from exc
-        image = self.image
-        state = image.partition_states.get(topic, {}).get(partition)
-        if state is None:
-            # Created (maybe by another broker) but not yet in this broker's image.
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{topic} is being created")
-        endpoint = image.brokers.get(state.leader)
-        if endpoint is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no live leader for {owner}")
-        return endpoint
-
     # BrokerChannel: how the (embedded) controller reaches this broker ------------------
 
     def send_leader_and_isr(
@@ -608,17 +465,12 @@ class Broker:
         self.refresh_metadata(controller_epoch)
 
     def refresh_metadata(self, controller_epoch: int) -> None:
-        """Rebuild the metadata image from the store (the source of truth)."""
-        topics = self.store.topics()
-        controller_id = self.store.controller_id()
-        self.image = MetadataImage(
-            brokers=self.store.brokers(),
-            topics=topics,
-            partition_states={t: self.store.partition_states(t) for t in topics},
-            controller_id=-1 if controller_id is None else controller_id,
-            controller_epoch=controller_epoch,
-            cluster_id=self.log_manager.cluster_id,
-        )
+        self.metadata_cache.refresh(controller_epoch)
+
+    @property
+    def image(self) -> MetadataImage:
+        """The current metadata image (read it once per request: it is replaced whole)."""
+        return self.metadata_cache.image
 
     async def apply_compaction_plan(
         self, topic: str, partition: int, keys: pa.Array, offsets: np.ndarray, end_offset: int, now_ms: int

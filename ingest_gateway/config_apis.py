@@ -21,12 +21,16 @@ from loglake.config import LogConfig, topic_property, validate_topic_name
 from loglake.config_defs import ConfigKey, ConfigSource, ConfigType, split_list, to_config_string
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
-    from ingest_gateway.kafka_apis import KafkaApis
+    from loglake.config import BrokerConfig
+
+    from ingest_gateway.admin_manager import AdminManager
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.dynamic_config import DynamicConfigManager
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 
@@ -166,12 +170,32 @@ def apply_incremental(
 
 
 class ConfigApis:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        admin: AdminManager,
+        dynamic_config: DynamicConfigManager,
+        authorization: RequestAuthorization,
+    ) -> None:
+        self._config = config
+        self._cache = cache
+        self._admin = admin
+        self._dynamic_config = dynamic_config
+        self._auth = authorization
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+                ApiKey.ALTER_CONFIGS: self.alter_configs,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
+            }
+        )
 
     @property
     def _dynamic(self) -> DynamicBrokerConfig:
-        return self._broker.dynamic_config.config
+        return self._dynamic_config.config
 
     def _broker_resource(self, name: str) -> bool:
         """True for this broker's own resource, False for the cluster-wide default ("")."""
@@ -181,10 +205,10 @@ class ConfigApis:
             broker_id = int(name)
         except ValueError:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Broker id must be an integer, but it is: {name}") from None
-        if broker_id != self._broker.config.broker_id:
+        if broker_id != self._config.broker_id:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST,
-                f"Unexpected broker id, expected {self._broker.config.broker_id} or empty string, but received {name}",
+                f"Unexpected broker id, expected {self._config.broker_id} or empty string, but received {name}",
             )
         return True
 
@@ -209,7 +233,7 @@ class ConfigApis:
 
     def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
         """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker configs."""
-        auth = self._broker.authorization
+        auth = self._auth
         if resource_type == RESOURCE_TOPIC:
             auth.require(operation, ResourceType.TOPIC, name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         elif resource_type == RESOURCE_BROKER:
@@ -219,7 +243,7 @@ class ConfigApis:
         self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)
         if resource_type == RESOURCE_TOPIC:
             validate_topic_name(name)
-            return describe_topic_configs(self._broker.image.topic(name).config, self._dynamic)
+            return describe_topic_configs(self._cache.image.topic(name).config, self._dynamic)
         if resource_type == RESOURCE_BROKER:
             return describe_broker_configs(self._dynamic, self._broker_resource(name))
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {resource_type}")
@@ -268,13 +292,13 @@ class ConfigApis:
         if r["resource_type"] == RESOURCE_TOPIC:
             if name == "":
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
-            topic = self._broker.image.topic(name)
+            topic = self._cache.image.topic(name)
             wanted = new_config(r, dict(topic.config))
             change = {k: "" for k in topic.config if k not in wanted} | wanted  # "" removes an override
-            await self._broker.alter_topic_config(topic.name, change, validate_only)
+            await self._admin.alter_topic_config(topic.name, change, validate_only)
         elif r["resource_type"] == RESOURCE_BROKER:
             per_broker = self._broker_resource(name)
-            manager = self._broker.dynamic_config
+            manager = self._dynamic_config
             entity = manager.config.entity if per_broker else ""
             stored = manager.config.per_broker if per_broker else manager.config.cluster_default
             wanted = new_config(r, dict(stored))
@@ -316,14 +340,3 @@ def _describe_entry(c: ConfigEntry, version: int, include_synonyms: bool, includ
         "config_type": int(c.type),
         "documentation": c.doc if include_documentation else None,
     }
-
-
-def register_config_apis(apis: KafkaApis, broker: Broker) -> ConfigApis:
-    handlers = ConfigApis(broker)
-    for key, handler in (
-        (ApiKey.DESCRIBE_CONFIGS, handlers.describe_configs),
-        (ApiKey.ALTER_CONFIGS, handlers.alter_configs),
-        (ApiKey.INCREMENTAL_ALTER_CONFIGS, handlers.incremental_alter_configs),
-    ):
-        apis.register(key, release_versions(key), handler)
-    return handlers

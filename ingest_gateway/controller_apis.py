@@ -10,21 +10,34 @@ from typing import TYPE_CHECKING, Any
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
-    from ingest_gateway.kafka_apis import KafkaApis
+    from loglake.coordination.store import MetadataStore
+
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.replica_manager import ReplicaManager
+    from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 
 
 class ControllerApis:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, store: MetadataStore, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
+        self._store = store
+        self._replica_manager = replica_manager
+        self._cache = cache
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.LEADER_AND_ISR: self.leader_and_isr,
+                ApiKey.STOP_REPLICA: self.stop_replica,
+                ApiKey.UPDATE_METADATA: self.update_metadata,
+            }
+        )
 
     async def leader_and_isr(self, header: RequestHeader, body: Body) -> Body:
-        topics = self._broker.store.topics()
+        topics = self._store.topics()
         if header.request_api_version < 2:  # partition states not yet grouped by topic
             by_topic: dict[str, list[Body]] = {}
             for ps in body["ungrouped_partition_states"]:
@@ -50,7 +63,7 @@ class ControllerApis:
                 )
         error = ErrorCode.NONE
         try:
-            self._broker.replica_manager.become_leader_or_follower(body["controller_epoch"], entries)
+            self._replica_manager.become_leader_or_follower(body["controller_epoch"], entries)
         except KafkaError as exc:
             error = exc.code
         return {
@@ -88,7 +101,7 @@ class ControllerApis:
                 by_delete.setdefault(ps["delete_partition"], []).append((t["topic_name"], ps["partition_index"]))
         try:
             for delete, partitions in by_delete.items():
-                self._broker.replica_manager.stop_replicas(body["controller_epoch"], partitions, delete)
+                self._replica_manager.stop_replicas(body["controller_epoch"], partitions, delete)
         except KafkaError as exc:
             error = exc.code
         return {
@@ -103,19 +116,8 @@ class ControllerApis:
     async def update_metadata(self, header: RequestHeader, body: Body) -> Body:
         """ZooKeeper holds the metadata; this request says when to re-read it, and fences."""
         epoch = body["controller_epoch"]
-        if epoch < self._broker.replica_manager.controller_epoch:
+        if epoch < self._replica_manager.controller_epoch:
             return {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
-        self._broker.replica_manager.controller_epoch = epoch
-        self._broker.refresh_metadata(epoch)
+        self._replica_manager.controller_epoch = epoch
+        self._cache.refresh(epoch)
         return {"error_code": ErrorCode.NONE}
-
-
-def register_controller_apis(apis: KafkaApis, broker: Broker) -> None:
-    controller_apis = ControllerApis(broker)
-    handlers = {
-        ApiKey.LEADER_AND_ISR: controller_apis.leader_and_isr,
-        ApiKey.STOP_REPLICA: controller_apis.stop_replica,
-        ApiKey.UPDATE_METADATA: controller_apis.update_metadata,
-    }
-    for key, handler in handlers.items():
-        apis.register(key, release_versions(key), handler)

@@ -19,7 +19,11 @@ from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.coordination.store import MetadataStore
+    from loglake.security.client import ClientSecurity
+
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,19 @@ _RETRY_S = 0.5
 class ControllerChannelManager:
     """The BrokerChannel of a cluster controller."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        broker_id: int,
+        store: MetadataStore,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        inter_broker_security: ClientSecurity,
+    ) -> None:
+        self._broker_id = broker_id
+        self._store = store
+        self._replica_manager = replica_manager
+        self._cache = cache
+        self._inter_broker_security = inter_broker_security
         self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
         self._senders: dict[int, asyncio.Task] = {}
 
@@ -42,14 +57,14 @@ class ControllerChannelManager:
     def send_leader_and_isr(
         self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
     ) -> None:
-        if broker_id == self._broker.config.broker_id:
-            self._broker.replica_manager.become_leader_or_follower(controller_epoch, partitions)
+        if broker_id == self._broker_id:
+            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
             return
         by_topic: dict[str, list[LeaderAndIsrPartition]] = {}
         for p in partitions:
             by_topic.setdefault(p.topic, []).append(p)
         body = {
-            "controller_id": self._broker.config.broker_id,
+            "controller_id": self._broker_id,
             "controller_epoch": controller_epoch,
             "type": 0,
             "topic_states": [
@@ -78,14 +93,14 @@ class ControllerChannelManager:
     def send_stop_replica(
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None:
-        if broker_id == self._broker.config.broker_id:
-            self._broker.replica_manager.stop_replicas(controller_epoch, partitions, delete)
+        if broker_id == self._broker_id:
+            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
             return
         by_topic: dict[str, list[int]] = {}
         for topic, p in partitions:
             by_topic.setdefault(topic, []).append(p)
         body = {
-            "controller_id": self._broker.config.broker_id,
+            "controller_id": self._broker_id,
             "controller_epoch": controller_epoch,
             "topic_states": [
                 {
@@ -100,14 +115,14 @@ class ControllerChannelManager:
         self._enqueue(broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body)
 
     def send_update_metadata(self, controller_epoch: int) -> None:
-        self._broker.refresh_metadata(controller_epoch)
+        self._cache.refresh(controller_epoch)
         body = {
-            "controller_id": self._broker.config.broker_id,
+            "controller_id": self._broker_id,
             "controller_epoch": controller_epoch,
             "live_brokers": [],
         }
-        for broker_id in self._broker.store.brokers():
-            if broker_id != self._broker.config.broker_id:
+        for broker_id in self._store.brokers():
+            if broker_id != self._broker_id:
                 self._enqueue(broker_id, ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body)
 
     # Sending ---------------------------------------------------------------------------
@@ -125,15 +140,13 @@ class ControllerChannelManager:
             while True:
                 api_key, version, body = await queue.get()
                 while True:
-                    endpoint = self._broker.store.brokers().get(broker_id)
+                    endpoint = self._store.brokers().get(broker_id)
                     if endpoint is None:
                         log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
                         break
                     try:
                         if client is None:
-                            client = KafkaClient(
-                                endpoint.host, endpoint.port, security=self._broker.inter_broker_security
-                            )
+                            client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
                         response = await client.request(api_key, version, body)
                         if response.get("error_code"):
                             log.warning(

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 from loglake.broker_configs import RACK_AWARE_REPLICA_SELECTOR
 from loglake.cluster.partition import Partition, monotonic_ms
 from loglake.cluster.replica_selector import rack_aware_read_replica
+from loglake.config import BrokerConfig
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import IsolationLevel, RequestHeader
+from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from loglake.security.quotas import ClientQuotaManager
 
 from ingest_gateway.client_endpoints import node_endpoints
 from ingest_gateway.kafka_server import current_request
@@ -44,13 +46,16 @@ from ingest_gateway.fetch_session import (
     PartitionResponse,
     TopicIdPartition,
 )
+from ingest_gateway.metadata_cache import MetadataCache
 from ingest_gateway.metrics import FETCH_FOLLOWER, label_request
-from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult
+from ingest_gateway.replica_manager import FollowerFetchPartition, FollowerFetchResult, ReplicaManager
 
 if TYPE_CHECKING:
     from loglake.coordination.model import BrokerEndpoint
 
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.metrics import BrokerMetrics
+    from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]
@@ -88,16 +93,32 @@ class ConsumerRead:
 
 
 class FetchApis:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        replica_manager: ReplicaManager,
+        authorization: RequestAuthorization,
+        fetch_quotas: ClientQuotaManager,
+        metrics: BrokerMetrics | None,
+    ) -> None:
+        self._config = config
+        self._cache = cache
+        self._replica_manager = replica_manager
+        self._auth = authorization
+        self._fetch_quotas = fetch_quotas
+        self._metrics = metrics
         # Topic id -> name, rebuilt when the metadata image is replaced or an id is missing.
         self._names: dict[uuid.UUID, str] = {}
         self._names_image: object = None
 
+    def register(self, router: RequestRouter) -> None:
+        router.register_all({ApiKey.FETCH: self.fetch})
+
     @functools.cached_property
     def sessions(self) -> FetchManager:
         # Built on first use: the broker's config is not needed before a fetch.
-        raw = self.broker.config.raw
+        raw = self._config.raw
         return FetchManager(
             FetchSessionCache(
                 int(raw.get("max.incremental.fetch.session.cache.slots", DEFAULT_CACHE_SLOTS)),
@@ -108,13 +129,13 @@ class FetchApis:
     # Topic ids ---------------------------------------------------------------------------
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        image = self.broker.image
+        image = self._cache.image
         if image is not self._names_image or topic_id not in self._names:
             self._names_image = image
             names = {_parse_uuid(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
             # A leader learns its partitions (LeaderAndIsr) before the image has their
             # topic (UpdateMetadata): its followers may already fetch them by id.
-            for (name, _), p in self.broker.replica_manager.partitions.items():
+            for (name, _), p in self._replica_manager.partitions.items():
                 if name not in image.topics and p.topic_id:
                     names[_parse_uuid(p.topic_id)] = name
             self._names = names
@@ -124,7 +145,7 @@ class FetchApis:
         """Whether the local replica of `tp` belongs to another topic of the same name."""
         if tp.topic_id == ZERO_UUID:
             return False
-        local = self.broker.replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
+        local = self._replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
         return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
 
     def _requested(self, version: int, body: Body) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list]:
@@ -158,7 +179,7 @@ class FetchApis:
     ) -> set[str]:
         """Topics this fetch may not read: followers need ClusterAction (else every topic is
         denied, as Kafka answers), consumers READ on each topic."""
-        auth = self.broker.authorization
+        auth = self._auth
         if not auth.enabled:
             return set()
         topics = {tp.topic for tp, _ in partitions if tp.topic is not None}
@@ -171,7 +192,7 @@ class FetchApis:
     async def fetch(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
         replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
-        quotas = self.broker.fetch_quotas
+        quotas = self._fetch_quotas
         if replica_id < 0 and quotas.enabled:
             request = current_request()
             throttle_ms = quotas.throttle_ms(request.principal.name, header.client_id or "")
@@ -203,7 +224,7 @@ class FetchApis:
             else:
                 readable.append((tp, request))
         max_bytes = body["max_bytes"] or NO_MAX_BYTES
-        metrics = self.broker.metrics
+        metrics = self._metrics
         if replica_id >= 0 and metrics is not None:
             label_request(FETCH_FOLLOWER)
         if not readable:
@@ -251,7 +272,7 @@ class FetchApis:
         """Committed data (read_committed: below the LSO, with the aborted transactions);
         long-polls until `min_bytes` or `max_wait_ms` (an error or a redirection to a
         preferred read replica answers at once)."""
-        rm = self.broker.replica_manager
+        rm = self._replica_manager
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
         keys = [(tp.topic, tp.partition) for tp, _ in readable]
@@ -266,9 +287,9 @@ class FetchApis:
         """KIP-392: another replica this consumer should read from, or -1."""
         if not reader.rack or not partition.is_leader:
             return -1
-        if self.broker.config.raw.get("replica.selector.class") != RACK_AWARE_REPLICA_SELECTOR:
+        if self._config.raw.get("replica.selector.class") != RACK_AWARE_REPLICA_SELECTOR:
             return -1
-        brokers = self.broker.image.brokers
+        brokers = self._cache.image.brokers
 
         def rack_of(broker_id: int) -> str | None:
             b = brokers.get(broker_id)
@@ -281,7 +302,7 @@ class FetchApis:
         self, readable: list[tuple[TopicIdPartition, PartitionRequest]], max_bytes: int, reader: ConsumerRead
     ) -> tuple[Answers, int]:
         """One pass over the partitions: (answers, bytes, or -1 to answer at once)."""
-        rm = self.broker.replica_manager
+        rm = self._replica_manager
         read_committed = reader.read_committed
         budget = max_bytes
         total = 0
@@ -346,14 +367,14 @@ class FetchApis:
             FollowerFetchPartition(tp.topic, tp.partition, r.fetch_offset, r.current_leader_epoch, r.max_bytes)  # type: ignore[arg-type]
             for tp, r in readable
         ]
-        results = await self.broker.replica_manager.fetch_for_follower(
+        results = await self._replica_manager.fetch_for_follower(
             replica_id, requests, max_wait_ms, min_bytes, max_bytes
         )
         return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
 
     def _current_leaders(self, answers: Answers) -> list[Body]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
-        image = self.broker.image
+        image = self._cache.image
         endpoints: dict[int, BrokerEndpoint] = {}
         for tp, entry in answers:
             if entry["error_code"] not in _LEADER_ERRORS:

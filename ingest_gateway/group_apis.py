@@ -20,33 +20,16 @@ from loglake.groups import (
 )
 from loglake.groups.consumer_group import HeartbeatRequest, TopicPartitions
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.authorization import RequestAuthorization
 from ingest_gateway.authorized_operations import group_operations
-from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_server import current_request
+from ingest_gateway.metadata_cache import MetadataCache
+from ingest_gateway.request_router import RequestRouter
 
 Body = dict[str, Any]
 
-_GROUP_APIS = (
-    ApiKey.JOIN_GROUP,
-    ApiKey.SYNC_GROUP,
-    ApiKey.HEARTBEAT,
-    ApiKey.LEAVE_GROUP,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.OFFSET_FETCH,
-    ApiKey.OFFSET_DELETE,
-    ApiKey.LIST_GROUPS,
-    ApiKey.DESCRIBE_GROUPS,
-    ApiKey.DELETE_GROUPS,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT,
-    ApiKey.CONSUMER_GROUP_DESCRIBE,
-)
-# Kafka's ranges (release.py). OffsetCommit v9's member epoch and OffsetFetch v9's member id
-# and epoch are checked against consumer-protocol (KIP-848) groups.
-GROUP_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _GROUP_APIS}
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
 
@@ -424,26 +407,30 @@ class GroupApis:
         return {"throttle_time_ms": 0, "groups": groups}
 
 
-def register_group_apis(apis: KafkaApis, coordinator: GroupCoordinator) -> GroupApis:
+def register_group_apis(
+    router: RequestRouter, coordinator: GroupCoordinator, authorization: RequestAuthorization, cache: MetadataCache
+) -> GroupApis:
     def partition_exists(topic: str, partition: int) -> bool:
-        description = apis.broker.image.topics.get(topic)
+        description = cache.image.topics.get(topic)
         return description is not None and partition in description.assignment
 
-    groups = GroupApis(coordinator, apis.broker.authorization, partition_exists=partition_exists)
-    handlers = {
-        ApiKey.JOIN_GROUP: groups.join_group,
-        ApiKey.SYNC_GROUP: groups.sync_group,
-        ApiKey.HEARTBEAT: groups.heartbeat,
-        ApiKey.LEAVE_GROUP: groups.leave_group,
-        ApiKey.OFFSET_COMMIT: groups.offset_commit,
-        ApiKey.OFFSET_FETCH: groups.offset_fetch,
-        ApiKey.OFFSET_DELETE: groups.offset_delete,
-        ApiKey.LIST_GROUPS: groups.list_groups,
-        ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
-        ApiKey.DELETE_GROUPS: groups.delete_groups,
-        ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
-        ApiKey.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
-    }
-    for key, handler in handlers.items():
-        apis.register(key, GROUP_API_VERSIONS[key], handler)
+    groups = GroupApis(coordinator, authorization, partition_exists=partition_exists)
+    # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
+    # against consumer-protocol (KIP-848) groups.
+    router.register_all(
+        {
+            ApiKey.JOIN_GROUP: groups.join_group,
+            ApiKey.SYNC_GROUP: groups.sync_group,
+            ApiKey.HEARTBEAT: groups.heartbeat,
+            ApiKey.LEAVE_GROUP: groups.leave_group,
+            ApiKey.OFFSET_COMMIT: groups.offset_commit,
+            ApiKey.OFFSET_FETCH: groups.offset_fetch,
+            ApiKey.OFFSET_DELETE: groups.offset_delete,
+            ApiKey.LIST_GROUPS: groups.list_groups,
+            ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+            ApiKey.DELETE_GROUPS: groups.delete_groups,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
+        }
+    )
     return groups

@@ -153,7 +153,7 @@ def create_app(broker: Broker) -> FastAPI:
         rf = doc.get("replication_factor", broker.config.default_replication_factor)
         if not isinstance(partitions, int) or not isinstance(rf, int):
             raise BadRequest(422, "'partitions' and 'replication_factor' must be integers", 2)
-        broker.create_topic(name, partitions, rf, _configs(doc.get("configs")))
+        broker.admin.create_topic(name, partitions, rf, _configs(doc.get("configs")))
         return broker.describe_topic(name)
 
     @app.get("/topics/{topic}")
@@ -165,19 +165,17 @@ def create_app(broker: Broker) -> FastAPI:
         doc = await json_object(request)
         broker.image.topic(topic)
         if "configs" in doc:
-            await broker.alter_topic_config(topic, _configs(doc["configs"]))
+            await broker.admin.alter_topic_config(topic, _configs(doc["configs"]))
         partitions = doc.get("partitions", doc.get("partitions_count"))
         if partitions is not None:
             if not isinstance(partitions, int):
                 raise BadRequest(422, "'partitions' must be an integer", 2)
-            await broker.create_partitions(topic, partitions)
+            await broker.admin.create_partitions(topic, partitions)
         return broker.describe_topic(topic)
 
     @app.delete("/topics/{topic}", status_code=204)
     async def delete_topic(topic: str) -> Response:
-        if not broker.config.delete_topic_enable:
-            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this broker")
-        broker.controller.delete_topic(topic)
+        broker.admin.delete_topic(topic)
         return Response(status_code=204)
 
     @app.post("/admin/compaction/{topic}/{partition}")

@@ -77,7 +77,7 @@ def group_routes(broker: Broker) -> APIRouter:
             raise BadRequest(422, "auto.offset.reset must be 'earliest' or 'latest'", 2)
         auto_commit = str(doc.get("auto.commit.enable", "true")).lower() == "true"
         read_committed = parse_isolation(doc.get("isolation.level", "read_committed"), "isolation.level")
-        broker.group_coordinator_endpoint(group_id)
+        broker.coordinators.group_coordinator(group_id)
         instance = consumers.create(group_id, doc.get("name"), fmt, reset, auto_commit, read_committed)
         base = str(request.base_url).rstrip("/")
         return {"instance_id": instance.name, "base_uri": f"{base}/consumers/{group_id}/instances/{instance.name}"}
@@ -175,7 +175,7 @@ def group_routes(broker: Broker) -> APIRouter:
     async def describe_group(group_id: str) -> dict[str, Any]:
         """Members and their assignment; per partition the committed offset, the log end
         offset and the lag (kafka-consumer-groups.sh --describe)."""
-        broker.group_coordinator_endpoint(group_id)
+        broker.coordinators.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
         if consumer_group.error is ErrorCode.NONE:
             summary = _consumer_group_summary(consumer_group)
@@ -223,7 +223,7 @@ def group_routes(broker: Broker) -> APIRouter:
         if to == "offset" and not isinstance(doc.get("offset"), int):
             raise BadRequest(422, "'offset' must be an integer with to=offset", 2)
         partitions = doc.get("partitions") or list(range(broker.image.partition_count(topic)))
-        broker.group_coordinator_endpoint(group_id)
+        broker.coordinators.group_coordinator(group_id)
         (described,) = await coordinator.describe_groups([group_id])
         if described.members:
             raise KafkaError(
@@ -249,7 +249,7 @@ def group_routes(broker: Broker) -> APIRouter:
 
     @router.delete("/groups/{group_id}", status_code=204)
     async def delete_group(group_id: str) -> Response:
-        broker.group_coordinator_endpoint(group_id)
+        broker.coordinators.group_coordinator(group_id)
         errors = await coordinator.delete_groups([group_id])
         _check(errors[group_id], f"cannot delete group {group_id!r}")
         return Response(status_code=204)

@@ -66,7 +66,7 @@ def reassignment_routes(broker: Broker) -> APIRouter:
             doc = await request.json()
         except ValueError:
             raise BadRequest(422, "the body must be a JSON reassignment plan", 2) from None
-        results = await broker.alter_partition_reassignments(_plan_targets(doc))
+        results = await broker.admin.alter_partition_reassignments(_plan_targets(doc))
         return {
             "partitions": [
                 {

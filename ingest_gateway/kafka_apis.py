@@ -1,9 +1,10 @@
-"""Kafka protocol requests to broker actions (the role of Kafka's KafkaApis).
+"""The core Kafka APIs (part of the role of Kafka's KafkaApis).
 
 One method per API. Each takes the decoded request body (a dict, see loglake.protocol)
-and returns the response body. Produce and fetch go through the same ReplicaManager paths
-as the HTTP API: produce hands each partition's record bytes over untouched, fetch answers
-with LogSlice file ranges that the server sends with sendfile.
+and returns the response body. Produce goes through the same ReplicaManager path as the
+HTTP API and hands each partition's record bytes over untouched. The handlers get the
+collaborators they use (the metadata cache, the admin manager, the replica manager, ...),
+never the whole broker.
 """
 
 from __future__ import annotations
@@ -14,60 +15,36 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from loglake.cluster.assignment import numbered_assignment
-from loglake.config import validate_topic_name
+from loglake.config import BrokerConfig, validate_topic_name
 from loglake.coordination.model import topic_uuid
+from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
-from loglake.protocol import (
-    ApiKey,
-    Chunk,
-    IsolationLevel,
-    ProtocolDecodeError,
-    RequestHeader,
-    UnsupportedVersionError,
-    decode_request,
-    decode_request_header,
-    encode_response,
-)
-from loglake.protocol.release import release_versions
+from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
 from loglake.record.batch import validate_client_records
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from loglake.security.quotas import ClientQuotaManager
+from loglake.storage.log_manager import LogManager
 
 from ingest_gateway import authorized_operations
+from ingest_gateway.admin_manager import AdminManager
+from ingest_gateway.authorization import RequestAuthorization
 from ingest_gateway.client_endpoints import node_endpoint, node_endpoints
 from ingest_gateway.config_apis import describe_topic_configs
-from ingest_gateway.fetch_apis import FetchApis
+from ingest_gateway.coordinator_locator import CoordinatorLocator
 from ingest_gateway.kafka_server import CloseConnection, current_request
+from ingest_gateway.metadata_cache import MetadataCache
+from ingest_gateway.request_router import RequestRouter
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage
 
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.dynamic_config import DynamicConfigManager
+    from ingest_gateway.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
-
-# What this broker implements, per API: the versions it advertises in ApiVersions. Each
-# range is what the handlers below answer correctly.
-SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    ApiKey.PRODUCE: release_versions(ApiKey.PRODUCE),
-    ApiKey.FETCH: release_versions(ApiKey.FETCH),
-    ApiKey.LIST_OFFSETS: release_versions(ApiKey.LIST_OFFSETS),
-    ApiKey.METADATA: release_versions(ApiKey.METADATA),
-    ApiKey.FIND_COORDINATOR: release_versions(ApiKey.FIND_COORDINATOR),
-    ApiKey.API_VERSIONS: release_versions(ApiKey.API_VERSIONS),
-    ApiKey.CREATE_TOPICS: release_versions(ApiKey.CREATE_TOPICS),
-    ApiKey.DELETE_TOPICS: release_versions(ApiKey.DELETE_TOPICS),
-    ApiKey.DELETE_RECORDS: release_versions(ApiKey.DELETE_RECORDS),
-    ApiKey.INIT_PRODUCER_ID: release_versions(ApiKey.INIT_PRODUCER_ID),
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: release_versions(ApiKey.OFFSET_FOR_LEADER_EPOCH),
-    ApiKey.CREATE_PARTITIONS: release_versions(ApiKey.CREATE_PARTITIONS),
-    # SASL listeners answer these before KafkaApis (sasl_authenticator.py); here they reach
-    # only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
-    ApiKey.SASL_HANDSHAKE: release_versions(ApiKey.SASL_HANDSHAKE),
-    ApiKey.SASL_AUTHENTICATE: release_versions(ApiKey.SASL_AUTHENTICATE),
-}
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -95,104 +72,87 @@ def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
 
 
 class KafkaApis:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.fetch_apis = FetchApis(broker)
-        self._handlers: dict[int, Callable[[RequestHeader, Body], Awaitable[Body | None]]] = {
-            ApiKey.API_VERSIONS: self.api_versions,
-            ApiKey.METADATA: self.metadata,
-            ApiKey.PRODUCE: self.produce,
-            ApiKey.FETCH: self.fetch_apis.fetch,
-            ApiKey.LIST_OFFSETS: self.list_offsets,
-            ApiKey.CREATE_TOPICS: self.create_topics,
-            ApiKey.DELETE_TOPICS: self.delete_topics,
-            ApiKey.CREATE_PARTITIONS: self.create_partitions,
-            ApiKey.FIND_COORDINATOR: self.find_coordinator,
-            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
-            ApiKey.DELETE_RECORDS: self.delete_records,
-            ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
-            ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
-            ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
-        }
+    """The core APIs: metadata, produce, offsets, topic administration, coordinators and
+    producer ids. Fetch is FetchApis'; groups, transactions, configs, ACLs and the others
+    are their own modules', each registered with the same RequestRouter."""
 
-    def register(
+    def __init__(
         self,
-        api_key: ApiKey,
-        versions: tuple[int, int],
-        handler: Callable[[RequestHeader, Body], Awaitable[Body | None]],
+        *,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        admin: AdminManager,
+        coordinators: CoordinatorLocator,
+        replica_manager: ReplicaManager,
+        log_manager: LogManager,
+        producer_ids: ProducerIdManager,
+        authorization: RequestAuthorization,
+        produce_quotas: ClientQuotaManager,
+        dynamic_config: DynamicConfigManager,
+        init_transactional_producer: Callable[[Body], Awaitable[Body]],
     ) -> None:
-        """Add an API served by another component (the group coordinator's)."""
-        SUPPORTED_VERSIONS[api_key] = versions
-        self._handlers[api_key] = handler
+        self._config = config
+        self._cache = cache
+        self._admin = admin
+        self._coordinators = coordinators
+        self._replica_manager = replica_manager
+        self._log_manager = log_manager
+        self._producer_ids = producer_ids
+        self._auth = authorization
+        self._produce_quotas = produce_quotas
+        self._dynamic_config = dynamic_config
+        self._init_transactional_producer = init_transactional_producer
 
-    async def handle(self, payload: memoryview) -> list[Chunk] | None:
-        """One request frame's payload to its response frame (None: send nothing)."""
-        header, _ = decode_request_header(payload)
-        key, version = header.request_api_key, header.request_api_version
-        supported = SUPPORTED_VERSIONS.get(key)  # type: ignore[call-overload]
-        if supported is None or not supported[0] <= version <= supported[1]:
-            if key == ApiKey.API_VERSIONS:
-                # KIP-511: answer a too-new ApiVersions in v0 so the client can downgrade.
-                body = {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": self._api_keys()}
-                return encode_response(key, 0, header.correlation_id, body)
-            raise ProtocolDecodeError(
-                f"{ApiKey(key).name if key in ApiKey._value2member_map_ else key} v{version} is not supported"
-            )
-        try:
-            header, body = decode_request(payload)
-        except UnsupportedVersionError as exc:
-            raise ProtocolDecodeError(str(exc)) from exc
-        header.client_id = header.client_id or ""
-        denied = self.broker.authorization.check_request(key, body)
-        if denied is not None:
-            response: Body | None = {"error_code": denied, "throttle_time_ms": 0}
-        else:
-            response = await self._handlers[key](header, body)
-        if response is None:
-            return None
-        if self.broker.metrics is not None:
-            self.broker.metrics.count_errors(key, response)
-        return encode_response(key, version, header.correlation_id, response)
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.METADATA: self.metadata,
+                ApiKey.PRODUCE: self.produce,
+                ApiKey.LIST_OFFSETS: self.list_offsets,
+                ApiKey.CREATE_TOPICS: self.create_topics,
+                ApiKey.DELETE_TOPICS: self.delete_topics,
+                ApiKey.CREATE_PARTITIONS: self.create_partitions,
+                ApiKey.FIND_COORDINATOR: self.find_coordinator,
+                ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+                ApiKey.DELETE_RECORDS: self.delete_records,
+                ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+                # SASL listeners answer these before the router (sasl_authenticator.py); here they
+                # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
+                ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
+                ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
+            }
+        )
 
-    def _api_keys(self) -> list[Body]:
-        return [
-            {"api_key": int(k), "min_version": lo, "max_version": hi}
-            for k, (lo, hi) in sorted(SUPPORTED_VERSIONS.items())
-        ]
-
-    # Metadata and versions ---------------------------------------------------------------
-
-    async def api_versions(self, header: RequestHeader, body: Body) -> Body:
-        return {"error_code": 0, "api_keys": self._api_keys(), "throttle_time_ms": 0}
+    # Metadata ----------------------------------------------------------------------------
 
     def _maybe_auto_create(self, name: str) -> ErrorCode | None:
         """Create `name` with the broker defaults if allowed; an error code if not."""
-        config = self.broker.config
+        config = self._config
         if not config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not self._may_create(name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
-            self.broker.create_topic(name, config.num_partitions, config.default_replication_factor, {})
+            self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 return exc.code
         return None
 
     def _require_topic(self, operation: AclOperation, topic: str) -> None:
-        self.broker.authorization.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        self._auth.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
     def _may_create(self, topic: str) -> bool:
         """CREATE on the cluster, or on the topic (Kafka checks both)."""
-        auth = self.broker.authorization
+        auth = self._auth
         return auth.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False) or auth.topic_allowed(
             AclOperation.CREATE, topic
         )
 
     async def metadata(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
-        image = self.broker.image
+        image = self._cache.image
         requested = body["topics"]
         if requested is None or (version == 0 and not requested):
             names: list[str | None] = sorted(image.topics)
@@ -200,7 +160,7 @@ class KafkaApis:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
         allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
-        auth = self.broker.authorization
+        auth = self._auth
         listing = requested is None or (version == 0 and not requested)
         if listing and auth.enabled:
             # A full listing leaves out the topics this principal may not describe.
@@ -215,18 +175,18 @@ class KafkaApis:
             if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
                 topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
                 continue
-            if name not in self.broker.image.topics:
+            if name not in self._cache.image.topics:
                 error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if error is not None:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
-            topics.append(self._topic_metadata(self.broker.image, name))
+            topics.append(self._topic_metadata(self._cache.image, name))
         for entry in topics:
             if entry["name"] is not None:  # not for unknown topic ids, as Kafka
                 entry["topic_authorized_operations"] = authorized_operations.topic_operations(
                     auth, entry["name"], body["include_topic_authorized_operations"]
                 )
-        image = self.broker.image
+        image = self._cache.image
         return {
             "throttle_time_ms": 0,
             "brokers": node_endpoints(sorted(image.brokers.values(), key=lambda b: b.broker_id)),
@@ -275,7 +235,7 @@ class KafkaApis:
         acks = body["acks"]
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
-        auth = self.broker.authorization
+        auth = self._auth
         transactional_id = body.get("transactional_id")
         txn_denied = transactional_id is not None and not auth.allowed(
             AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
@@ -303,7 +263,7 @@ class KafkaApis:
                         f"Cannot append to internal topic {name}",
                     )
                 continue
-            if name not in self.broker.image.topics:
+            if name not in self._cache.image.topics:
                 error = self._maybe_auto_create(name)
                 if error is not None:
                     for p in topic["partition_data"]:
@@ -325,8 +285,8 @@ class KafkaApis:
                 {k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries}
             )
             entries = {}
-        results = await self.broker.replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
-        quotas = self.broker.produce_quotas
+        results = await self._replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
+        quotas = self._produce_quotas
         throttle_ms = 0
         if quotas.enabled and entries:
             sent = sum(len(r) for r in entries.values())
@@ -373,7 +333,7 @@ class KafkaApis:
         """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
         leader and epoch this broker knows, and the response those leaders' endpoints, so the
         producer can retry without a metadata round trip. Returns the endpoints."""
-        image = self.broker.image
+        image = self._cache.image
         leaders = set()
         for name, entries in by_topic.items():
             for entry in entries:
@@ -388,7 +348,7 @@ class KafkaApis:
     # Offsets -------------------------------------------------------------------------------
 
     async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
-        rm = self.broker.replica_manager
+        rm = self._replica_manager
         version = header.request_api_version
         read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
 
@@ -421,8 +381,8 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
-        rm = self.broker.replica_manager
-        auth = self.broker.authorization
+        rm = self._replica_manager
+        auth = self._auth
         from_follower = body.get("replica_id", -1) >= 0
         if from_follower and not auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             denied = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "replicas need ClusterAction")
@@ -451,7 +411,7 @@ class KafkaApis:
         return {"throttle_time_ms": 0, "topics": topics}
 
     async def delete_records(self, header: RequestHeader, body: Body) -> Body:
-        rm = self.broker.replica_manager
+        rm = self._replica_manager
 
         def answer(topic: str, dp: Body, entry: Body) -> None:
             self._require_topic(AclOperation.DELETE, topic)
@@ -463,13 +423,13 @@ class KafkaApis:
             lambda dp: {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0},
             answer,
         )
-        self.broker.log_manager.checkpoint_log_start_offsets()
+        self._log_manager.checkpoint_log_start_offsets()
         return {"throttle_time_ms": 0, "topics": topics}
 
     # Topic administration ----------------------------------------------------------------
 
     async def create_topics(self, header: RequestHeader, body: Body) -> Body:
-        config = self.broker.config
+        config = self._config
         results = []
         for t in body["topics"]:
             name = t["name"]
@@ -494,7 +454,7 @@ class KafkaApis:
                 if nulls:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
                 configs = {c["name"]: c["value"] for c in t["configs"]}
-                created = self.broker.create_topic(
+                created = self._admin.create_topic(
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )
                 entry.update(
@@ -509,7 +469,7 @@ class KafkaApis:
                             "config_source": int(c.source),
                             "is_sensitive": c.sensitive,
                         }
-                        for c in describe_topic_configs(created.config, self.broker.dynamic_config.config)
+                        for c in describe_topic_configs(created.config, self._dynamic_config.config)
                     ],
                 )
             except KafkaError as exc:
@@ -519,7 +479,7 @@ class KafkaApis:
 
     async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
         if header.request_api_version >= 6:
-            by_id = {topic_uuid(t.topic_id): n for n, t in self.broker.image.topics.items()}
+            by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
             wanted = [(t["name"] or by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]]
         else:
             wanted = [(n, None) for n in body["topic_names"]]
@@ -535,9 +495,7 @@ class KafkaApis:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
                 self._require_topic(AclOperation.DELETE, name)
-                if not self.broker.config.delete_topic_enable:
-                    raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
-                self.broker.controller.delete_topic(name)
+                self._admin.delete_topic(name)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
@@ -550,7 +508,7 @@ class KafkaApis:
             try:
                 self._require_topic(AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
-                await self.broker.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
+                await self._admin.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
@@ -583,18 +541,16 @@ class KafkaApis:
             return entry
         try:
             if key_type == COORDINATOR_KEY_TRANSACTION:
-                self.broker.authorization.require(
+                self._auth.require(
                     AclOperation.DESCRIBE,
                     ResourceType.TRANSACTIONAL_ID,
                     key,
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 )
-                endpoint = self.broker.transaction_coordinator_endpoint(key)
+                endpoint = self._coordinators.transaction_coordinator(key)
             else:
-                self.broker.authorization.require(
-                    AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED
-                )
-                endpoint = self.broker.group_coordinator_endpoint(key)
+                self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                endpoint = self._coordinators.group_coordinator(key)
             node = node_endpoint(endpoint)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
@@ -617,8 +573,8 @@ class KafkaApis:
 
     async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
         if body["transactional_id"] is not None:
-            return await self.broker.txn_apis.init_producer_id(body)
-        producer_id, epoch = self.broker.producer_ids.init_producer_id(
+            return await self._init_transactional_producer(body)
+        producer_id, epoch = self._producer_ids.init_producer_id(
             body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 from loglake.storage.log import Log
 
 from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 
 if TYPE_CHECKING:
-    from ingest_gateway.kafka_apis import KafkaApis
+    from ingest_gateway.request_router import RequestRouter
     from ingest_gateway.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -103,14 +102,16 @@ class LogDirApis:
         }
 
 
-def register_log_dir_apis(apis: KafkaApis, replica_manager: ReplicaManager) -> ReplicaAlterLogDirsManager:
+def register_log_dir_apis(router: RequestRouter, replica_manager: ReplicaManager) -> ReplicaAlterLogDirsManager:
     """Serve the log dir APIs and start the replica mover (from the event loop); the
     caller stops the returned mover before shutting the logs down."""
     mover = ReplicaAlterLogDirsManager(replica_manager)
     handlers = LogDirApis(replica_manager, mover)
-    apis.register(ApiKey.DESCRIBE_LOG_DIRS, release_versions(ApiKey.DESCRIBE_LOG_DIRS), handlers.describe_log_dirs)
-    apis.register(
-        ApiKey.ALTER_REPLICA_LOG_DIRS, release_versions(ApiKey.ALTER_REPLICA_LOG_DIRS), handlers.alter_replica_log_dirs
+    router.register_all(
+        {
+            ApiKey.DESCRIBE_LOG_DIRS: handlers.describe_log_dirs,
+            ApiKey.ALTER_REPLICA_LOG_DIRS: handlers.alter_replica_log_dirs,
+        }
     )
     mover.start()
     return mover

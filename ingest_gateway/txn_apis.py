@@ -22,7 +22,6 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
 from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from loglake.protocol import ApiKey, RequestHeader
-from loglake.protocol.release import release_versions
 from loglake.record.control import EndTransactionMarker, encode_marker_batch
 from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
@@ -30,24 +29,18 @@ from loglake.transactions import TransactionCoordinator, TransactionState
 from ingest_gateway.kafka_client import KafkaClient
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
-    from ingest_gateway.kafka_apis import KafkaApis
+    from loglake.groups import GroupCoordinator
+    from loglake.security.client import ClientSecurity
+
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.replica_manager import ReplicaManager
+    from ingest_gateway.request_router import RequestRouter
 
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
 
-_TXN_APIS = (
-    ApiKey.ADD_PARTITIONS_TO_TXN,
-    ApiKey.ADD_OFFSETS_TO_TXN,
-    ApiKey.END_TXN,
-    ApiKey.WRITE_TXN_MARKERS,
-    ApiKey.TXN_OFFSET_COMMIT,
-    ApiKey.DESCRIBE_TRANSACTIONS,
-    ApiKey.LIST_TRANSACTIONS,
-    ApiKey.DESCRIBE_PRODUCERS,
-)
-TXN_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {key: release_versions(key) for key in _TXN_APIS}
 # AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
 _ADD_PARTITIONS_BATCHED_VERSION = 4
 _MARKER_TIMEOUT_MS = 5000
@@ -68,8 +61,9 @@ def _results_by_topic(partitions: Collection[TopicPartition], error: ErrorCode, 
 class MarkerWriter:
     """Writes transaction markers on the partitions this broker leads (WriteTxnMarkers)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(self, replica_manager: ReplicaManager, group_coordinator: GroupCoordinator) -> None:
+        self._replica_manager = replica_manager
+        self._group_coordinator = group_coordinator
 
     async def write(
         self,
@@ -83,7 +77,7 @@ class MarkerWriter:
         batch = encode_marker_batch(
             producer_id, producer_epoch, EndTransactionMarker(commit, coordinator_epoch), now_ms
         )
-        results = await self._broker.replica_manager.append_records(
+        results = await self._replica_manager.append_records(
             {(tp.topic, tp.partition): batch for tp in partitions}, -1, _MARKER_TIMEOUT_MS, from_coordinator=True
         )
         errors = {}
@@ -92,7 +86,7 @@ class MarkerWriter:
             errors[tp] = ErrorCode.NONE if result.error is None else result.error.code
             if result.error is None and tp.topic == OFFSETS_TOPIC:
                 # The marker on the group's partition makes its transactional offsets visible.
-                self._broker.group_coordinator.complete_txn(producer_id, commit, tp.partition)
+                self._group_coordinator.complete_txn(producer_id, commit, tp.partition)
         return errors
 
 
@@ -100,8 +94,12 @@ class BrokerMarkerChannel:
     """The coordinator's `MarkerChannel`: each partition's marker goes to its leader, this
     broker's own partitions directly, the others' over WriteTxnMarkers."""
 
-    def __init__(self, broker: Broker, writer: MarkerWriter) -> None:
-        self._broker = broker
+    def __init__(
+        self, broker_id: int, cache: MetadataCache, inter_broker_security: ClientSecurity, writer: MarkerWriter
+    ) -> None:
+        self._broker_id = broker_id
+        self._cache = cache
+        self._inter_broker_security = inter_broker_security
         self._writer = writer
         self._clients: dict[int, KafkaClient] = {}
 
@@ -113,7 +111,7 @@ class BrokerMarkerChannel:
         coordinator_epoch: int,
         partitions: Collection[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
-        image = self._broker.image
+        image = self._cache.image
         errors: dict[TopicPartition, ErrorCode] = {}
         by_leader: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in partitions:
@@ -139,13 +137,13 @@ class BrokerMarkerChannel:
         commit: bool,
         coordinator_epoch: int,
     ) -> dict[TopicPartition, ErrorCode]:
-        if leader == self._broker.config.broker_id:
+        if leader == self._broker_id:
             return await self._writer.write(producer_id, producer_epoch, commit, coordinator_epoch, partitions)
-        endpoint = self._broker.image.brokers[leader]
+        endpoint = self._cache.image.brokers[leader]
         client = self._clients.get(leader)
         if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
             client = self._clients[leader] = KafkaClient(
-                endpoint.host, endpoint.port, security=self._broker.inter_broker_security
+                endpoint.host, endpoint.port, security=self._inter_broker_security
             )
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in partitions:
@@ -176,10 +174,35 @@ class BrokerMarkerChannel:
 
 
 class TxnApis:
-    def __init__(self, broker: Broker, coordinator: TransactionCoordinator, writer: MarkerWriter) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        coordinator: TransactionCoordinator,
+        writer: MarkerWriter,
+        cache: MetadataCache,
+        replica_manager: ReplicaManager,
+        group_coordinator: GroupCoordinator,
+        authorization: RequestAuthorization,
+    ) -> None:
         self.coordinator = coordinator
         self._writer = writer
+        self._cache = cache
+        self._replica_manager = replica_manager
+        self._group_coordinator = group_coordinator
+        self._auth = authorization
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+                ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+                ApiKey.END_TXN: self.end_txn,
+                ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
+                ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
+                ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
+                ApiKey.LIST_TRANSACTIONS: self.list_transactions,
+                ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
+            }
+        )
 
     async def init_producer_id(self, body: Body) -> Body:
         """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
@@ -226,8 +249,8 @@ class TxnApis:
         partitions: list[TopicPartition],
         verify_only: bool,
     ) -> ErrorCode:
-        image = self._broker.image
-        auth = self._broker.authorization
+        image = self._cache.image
+        auth = self._auth
         if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if auth.denied_topics(AclOperation.WRITE, (tp.topic for tp in partitions)):
@@ -269,7 +292,7 @@ class TxnApis:
         if error is not ErrorCode.NONE:
             errors = dict.fromkeys(offsets, error)
         else:
-            errors = await self._broker.group_coordinator.commit_txn_offsets(
+            errors = await self._group_coordinator.commit_txn_offsets(
                 body["group_id"],
                 body["producer_id"],
                 body["producer_epoch"],
@@ -287,7 +310,7 @@ class TxnApis:
         """WRITE on the transactional id, READ on the group and the topics; the producer must
         own the transaction, which must hold the group's offsets partition (AddOffsetsToTxn
         first), as Kafka's producer state on that partition checks."""
-        auth = self._broker.authorization
+        auth = self._auth
         if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
@@ -302,7 +325,7 @@ class TxnApis:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
         if described.producer_epoch != body["producer_epoch"]:
             return ErrorCode.INVALID_PRODUCER_EPOCH
-        group_partition = self._broker.group_coordinator.partition_for(body["group_id"])
+        group_partition = self._group_coordinator.partition_for(body["group_id"])
         if TopicPartition(OFFSETS_TOPIC, group_partition) not in described.partitions:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
@@ -327,7 +350,7 @@ class TxnApis:
 
     async def describe_transactions(self, header: RequestHeader, body: Body) -> Body:
         states = []
-        auth = self._broker.authorization
+        auth = self._auth
         for d in self.coordinator.describe_transactions(body["transactional_ids"]):
             if not auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
                 states.append({"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": d.transactional_id,
@@ -362,7 +385,7 @@ class TxnApis:
             }
             now = self.coordinator.now_ms()
             listings = [t for t in listings if 0 <= described[t.transactional_id].txn_start_timestamp <= now - duration]
-        auth = self._broker.authorization
+        auth = self._auth
         listings = [
             t
             for t in listings
@@ -387,10 +410,10 @@ class TxnApis:
             partitions = []
             for index in t["partition_indexes"]:
                 try:
-                    self._broker.authorization.require(
+                    self._auth.require(
                         AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     )
-                    log_ = self._broker.replica_manager.leader_partition(t["name"], index).log
+                    log_ = self._replica_manager.leader_partition(t["name"], index).log
                 except KafkaError as exc:
                     partitions.append(
                         {
@@ -422,22 +445,3 @@ class TxnApis:
                 )
             topics.append({"name": t["name"], "partitions": partitions})
         return {"throttle_time_ms": 0, "topics": topics}
-
-
-def register_txn_apis(
-    apis: KafkaApis, broker: Broker, coordinator: TransactionCoordinator, writer: MarkerWriter
-) -> TxnApis:
-    txn_apis = TxnApis(broker, coordinator, writer)
-    handlers = {
-        ApiKey.ADD_PARTITIONS_TO_TXN: txn_apis.add_partitions_to_txn,
-        ApiKey.ADD_OFFSETS_TO_TXN: txn_apis.add_offsets_to_txn,
-        ApiKey.END_TXN: txn_apis.end_txn,
-        ApiKey.WRITE_TXN_MARKERS: txn_apis.write_txn_markers,
-        ApiKey.TXN_OFFSET_COMMIT: txn_apis.txn_offset_commit,
-        ApiKey.DESCRIBE_TRANSACTIONS: txn_apis.describe_transactions,
-        ApiKey.LIST_TRANSACTIONS: txn_apis.list_transactions,
-        ApiKey.DESCRIBE_PRODUCERS: txn_apis.describe_producers,
-    }
-    for key, handler in handlers.items():
-        apis.register(key, TXN_API_VERSIONS[key], handler)
-    return txn_apis

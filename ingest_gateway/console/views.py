@@ -166,7 +166,7 @@ def console_routes(broker: Broker) -> APIRouter:
         partitions = _int("partitions", form.get("partitions"), 1)
         rf = _int("replication factor", form.get("replication_factor"), 1)
         configs = _configs(form.get("configs", ""))
-        broker.create_topic(name, partitions, rf, configs, validate_only=True)
+        broker.admin.create_topic(name, partitions, rf, configs, validate_only=True)
         if form.get("confirm") != "yes":
             return page(
                 request,
@@ -199,7 +199,7 @@ def console_routes(broker: Broker) -> APIRouter:
             raise ConsoleError(422, "name: a config name is required")
         # An empty value removes the override (back to the broker default).
         configs = _configs(f"{name}={form.get('value', '').strip()}")
-        await broker.alter_topic_config(topic, configs, validate_only=True)
+        await broker.admin.alter_topic_config(topic, configs, validate_only=True)
         if form.get("confirm") != "yes":
             value = configs[name]
             return page(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from kafka import KafkaAdminClient
 
-from client_helpers import raw_request
-from loglake.protocol import ApiKey
+from client_helpers import connect, make_broker, raw_request, recv_frame, serve
+from ingest_gateway.process import free_port
+from loglake.protocol import ApiKey, encode_request
 from loglake.protocol.release import KAFKA_3_9_VERSIONS, release_versions
 
 # What Kafka clients need from a broker, and what this one serves (no transactions, ACLs,
@@ -45,3 +46,30 @@ def test_kafka_python_infers_kafka_3_9(broker) -> None:
     finally:
         admin.close()
     assert inferred == (3, 9), inferred
+
+
+def test_broker_to_broker_apis_are_served_only_on_the_inter_broker_listener(tmp_path) -> None:
+    """WriteTxnMarkers (like the controller's requests on a cluster) is for brokers: a client
+    listener neither advertises nor answers it, whatever the ACLs."""
+    client_port = free_port()
+    process = make_broker(tmp_path / "logs")
+    process.overrides.update(
+        {
+            "listeners": process.overrides["listeners"] + f",CLIENT://127.0.0.1:{client_port}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+        }
+    )
+    for broker in serve(process):
+        client_listener = f"127.0.0.1:{client_port}"
+        assert ApiKey.WRITE_TXN_MARKERS in advertised(broker.bootstrap)
+        on_client = advertised(client_listener)
+        assert ApiKey.WRITE_TXN_MARKERS not in on_client
+        assert set(advertised(broker.bootstrap)) - set(on_client) == {ApiKey.WRITE_TXN_MARKERS}
+        markers = {"markers": []}
+        assert raw_request(broker.bootstrap, ApiKey.WRITE_TXN_MARKERS, 1, markers) == {"markers": []}
+        with connect(client_listener) as s:
+            s.sendall(encode_request(ApiKey.WRITE_TXN_MARKERS, 1, 7, "raw-test", markers))
+            assert recv_frame(s) is None, "a client listener answered WriteTxnMarkers"
+        # The listener still serves its clients.
+        assert ApiKey.PRODUCE in advertised(client_listener)

@@ -14,15 +14,17 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from ingest_gateway.authorization import RequestAuthorization
+from ingest_gateway.fetch_apis import FetchApis
 from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.metadata_cache import MetadataCache
 from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica_manager import ReplicaManager
+from ingest_gateway.request_router import RequestRouter
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
@@ -51,19 +53,29 @@ class Node:
             replica_lag_time_max_ms=LAG_MS,
             fetcher_config=FETCHER,
         )
-        self.broker = SimpleNamespace(
+        # Only the APIs replication uses (produce, fetch, offsets), on an image of the
+        # cluster's topics; no authorizer, no quotas, no metrics.
+        config = BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False)
+        self.cache = cache = MetadataCache(store=None, cluster_id="")  # type: ignore[arg-type]  # never refreshed
+        cache.image = MetadataImage(topics=cluster.topics)
+        auth = RequestAuthorization(None)
+        self.router = RequestRouter(auth, None, config.inter_broker_listener_name)
+        KafkaApis(
+            config=config,
+            cache=cache,
+            admin=None,  # type: ignore[arg-type]
+            coordinators=None,  # type: ignore[arg-type]
             replica_manager=self.rm,
             log_manager=self.log_manager,
-            image=MetadataImage(topics=cluster.topics),
-            config=BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False),
-            topic_config=lambda name: LogConfig.from_properties(cluster.topics[name].config),
-            metrics=None,  # metrics.enabled=false: the hooks are skipped
-            authorization=RequestAuthorization(None),  # no authorizer: everything allowed
-            produce_quotas=ClientQuotaManager(PRODUCER_BYTE_RATE),  # no quotas set
-            fetch_quotas=ClientQuotaManager(CONSUMER_BYTE_RATE),
-        )
-        self.apis = KafkaApis(self.broker)  # type: ignore[arg-type]
-        self.server = KafkaServer("127.0.0.1", 0, self.apis.handle, 100 * 1024 * 1024)
+            producer_ids=None,  # type: ignore[arg-type]
+            authorization=auth,
+            produce_quotas=ClientQuotaManager(PRODUCER_BYTE_RATE),
+            dynamic_config=None,  # type: ignore[arg-type]
+            init_transactional_producer=None,  # type: ignore[arg-type]
+        ).register(self.router)
+        self.fetch_apis = FetchApis(config, cache, self.rm, auth, ClientQuotaManager(CONSUMER_BYTE_RATE), None)
+        self.fetch_apis.register(self.router)
+        self.server = KafkaServer("127.0.0.1", 0, self.router.handle, 100 * 1024 * 1024)
         self.running = False
 
     async def start(self) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from types import SimpleNamespace
 
 from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
 from loglake.protocol import ApiKey, decode_request, encode_response
@@ -18,14 +17,14 @@ from ingest_gateway.process import free_port
 CONTROLLER, TARGET = 1, 2
 
 
-class FakeBroker:
-    """What the channel reads of its broker: its id and the registered brokers."""
+class Registry:
+    """What the channel reads of the store: the registered brokers."""
 
     def __init__(self, port: int) -> None:
-        self.config = SimpleNamespace(broker_id=CONTROLLER)
         self.registered: dict[int, BrokerEndpoint] = {TARGET: BrokerEndpoint(TARGET, "127.0.0.1", port, "", -1)}
-        self.store = SimpleNamespace(brokers=lambda: dict(self.registered))
-        self.inter_broker_security = PLAINTEXT
+
+    def brokers(self) -> dict[int, BrokerEndpoint]:
+        return dict(self.registered)
 
 
 class RecordingBroker:
@@ -57,8 +56,9 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:
 def test_requests_wait_for_a_broker_that_is_not_listening_yet_and_for_its_restart() -> None:
     async def scenario() -> None:
         port = free_port()
-        fake = FakeBroker(port)
-        channel = ControllerChannelManager(fake)  # type: ignore[arg-type]
+        fake = Registry(port)
+        # Requests for other brokers only: no replica manager or cache is needed.
+        channel = ControllerChannelManager(CONTROLLER, fake, None, None, PLAINTEXT)  # type: ignore[arg-type]
         seen: list[int] = []
         try:
             channel.send_leader_and_isr(TARGET, 1, leader_and_isr(1))

@@ -17,7 +17,7 @@ from loglake.protocol import ApiKey, decode_response, encode_request
 
 def call(broker: Broker, api_key: ApiKey, version: int, body: dict) -> dict:
     frame = encode_request(api_key, version, 1, "window-test", body)
-    chunks = asyncio.run(broker.kafka_apis.handle(memoryview(frame)[4:]))
+    chunks = asyncio.run(broker.requests.handle(memoryview(frame)[4:]))
     assert chunks is not None
     return decode_response(api_key, version, b"".join(chunks)[4:])[1]
 

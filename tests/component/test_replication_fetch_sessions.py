@@ -91,7 +91,7 @@ async def test_follower_of_many_partitions_sends_and_receives_only_changes(clust
         assert (await produce(client, t, [t.encode()]))["error_code"] == 0
     fetcher = follower.rm.fetcher_manager.fetchers[1]
     # One session on the leader, a follower's (privileged), holding every partition.
-    cache = leader.apis.fetch_apis.sessions.cache
+    cache = leader.fetch_apis.sessions.cache
     await until(lambda: fetcher._session.epoch > 2, what="incremental fetches")
     (session,) = cache.sessions.values()
     assert session.privileged and session.uses_topic_ids and len(session.partitions) == len(TOPICS)
@@ -121,7 +121,7 @@ async def test_incremental_answers_are_file_ranges(cluster: Cluster) -> None:
     client = cluster.client(1)
     assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
     topic_id = cluster.topics["t0"].topic_id
-    fetch = leader.apis.fetch_apis.fetch
+    fetch = leader.fetch_apis.fetch
     header = RequestHeader(ApiKey.FETCH, 17, 1, "test")
     full = await fetch(header, consumer_fetch(uuid.UUID(topic_id), {0: 1}, session_id=0, epoch=0))
     assert full["session_id"] > 0
@@ -153,7 +153,7 @@ async def test_replication_survives_leader_changes_and_a_restarted_leader(cluste
     for t in TOPICS[1:4]:
         cluster.leader_and_isr(t)
     fetcher = cluster.nodes[3].rm.fetcher_manager.fetchers[1]
-    restarted = cluster.nodes[1].apis.fetch_apis.sessions.cache
+    restarted = cluster.nodes[1].fetch_apis.sessions.cache
     await until(lambda: fetcher._session.session_id in restarted.sessions, what="a session with the restarted leader")
     for t in TOPICS[1:4]:
         assert (await produce(cluster.client(1), t, [b"three"]))["error_code"] == 0
@@ -169,7 +169,7 @@ async def test_a_topic_id_that_is_not_the_local_replicas_is_inconsistent(cluster
     new_id = uuid.uuid4()
     cluster.topics["t0"] = replace(cluster.topics["t0"], topic_id=str(new_id))
     header = RequestHeader(ApiKey.FETCH, 13, 1, "test")
-    response = await leader.apis.fetch_apis.fetch(header, consumer_fetch(new_id, {0: 0}))
+    response = await leader.fetch_apis.fetch(header, consumer_fetch(new_id, {0: 0}))
     (t,) = response["responses"]
     assert t["topic_id"] == new_id and t["partitions"][0]["error_code"] == ErrorCode.INCONSISTENT_TOPIC_ID
 
@@ -185,19 +185,17 @@ async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster)
     assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
     topic_id = uuid.UUID(cluster.topics["t0"].topic_id)
     header = RequestHeader(ApiKey.FETCH, 16, 1, "test")
-    full = await old.apis.fetch_apis.fetch(
-        header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0, leader_epoch=0)
-    )
+    full = await old.fetch_apis.fetch(header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0, leader_epoch=0))
     session_id = full["session_id"]
     assert session_id > 0
 
     cluster.elect("t0", 2, (1, 2))
-    old.broker.image = MetadataImage(
+    old.cache.image = MetadataImage(
         brokers={2: BrokerEndpoint(2, "127.0.0.1", cluster.ports[2], "127.0.0.1", 0)},
         topics=cluster.topics,
         partition_states={"t0": {0: cluster.states[("t0", 0)]}},
     )
-    moved = await old.apis.fetch_apis.fetch(header, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
+    moved = await old.fetch_apis.fetch(header, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
     assert (moved["error_code"], moved["session_id"]) == (ErrorCode.NONE, session_id)
     (entry,) = moved["responses"][0]["partitions"]
     assert entry["error_code"] == ErrorCode.FENCED_LEADER_EPOCH

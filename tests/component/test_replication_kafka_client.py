@@ -4,23 +4,22 @@ after the broker goes away, and timeouts that close the connection."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 
 from ingest_gateway.authorization import RequestAuthorization
-from ingest_gateway.kafka_apis import KafkaApis
 from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError, RequestTimedOut
 from ingest_gateway.kafka_server import KafkaServer
+from ingest_gateway.request_router import RequestRouter
 from loglake.protocol import ApiKey
 
 API_VERSIONS = {"client_software_name": "test", "client_software_version": "1"}
 
 
 async def serve(port: int = 0) -> KafkaServer:
-    # ApiVersions needs no broker; without metrics (metrics.enabled=false).
-    apis = KafkaApis(SimpleNamespace(metrics=None, authorization=RequestAuthorization(None)))  # type: ignore[arg-type]
-    server = KafkaServer("127.0.0.1", port, apis.handle, 1 << 20)
+    # A router serves ApiVersions by itself; no authorizer, no metrics.
+    router = RequestRouter(RequestAuthorization(None), None, "PLAINTEXT")
+    server = KafkaServer("127.0.0.1", port, router.handle, 1 << 20)
     await server.start()
     return server
 
