@@ -20,6 +20,7 @@ from ingest_gateway.acl_apis import AclApis
 from ingest_gateway.admin_apis import AdminApis
 from ingest_gateway.admin_manager import AdminManager
 from ingest_gateway.authorization import RequestAuthorization, authorizer_from_config
+from ingest_gateway.client_entity_apis import ClientEntityApis
 from ingest_gateway.config_apis import ConfigApis
 from ingest_gateway.controller_apis import ControllerApis
 from ingest_gateway.controller_channel import ControllerChannelManager
@@ -197,6 +198,7 @@ class Broker:
             self.acl_apis,
             ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
             AdminApis(self.admin, cache, auth),
+            ClientEntityApis(self.store, auth),
         ]
         if self.clustered:
             api_modules.append(ControllerApis(self.store, rm, cache))

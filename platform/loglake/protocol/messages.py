@@ -1447,6 +1447,118 @@ MESSAGES: dict[str, dict] = {
             )},
         ),
     },
+    "DescribeClientQuotasRequest": {
+        "apiKey": 48, "type": "request", "validVersions": "0-1", "flexibleVersions": "1+",
+        "fields": (
+            {"name": "components", "type": "[]ComponentData", "versions": "0+", "fields": (
+                {"name": "entity_type", "type": "string", "versions": "0+"},
+                {"name": "match_type", "type": "int8", "versions": "0+"},
+                {"name": "match", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            )},
+            {"name": "strict", "type": "bool", "versions": "0+"},
+        ),
+    },
+    "DescribeClientQuotasResponse": {
+        "apiKey": 48, "type": "response", "validVersions": "0-1", "flexibleVersions": "1+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "entries", "type": "[]EntryData", "versions": "0+", "nullableVersions": "0+", "fields": (
+                {"name": "entity", "type": "[]EntityData", "versions": "0+", "fields": (
+                    {"name": "entity_type", "type": "string", "versions": "0+"},
+                    {"name": "entity_name", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                )},
+                {"name": "values", "type": "[]ValueData", "versions": "0+", "fields": (
+                    {"name": "key", "type": "string", "versions": "0+"},
+                    {"name": "value", "type": "float64", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "AlterClientQuotasRequest": {
+        "apiKey": 49, "type": "request", "validVersions": "0-1", "flexibleVersions": "1+",
+        "fields": (
+            {"name": "entries", "type": "[]EntryData", "versions": "0+", "fields": (
+                {"name": "entity", "type": "[]EntityData", "versions": "0+", "fields": (
+                    {"name": "entity_type", "type": "string", "versions": "0+"},
+                    {"name": "entity_name", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                )},
+                {"name": "ops", "type": "[]OpData", "versions": "0+", "fields": (
+                    {"name": "key", "type": "string", "versions": "0+"},
+                    {"name": "value", "type": "float64", "versions": "0+"},
+                    {"name": "remove", "type": "bool", "versions": "0+"},
+                )},
+            )},
+            {"name": "validate_only", "type": "bool", "versions": "0+"},
+        ),
+    },
+    "AlterClientQuotasResponse": {
+        "apiKey": 49, "type": "response", "validVersions": "0-1", "flexibleVersions": "1+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "entries", "type": "[]EntryData", "versions": "0+", "fields": (
+                {"name": "error_code", "type": "int16", "versions": "0+"},
+                {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                {"name": "entity", "type": "[]EntityData", "versions": "0+", "fields": (
+                    {"name": "entity_type", "type": "string", "versions": "0+"},
+                    {"name": "entity_name", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "DescribeUserScramCredentialsRequest": {
+        "apiKey": 50, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "users", "type": "[]UserName", "versions": "0+", "nullableVersions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+            )},
+        ),
+    },
+    "DescribeUserScramCredentialsResponse": {
+        "apiKey": 50, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "error_code", "type": "int16", "versions": "0+"},
+            {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            {"name": "results", "type": "[]DescribeUserScramCredentialsResult", "versions": "0+", "fields": (
+                {"name": "user", "type": "string", "versions": "0+"},
+                {"name": "error_code", "type": "int16", "versions": "0+"},
+                {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+                {"name": "credential_infos", "type": "[]CredentialInfo", "versions": "0+", "fields": (
+                    {"name": "mechanism", "type": "int8", "versions": "0+"},
+                    {"name": "iterations", "type": "int32", "versions": "0+"},
+                )},
+            )},
+        ),
+    },
+    "AlterUserScramCredentialsRequest": {
+        "apiKey": 51, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "deletions", "type": "[]ScramCredentialDeletion", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "mechanism", "type": "int8", "versions": "0+"},
+            )},
+            {"name": "upsertions", "type": "[]ScramCredentialUpsertion", "versions": "0+", "fields": (
+                {"name": "name", "type": "string", "versions": "0+"},
+                {"name": "mechanism", "type": "int8", "versions": "0+"},
+                {"name": "iterations", "type": "int32", "versions": "0+"},
+                {"name": "salt", "type": "bytes", "versions": "0+"},
+                {"name": "salted_password", "type": "bytes", "versions": "0+"},
+            )},
+        ),
+    },
+    "AlterUserScramCredentialsResponse": {
+        "apiKey": 51, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "fields": (
+            {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
+            {"name": "results", "type": "[]AlterUserScramCredentialsResult", "versions": "0+", "fields": (
+                {"name": "user", "type": "string", "versions": "0+"},
+                {"name": "error_code", "type": "int16", "versions": "0+"},
+                {"name": "error_message", "type": "string", "versions": "0+", "nullableVersions": "0+"},
+            )},
+        ),
+    },
     "AlterPartitionRequest": {
         "apiKey": 56, "type": "request", "validVersions": "0-3", "flexibleVersions": "0+",
         "fields": (
@@ -1753,6 +1865,10 @@ class ApiKey(IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     ALTER_PARTITION = 56
     DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
