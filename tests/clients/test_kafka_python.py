@@ -21,8 +21,14 @@ def admin(broker):
 
 
 def make_consumer(bootstrap: str, *topics: str, **config) -> KafkaConsumer:
-    return KafkaConsumer(
-        *topics,
+    """A group consumer subscribed to `topics` once it knows their partitions.
+
+    kafka-python 3.0.12 loses an assignment when its first join happens before the topic's
+    metadata arrives: the leader assigns nothing, the metadata then calls for a rejoin, and
+    if that rejoin's JoinGroup/SyncGroup outlasts one poll() the finished join is never
+    applied (the assignment snapshot it took clears the rejoin condition), so the consumer
+    owns nothing for good. Loading the metadata before subscribing avoids the rejoin."""
+    consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
@@ -30,6 +36,11 @@ def make_consumer(bootstrap: str, *topics: str, **config) -> KafkaConsumer:
         heartbeat_interval_ms=300,
         **config,
     )
+    for topic in topics:
+        assert consumer.partitions_for_topic(topic), f"no metadata for {topic}"
+    if topics:
+        consumer.subscribe(list(topics))
+    return consumer
 
 
 def consume(consumer: KafkaConsumer, count: int, timeout: float = 30.0) -> list:
