@@ -27,6 +27,20 @@ _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
+def vote_protocol(preferences: Sequence[Sequence[str]]) -> str:
+    """Kafka's vote over the members' protocol names (each in preference order): each member
+    votes for its preferred protocol among those every member supports.
+
+    Kafka breaks a tie arbitrarily; here the protocol voted for first (in member order) wins.
+    Raises ValueError when no protocol is common to all.
+    """
+    candidates = set(preferences[0]).intersection(*preferences[1:]) if preferences else set()
+    if not candidates:
+        raise ValueError("no protocol is supported by every member")
+    votes = Counter(next(name for name in names if name in candidates) for names in preferences)
+    return max(votes, key=votes.__getitem__)
+
+
 @dataclass(eq=False)
 class MemberMetadata:
     member_id: str
@@ -57,10 +71,6 @@ class MemberMetadata:
     def matches(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """Same protocols with the same metadata, in the same order."""
         return list(protocols) == self.supported_protocols
-
-    def vote(self, candidates: set[str]) -> str:
-        """The member's most preferred protocol among those every member supports."""
-        return next(name for name in self.protocol_names() if name in candidates)
 
 
 @dataclass(eq=False)
@@ -199,13 +209,7 @@ class GroupMetadata:
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 
     def select_protocol(self) -> str:
-        """Kafka's vote: each member votes for its preferred protocol among the common ones.
-
-        Kafka breaks a tie arbitrarily; here the protocol voted for first (in join order) wins.
-        """
-        candidates = {name for name, count in self.supported_protocols.items() if count == len(self.members)}
-        votes = Counter(m.vote(candidates) for m in self.members.values())
-        return max(votes, key=votes.__getitem__)
+        return vote_protocol([m.protocol_names() for m in self.members.values()])
 
     def init_next_generation(self, now_ms: int) -> None:
         self.generation_id += 1

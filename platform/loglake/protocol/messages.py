@@ -1665,14 +1665,15 @@ MESSAGES: dict[str, dict] = {
         ),
     },
     "ConsumerGroupDescribeRequest": {
-        "apiKey": 69, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        # Version 1 (Kafka 4.0, KIP-1099) only announces that the response may carry MemberType.
+        "apiKey": 69, "type": "request", "validVersions": "0-1", "flexibleVersions": "0+",
         "fields": (
             {"name": "group_ids", "type": "[]string", "versions": "0+"},
             {"name": "include_authorized_operations", "type": "bool", "versions": "0+"},
         ),
     },
     "ConsumerGroupDescribeResponse": {
-        "apiKey": 69, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "apiKey": 69, "type": "response", "validVersions": "0-1", "flexibleVersions": "0+",
         "fields": (
             {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
             {"name": "groups", "type": "[]DescribedGroup", "versions": "0+", "fields": (
@@ -1700,6 +1701,8 @@ MESSAGES: dict[str, dict] = {
                         "fields": _DESCRIBED_ASSIGNMENT},
                     {"name": "target_assignment", "type": "DescribedAssignment", "versions": "0+",
                         "fields": _DESCRIBED_ASSIGNMENT},
+                    # -1 unknown, 0 a classic member, 1 a consumer-protocol member.
+                    {"name": "member_type", "type": "int8", "versions": "1+", "default": -1},
                 )},
                 {"name": "authorized_operations", "type": "int32", "versions": "0+", "default": -2147483648},
             )},

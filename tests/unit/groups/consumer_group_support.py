@@ -6,7 +6,11 @@ import uuid
 from typing import Iterable
 
 from loglake.errors import ErrorCode
+from loglake.groups import JoinResult, Subscription, SyncResult, decode_assignment, encode_subscription
+from loglake.groups.api import MemberIdentity
 from loglake.groups.consumer_group import (
+    ClassicGroupSnapshot,
+    ClassicJoinRequest,
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroups,
@@ -39,15 +43,15 @@ class Cluster:
         self.now_ms = 0
         self.records: list[Record] = []
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
-        result = self.groups.heartbeat(request, self.topics, self.now_ms)
+    def heartbeat(self, request: HeartbeatRequest, classic: ClassicGroupSnapshot | None = None) -> HeartbeatResult:
+        result = self.groups.heartbeat(request, self.topics, self.now_ms, classic)
         self.records.extend(result.records)
         return result
 
     def expire(self) -> list[Record]:
-        records = self.groups.expire(self.now_ms, self.topics)
-        self.records.extend(records)
-        return records
+        expired = self.groups.expire(self.now_ms, self.topics)
+        self.records.extend(expired.records)
+        return list(expired.records)
 
     def group(self, group_id: str = GROUP) -> ConsumerGroup:
         return self.groups.groups[group_id]
@@ -97,8 +101,8 @@ class Client:
         fields.update(overrides)
         return HeartbeatRequest(**fields)
 
-    def beat(self, **overrides: object) -> HeartbeatResult:
-        result = self.cluster.heartbeat(self.request(**overrides))
+    def beat(self, classic: ClassicGroupSnapshot | None = None, **overrides: object) -> HeartbeatResult:
+        result = self.cluster.heartbeat(self.request(**overrides), classic)
         self.last = result
         if result.error is ErrorCode.NONE:
             self.member_id = result.member_id or self.member_id
@@ -125,6 +129,87 @@ class Client:
 
     def partitions(self) -> set[tuple[uuid.UUID, int]]:
         return {(tp.topic_id, p) for tp in self.owned for p in tp.partitions}
+
+
+class ClassicClient:
+    """A classic consumer (JoinGroup, SyncGroup, Heartbeat) in a consumer group. It is eager:
+    it gives up everything before it rejoins, so it reports no owned partitions."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        topics: Iterable[str] = ("t",),
+        *,
+        protocols: Iterable[str] = ("range", "roundrobin"),
+        instance_id: str | None = None,
+        session_ms: int = 10_000,
+        group: str = GROUP,
+    ) -> None:
+        self.cluster = cluster
+        self.subscription = encode_subscription(Subscription(tuple(topics)), version=1)
+        self.protocols = tuple(protocols)
+        self.instance_id = instance_id
+        self.session_ms = session_ms
+        self.group = group
+        self.member_id = ""
+        self.generation = -1
+        self.owned: set[tuple[str, int]] = set()
+
+    def join(self, require_known_member_id: bool = False, protocol_type: str = "consumer") -> JoinResult:
+        request = ClassicJoinRequest(
+            self.group,
+            self.member_id,
+            self.instance_id,
+            "classic-client",
+            "/127.0.0.1",
+            self.session_ms,
+            REBALANCE_MS,
+            protocol_type,
+            tuple((name, self.subscription) for name in self.protocols),
+            require_known_member_id,
+        )
+        result, records = self.cluster.groups.classic_join(request, self.cluster.topics, self.cluster.now_ms)
+        self.cluster.records.extend(records)
+        if result.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
+            self.member_id = result.member_id
+            self.generation = result.generation_id
+            self.owned = set()
+        return result
+
+    def sync(self, protocol_name: str | None = None) -> SyncResult:
+        result = self.cluster.groups.classic_sync(
+            self.group,
+            self.member_id,
+            self.instance_id,
+            self.generation,
+            "consumer",
+            protocol_name or self.protocols[0],
+            self.cluster.topics,
+            self.cluster.now_ms,
+        )
+        if result.error is ErrorCode.NONE:
+            self.owned = {(tp.topic, tp.partition) for tp in decode_assignment(result.assignment).partitions}
+        return result
+
+    def rejoin(self) -> None:
+        assert self.join().error is ErrorCode.NONE
+        assert self.sync().error is ErrorCode.NONE
+
+    def heartbeat(self) -> ErrorCode:
+        return self.cluster.groups.classic_heartbeat(
+            self.group, self.member_id, self.instance_id, self.generation, self.cluster.now_ms
+        )
+
+    def leave(self) -> ErrorCode:
+        left, records = self.cluster.groups.classic_leave(
+            self.group, [MemberIdentity(self.member_id, self.instance_id)], self.cluster.topics
+        )
+        self.cluster.records.extend(records)
+        (member,) = left.members
+        return member.error
+
+    def partitions(self) -> set[tuple[uuid.UUID, int]]:
+        return {(self.cluster.topics[t][0], p) for t, p in self.owned}
 
 
 def converge(clients: list[Client], rounds: int = 10) -> None:
@@ -155,7 +240,7 @@ def replayed(records: Iterable[Record]) -> ConsumerGroups:
     return fresh
 
 
-def assert_disjoint(clients: list[Client]) -> None:
+def assert_disjoint(clients: list[Client | ClassicClient]) -> None:
     seen: dict[tuple[uuid.UUID, int], str] = {}
     for c in clients:
         for tp in c.partitions():

@@ -18,16 +18,26 @@ from loglake.groups import (
     OffsetCommitData,
     TopicPartition,
 )
-from loglake.groups.consumer_group import ConsumerGroupConfig, HeartbeatRequest, HeartbeatResult, TopicPartitions
+from loglake.groups.consumer_group import (
+    ConsumerGroupConfig,
+    HeartbeatRequest,
+    HeartbeatResult,
+    MigrationPolicy,
+    TopicPartitions,
+)
 
 TOPICS = snapshot(t=4)
 TP = TopicPartition("t", 0)
 
 
 async def coordinator_over(
-    log: FakeOffsetsLog, clock: FakeClock | None = None, session_ms: int = 45_000
+    log: FakeOffsetsLog,
+    clock: FakeClock | None = None,
+    session_ms: int = 45_000,
+    policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
 ) -> GroupCoordinator:
-    config = replace(CONFIG, consumer=ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50))
+    consumer = ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50, migration_policy=policy)
+    config = replace(CONFIG, consumer=consumer)
     kwargs = {"clock": clock} if clock is not None else {}
     coordinator = GroupCoordinator(config, log, topics=lambda: TOPICS, **kwargs)
     await coordinator.load_partition(0)
@@ -105,10 +115,10 @@ async def test_member_epochs_guard_offset_commits_and_fetches() -> None:
     assert (await coordinator.fetch_offsets(GROUP, [TP], member=(member, 1))).error is ErrorCode.NONE
 
 
-async def test_groups_of_one_kind_refuse_the_other_protocol_unless_empty() -> None:
+async def test_empty_groups_convert_either_way_whatever_the_policy() -> None:
     log = FakeOffsetsLog()
-    coordinator = await coordinator_over(log, FakeClock())
-    # A classic group with members: a consumer heartbeat is told it is no consumer group.
+    coordinator = await coordinator_over(log, FakeClock(), policy=MigrationPolicy.DISABLED)
+    # A classic group with members, no upgrade allowed: a consumer heartbeat is refused.
     (member,) = await stable_group(coordinator, 1)
     refused = await coordinator.consumer_group_heartbeat(joining())
     assert refused.error is ErrorCode.GROUP_ID_NOT_FOUND
@@ -124,8 +134,8 @@ async def test_groups_of_one_kind_refuse_the_other_protocol_unless_empty() -> No
     (classic_view,) = await coordinator.describe_groups([GROUP])
     assert classic_view.state == GroupState.DEAD.value and not classic_view.members
 
-    # A consumer group with members refuses a classic JoinGroup.
-    assert (await join(coordinator)).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # A consumer group with members takes classic members of the consumer protocol type only.
+    assert (await join(coordinator, protocol_type="connect")).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     left = await beat(coordinator, joined, member_epoch=-1)
     assert left.error is ErrorCode.NONE
     # Empty: the JoinGroup converts it back into a classic group.
