@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Iterable
 
+import groups_support
+from groups_support import FakeClock, FakeOffsetsLog
+
 from loglake.errors import ErrorCode
-from loglake.groups import JoinResult, Subscription, SyncResult, decode_assignment, encode_subscription
+from loglake.groups import (
+    GroupCoordinator,
+    JoinResult,
+    Subscription,
+    SyncResult,
+    decode_assignment,
+    encode_subscription,
+)
 from loglake.groups.api import MemberIdentity
 from loglake.groups.consumer_group import (
     ClassicGroupSnapshot,
@@ -16,6 +27,7 @@ from loglake.groups.consumer_group import (
     ConsumerGroups,
     HeartbeatRequest,
     HeartbeatResult,
+    MigrationPolicy,
     Record,
     TopicPartitions,
 )
@@ -256,3 +268,36 @@ def two_members(cluster: Cluster, *, stable: bool = True) -> tuple[Client, Clien
     if stable:
         converge([a, b])
     return a, b
+
+
+# ---- the group coordinator hosting consumer groups ----
+
+TOPICS = snapshot(t=4)  # the cluster the coordinator tests' groups consume
+
+
+async def coordinator_over(
+    log: FakeOffsetsLog,
+    clock: FakeClock | None = None,
+    session_ms: int = 45_000,
+    policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
+) -> GroupCoordinator:
+    """A coordinator over `log` with its one offsets partition loaded."""
+    consumer = ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50, migration_policy=policy)
+    config = replace(groups_support.CONFIG, consumer=consumer)
+    kwargs = {"clock": clock} if clock is not None else {}
+    coordinator = GroupCoordinator(config, log, topics=lambda: TOPICS, **kwargs)
+    await coordinator.load_partition(0)
+    return coordinator
+
+
+def joining(group: str = GROUP) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned_partitions=()
+    )
+
+
+async def beat(coordinator: GroupCoordinator, result: HeartbeatResult, **overrides: object) -> HeartbeatResult:
+    """The member's next heartbeat, owning what `result` assigned it."""
+    owned = result.assignment or ()
+    request = HeartbeatRequest(GROUP, result.member_id or "", result.member_epoch, owned_partitions=owned)
+    return await coordinator.consumer_group_heartbeat(replace(request, **overrides))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from consumer_group_support import snapshot
+from consumer_group_support import TOPICS, beat, coordinator_over, joining
 from groups_support import CONFIG, GROUP, FakeClock, FakeOffsetsLog, assert_ok, join, stable_group, sync
 from loglake.errors import ErrorCode
 from loglake.groups import (
@@ -18,43 +18,9 @@ from loglake.groups import (
     OffsetCommitData,
     TopicPartition,
 )
-from loglake.groups.consumer_group import (
-    ConsumerGroupConfig,
-    HeartbeatRequest,
-    HeartbeatResult,
-    MigrationPolicy,
-    TopicPartitions,
-)
+from loglake.groups.consumer_group import MigrationPolicy, TopicPartitions
 
-TOPICS = snapshot(t=4)
 TP = TopicPartition("t", 0)
-
-
-async def coordinator_over(
-    log: FakeOffsetsLog,
-    clock: FakeClock | None = None,
-    session_ms: int = 45_000,
-    policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
-) -> GroupCoordinator:
-    consumer = ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50, migration_policy=policy)
-    config = replace(CONFIG, consumer=consumer)
-    kwargs = {"clock": clock} if clock is not None else {}
-    coordinator = GroupCoordinator(config, log, topics=lambda: TOPICS, **kwargs)
-    await coordinator.load_partition(0)
-    return coordinator
-
-
-def joining(group: str = GROUP) -> HeartbeatRequest:
-    return HeartbeatRequest(
-        group, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned_partitions=()
-    )
-
-
-async def beat(coordinator: GroupCoordinator, result: HeartbeatResult, **overrides: object) -> HeartbeatResult:
-    """The member's next heartbeat, owning what `result` assigned it."""
-    owned = result.assignment or ()
-    request = HeartbeatRequest(GROUP, result.member_id or "", result.member_epoch, owned_partitions=owned)
-    return await coordinator.consumer_group_heartbeat(replace(request, **overrides))
 
 
 async def test_a_new_coordinator_reloads_the_consumer_group_and_its_offsets() -> None:
