@@ -1665,7 +1665,6 @@ MESSAGES: dict[str, dict] = {
         ),
     },
     "ConsumerGroupDescribeRequest": {
-        # Version 1 (Kafka 4.0, KIP-1099) only announces that the response may carry MemberType.
         "apiKey": 69, "type": "request", "validVersions": "0-1", "flexibleVersions": "0+",
         "fields": (
             {"name": "group_ids", "type": "[]string", "versions": "0+"},
@@ -1701,7 +1700,6 @@ MESSAGES: dict[str, dict] = {
                         "fields": _DESCRIBED_ASSIGNMENT},
                     {"name": "target_assignment", "type": "DescribedAssignment", "versions": "0+",
                         "fields": _DESCRIBED_ASSIGNMENT},
-                    # -1 unknown, 0 a classic member, 1 a consumer-protocol member.
                     {"name": "member_type", "type": "int8", "versions": "1+", "default": -1},
                 )},
                 {"name": "authorized_operations", "type": "int32", "versions": "0+", "default": -2147483648},
