@@ -361,6 +361,10 @@ class ConsumerGroup:
         counts = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
         return max(sorted(counts), key=lambda a: counts[a]) if counts else default
 
+    def subscribed_topics(self, topics: Iterable[str]) -> set[str]:
+        """The topics its members subscribe to, by name or (among `topics`) by regex."""
+        return {name for m in self.members.values() for name in m.subscribed_topics(topics)}
+
     def supports_classic_protocols(self, protocol_type: str, names: Sequence[str]) -> bool:
         """Kafka's check of a classic member's JoinGroup: the consumer protocol type, and one of
         its protocols supported by every classic member (any, while there is none)."""
@@ -1088,9 +1092,7 @@ class ConsumerGroups:
         self._tombstone(gid, GROUP_METADATA_KEY)
 
     def _maybe_update_subscription_metadata(self, group: ConsumerGroup, topics: TopicSnapshot) -> bool:
-        names: set[str] = set()
-        for m in group.members.values():
-            names |= m.subscribed_topics(topics)
+        names = group.subscribed_topics(topics)
         metadata = {n: TopicMetadata(topics[n][0], n, topics[n][1]) for n in sorted(names) if n in topics}
         if metadata == group.subscription_metadata:
             return False

@@ -707,15 +707,29 @@ class GroupCoordinator:
         return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn_offsets.values())
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
-        """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`),
-        write their tombstones, and drop Empty groups left with no offsets. Returns how many
-        offsets expired.
+        """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`;
+        a consumer-protocol group keeps those of the topics its members subscribe to), write
+        their tombstones, and drop Empty groups, classic or consumer, left with no offsets
+        (Kafka's cleanupGroupMetadata). Returns how many offsets expired.
         """
         now = self.now_ms() if now_ms is None else now_ms
         retention = self._config.offsets_retention_ms
-        return await self._cleanup_groups(
-            list(self._groups.values()), lambda g: g.remove_expired_offsets(now, retention)
-        )
+        topics = self._topics()
+
+        def expire(group: GroupMetadata) -> list[TopicPartition]:
+            consumer_group = self._consumer_group(group.group_id)
+            subscribed = None if consumer_group is None else consumer_group.subscribed_topics(topics)
+            return group.remove_expired_offsets(now, retention, subscribed)
+
+        expired = await self._cleanup_groups(list(self._groups.values()), expire)
+        for group_id in [gid for groups in self._consumer_groups.values() for gid in groups.groups]:
+            group = self._consumer_group(group_id)  # looked up again: the loop awaits
+            holder = self._groups.get(group_id)
+            if group is not None and not group.members and (holder is None or not holder.has_offsets()):
+                error = await self._delete_consumer_group(group_id)
+                if error is not ErrorCode.NONE:
+                    log.warning("group %s: deleting the empty consumer group failed: %s", group_id, error.name)
+        return expired
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         """OffsetDelete (KIP-496): remove committed offsets and write their tombstones.

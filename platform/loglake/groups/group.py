@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import GroupState, JoinResult, OffsetAndMetadata, SyncResult, TopicPartition
@@ -239,7 +239,9 @@ class GroupMetadata:
     def has_offsets(self) -> bool:
         return bool(self.offsets) or bool(self.pending_offset_commits)
 
-    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    def remove_expired_offsets(
+        self, now_ms: int, retention_ms: int, consumer_group_topics: Collection[str] | None = None
+    ) -> list[TopicPartition]:
         """Drop and return the offsets past retention, by Kafka's rules (KIP-211).
 
         Empty group: retention counts from when the group became Empty. Stable consumer
@@ -247,10 +249,17 @@ class GroupMetadata:
         Group used only for commits (no protocol type): by commit time. An offset with a
         commit still in flight never expires; one from a v1 record with an explicit
         expire timestamp expires then.
+
+        The offsets of a consumer-protocol (KIP-848) group, which this group only holds
+        (`consumer_group_topics`: the topics its members subscribe to, none when it is
+        Empty): those of the other topics expire by their commit time, as Kafka's
+        ConsumerGroup has them expire.
         """
         kept_topics: frozenset[str] = frozenset()
         emptied_at: int | None = None  # counts from here instead of the commit time
-        if self.protocol_type is not None and self.state is GroupState.EMPTY:
+        if consumer_group_topics is not None:
+            kept_topics = frozenset(consumer_group_topics)
+        elif self.protocol_type is not None and self.state is GroupState.EMPTY:
             emptied_at = self.current_state_timestamp
         elif (
             self.protocol_type == CONSUMER_PROTOCOL_TYPE

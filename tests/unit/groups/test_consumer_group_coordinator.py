@@ -170,3 +170,29 @@ def test_consumer_group_settings_are_bounded_as_in_kafka() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{props} accepted")
+
+
+async def test_a_consumer_groups_offsets_expire_only_for_topics_it_no_longer_subscribes_to() -> None:
+    log, clock = FakeOffsetsLog(), FakeClock()
+    coordinator = await coordinator_over(log, clock)
+    retention = CONFIG.offsets_retention_ms
+    joined = await coordinator.consumer_group_heartbeat(joining())
+    gone = TopicPartition("gone", 0)  # a topic it consumed before, no member subscribes to it
+    await coordinator.commit_offsets(
+        GROUP, joined.member_id or "", 1, {TP: OffsetCommitData(4), gone: OffsetCommitData(2)}
+    )
+    clock.advance_ms(retention - 1)
+    assert await coordinator.expire_offsets() == 0
+    clock.advance_ms(1)
+    # By commit time, as Kafka has a consumer group's offsets expire, but not while subscribed.
+    assert await coordinator.expire_offsets() == 1
+    fetched = (await coordinator.fetch_offsets(GROUP, [TP, gone])).partitions
+    assert (fetched[TP].offset, fetched[gone].offset) == (4, -1)
+
+    # Empty, it subscribes to nothing: the rest expires, then the group itself goes.
+    assert (await beat(coordinator, joined, member_epoch=-1)).error is ErrorCode.NONE
+    assert await coordinator.expire_offsets() == 1
+    for c in (coordinator, await coordinator_over(log, clock)):
+        assert (await c.consumer_group_describe([GROUP]))[0].error is ErrorCode.GROUP_ID_NOT_FOUND
+        assert (await c.fetch_offsets(GROUP, [TP])).partitions[TP].offset == -1
+    await coordinator.stop()
