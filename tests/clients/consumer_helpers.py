@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
+from client_helpers import raw_request
+from loglake.protocol import ApiKey
+
 SESSION_TIMEOUT_MS = 3000
 # Short consumer-group timeouts, below Kafka's minimums (which the broker checks, hence the
 # lowered bounds), so that fencing and reconciliation happen within a test's time.
@@ -108,6 +111,24 @@ class Member(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(timeout=15)
+
+
+def heartbeat(bootstrap: str, group: str, **fields: object) -> dict:
+    """A raw ConsumerGroupHeartbeat v1: a new member joining with `fields` changed."""
+    body = {
+        "group_id": group,
+        "member_id": "",
+        "member_epoch": 0,
+        "instance_id": None,
+        "rack_id": None,
+        "rebalance_timeout_ms": 30000,
+        "subscribed_topic_names": None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": [],
+        **fields,
+    }
+    return raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
 
 
 def wait_until(condition, timeout: float = 15.0, what: str = "condition") -> None:

@@ -18,6 +18,7 @@ from consumer_helpers import (
     Member,
     SteadyProducer,
     consumer_config,
+    heartbeat,
     wait_until,
 )
 from ingest_gateway.process import BrokerProcess
@@ -129,23 +130,6 @@ def test_classic_and_consumer_groups_side_by_side(broker: BrokerProcess, topic: 
     finally:
         for m in members:
             m.stop()
-
-
-def heartbeat(bootstrap: str, group: str, **fields: object) -> dict:
-    body = {
-        "group_id": group,
-        "member_id": "",
-        "member_epoch": 0,
-        "instance_id": None,
-        "rack_id": None,
-        "rebalance_timeout_ms": 30000,
-        "subscribed_topic_names": None,
-        "subscribed_topic_regex": None,
-        "server_assignor": None,
-        "topic_partitions": [],
-        **fields,
-    }
-    return raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
 
 
 def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: BrokerProcess, topic: str) -> None:

@@ -10,7 +10,14 @@ import httpx
 import pytest
 
 from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
-from consumer_helpers import CONSUMER_GROUP_OVERRIDES, Member, SteadyProducer, consumer_config, wait_until
+from consumer_helpers import (
+    CONSUMER_GROUP_OVERRIDES,
+    Member,
+    SteadyProducer,
+    consumer_config,
+    heartbeat,
+    wait_until,
+)
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -139,19 +146,7 @@ def test_without_migration_a_consumer_member_is_refused_and_the_classic_group_go
     try:
         wait_until(lambda: len(member.partitions()) == 2, what="a classic group")
         before = classic_group(bootstrap, group)
-        body = {
-            "group_id": group,
-            "member_id": "",
-            "member_epoch": 0,
-            "instance_id": None,
-            "rack_id": None,
-            "rebalance_timeout_ms": 30000,
-            "subscribed_topic_names": [topic],
-            "subscribed_topic_regex": None,
-            "server_assignor": None,
-            "topic_partitions": [],
-        }
-        refused = raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+        refused = heartbeat(bootstrap, group, subscribed_topic_names=[topic])
         assert refused["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND
         assert "online upgrade is disabled" in refused["error_message"]
         assert classic_group(bootstrap, group) == before

@@ -47,9 +47,10 @@ Upgrade: `heartbeat(request, topics, now_ms, classic=snapshot)` with the classic
 that id (non-empty, consumer protocol type) converts it first: its members become classic
 members, Stable at the classic generation with their last assignment. Downgrade: when the
 last consumer-protocol member leaves or is fenced and classic members remain, every record
-of the group is tombstoned and the call hands back the classic group
-(`HeartbeatResult.downgraded`, `ExpiryResult.downgraded`, each member assigned its target)
-for the coordinator to host, persist and rebalance.
+of the group is tombstoned and followed by the group metadata record of the classic group
+that takes its place (each member assigned its target), also handed back on its own
+(`HeartbeatResult.downgraded`, `ExpiryResult.downgraded`) for the coordinator to host the
+group as loading that record would, and rebalance it.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
+from loglake.groups import records as classic_records
 from loglake.groups.api import (
     JoinResult,
     LeaveGroupResult,
@@ -231,8 +233,9 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     assignment: tuple[TopicPartitions, ...] | None = None  # None: unchanged, keep the current one
     records: tuple[Record, ...] = ()
-    # The group became this classic group (its last consumer member left): the caller hosts it.
-    downgraded: ClassicGroupSnapshot | None = None
+    # The group became a classic group (its last consumer member left): that group's metadata
+    # record (the last of `records`), for the caller to host it.
+    downgraded: Record | None = None
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,7 @@ class ClassicMember:
 
 @dataclass(frozen=True)
 class ClassicGroupSnapshot:
-    """A classic group with members, as an upgrade takes it and a downgrade hands it out."""
+    """A classic group with members, as an upgrade takes it."""
 
     group_id: str
     protocol_type: str
@@ -280,7 +283,7 @@ class ClassicJoinRequest:
 @dataclass(frozen=True)
 class ExpiryResult:
     records: tuple[Record, ...] = ()
-    downgraded: tuple[ClassicGroupSnapshot, ...] = ()
+    downgraded: tuple[Record, ...] = ()  # as HeartbeatResult.downgraded, one per group
 
 
 @dataclass(frozen=True)
@@ -583,9 +586,36 @@ class _Deadlines:
         times = (self.session_ms, self.join_ms, self.sync_ms, None if self.rebalance is None else self.rebalance[0])
         return any(t is not None and t <= now_ms for t in times)
 
+    def must_rejoin(self, deadline_ms: int) -> None:
+        """A classic member told to rejoin: by `deadline_ms`, or the deadline it was first given."""
+        if self.join_ms is None:
+            self.join_ms = deadline_ms
+
     def next_ms(self) -> int:
         rebalance = None if self.rebalance is None else self.rebalance[0]
         return min(t for t in (self.session_ms, self.join_ms, self.sync_ms, rebalance) if t is not None)
+
+
+def _updated(
+    member: ConsumerGroupMember,
+    instance_id: str | None,
+    rack_id: str | None,
+    rebalance_timeout_ms: int,
+    client_id: str,
+    client_host: str,
+    **changes: object,
+) -> ConsumerGroupMember:
+    """`member` as a heartbeat or JoinGroup describes it: its instance id, rack and rebalance
+    timeout where given (None, -1: unchanged), its client, and the other `changes`."""
+    return replace(
+        member,
+        instance_id=member.instance_id if instance_id is None else instance_id,
+        rack_id=member.rack_id if rack_id is None else rack_id,
+        rebalance_timeout_ms=member.rebalance_timeout_ms if rebalance_timeout_ms == -1 else rebalance_timeout_ms,
+        client_id=client_id,
+        client_host=client_host,
+        **changes,  # type: ignore[arg-type]
+    )
 
 
 def _record(group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> Record:
@@ -621,7 +651,7 @@ class ConsumerGroups:
         self._new_member_id = new_member_id
         self._deadlines: dict[tuple[str, str], _Deadlines] = {}
         self._out: list[Record] | None = None  # records of the call in progress
-        self._downgraded: list[ClassicGroupSnapshot] = []  # groups the call in progress converted
+        self._downgraded: list[Record] = []  # classic group records of the groups the call downgraded
 
     # ---- replay: the only place the groups change ----
 
@@ -725,7 +755,7 @@ class ConsumerGroups:
 
     def _collect(
         self, call: Callable[[], _T], failed: Callable[[_Fail], _T]
-    ) -> tuple[_T, tuple[Record, ...], tuple[ClassicGroupSnapshot, ...]]:
+    ) -> tuple[_T, tuple[Record, ...], tuple[Record, ...]]:
         """Runs one state-changing call: (its answer, the records it wrote, the groups it downgraded)."""
         self._out, self._downgraded = [], []
         try:
@@ -753,7 +783,7 @@ class ConsumerGroups:
         def call() -> HeartbeatResult:
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 self._validate(request)
-                return self._leave(request, topics)
+                return self._leave(request, topics, now_ms)
             return self._heartbeat(request, topics, now_ms, classic)
 
         result, records, downgraded = self._collect(call, lambda fail: HeartbeatResult(fail.code, fail.message))
@@ -798,10 +828,6 @@ class ConsumerGroups:
 
     def _check_epoch(self, member: ConsumerGroupMember, request: HeartbeatRequest) -> None:
         epoch = request.member_epoch
-        if epoch == 0:
-            # A (re)join is always accepted: a fenced member rejoins under its own member id
-            # (KAFKA-19233), and a join whose response was lost is simply sent again.
-            return
         if epoch > member.member_epoch or (
             epoch < member.member_epoch
             # The previous epoch is accepted with owned partitions within the assignment:
@@ -826,39 +852,29 @@ class ConsumerGroups:
 
         `request` is the consumer heartbeat whose epoch is checked; None for a classic JoinGroup,
         which has no epoch and may take over an instance id without waiting for its release."""
-        if instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                if not joining:
-                    raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
-                member = ConsumerGroupMember(member_id)
+        if not joining:
+            member = self._named_member(group, member_id, instance_id)
             if request is not None:
                 self._check_epoch(member, request)
             return member, None
+        # A (re)join is always accepted, whatever the epoch: a fenced member rejoins under its
+        # own member id (KAFKA-19233), and a join whose response was lost is simply sent again.
         existing = group.static_member(instance_id)
-        if joining:
-            if existing is None:
-                return group.members.get(member_id, ConsumerGroupMember(member_id)), None
-            if (
-                request is not None
-                and existing.classic is None
-                and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
-            ):
-                # Between consumer members the departed instance must have left (epoch -2) first;
-                # an instance coming back with the other protocol replaces it at once, as in Kafka.
-                raise _Fail(
-                    ErrorCode.UNRELEASED_INSTANCE_ID,
-                    f"Instance id {instance_id} is still owned by member {existing.member_id}.",
-                )
-            # The rejoining instance takes over the departed one's assignment under its new member id.
-            return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0), existing
         if existing is None:
-            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise _Fail(ErrorCode.FENCED_INSTANCE_ID, f"Instance id {instance_id} is owned by another member.")
-        if request is not None:
-            self._check_epoch(existing, request)
-        return existing, None
+            return group.members.get(member_id, ConsumerGroupMember(member_id)), None
+        if (
+            request is not None
+            and existing.classic is None
+            and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        ):
+            # Between consumer members the departed instance must have left (epoch -2) first;
+            # an instance coming back with the other protocol replaces it at once, as in Kafka.
+            raise _Fail(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"Instance id {instance_id} is still owned by member {existing.member_id}.",
+            )
+        # The rejoining instance takes over the departed one's assignment under its new member id.
+        return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0), existing
 
     def _check_size(self, group: ConsumerGroup, member_id: str) -> None:
         if len(group.members) >= self.config.max_size and member_id not in group.members:
@@ -897,13 +913,13 @@ class ConsumerGroups:
         if replaced is not None:
             self._replace_member(group, replaced, member)
 
-        updated = replace(
+        updated = _updated(
             member,
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=request.rebalance_timeout_ms
-            if request.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms,
+            request.instance_id,
+            request.rack_id,
+            request.rebalance_timeout_ms,
+            request.client_id,
+            request.client_host,
             server_assignor=request.server_assignor if request.server_assignor is not None else member.server_assignor,
             subscribed_topic_names=tuple(request.subscribed_topic_names)
             if request.subscribed_topic_names is not None
@@ -912,8 +928,6 @@ class ConsumerGroups:
             subscribed_topic_regex=(request.subscribed_topic_regex or None)
             if request.subscribed_topic_regex is not None
             else member.subscribed_topic_regex,
-            client_id=request.client_id,
-            client_host=request.client_host,
             classic=None,  # it speaks the consumer protocol now
         )
         before, current = self._update_member(group, member, updated, topics, request.owned_partitions)
@@ -1054,10 +1068,13 @@ class ConsumerGroups:
         except ValueError:
             return None  # no protocol common to all (they joined with changing protocols)
 
-    def _downgrade(self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot) -> None:
-        """Kafka's convertToClassicGroup: tombstones for every record of the group; the classic
-        group of the remaining members, each assigned its target assignment, is handed to the
-        caller (which writes its group metadata record and starts a rebalance)."""
+    def _downgrade(
+        self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot, now_ms: int
+    ) -> None:
+        """Kafka's convertToClassicGroup: tombstones for every record of the group, then the
+        group metadata record of the classic group of the remaining members (Stable at the
+        group epoch, each assigned its target assignment), which the caller hosts and
+        rebalances."""
         gid = group.group_id
         members = []
         for m in group.members.values():
@@ -1065,19 +1082,19 @@ class ConsumerGroups:
                 metadata = dict(m.classic.protocols)[protocol]
                 assignment = _classic_assignment(group.target.get(m.member_id, {}), topics, metadata)
                 members.append(
-                    ClassicMember(
+                    classic_records.MemberMetadataValue(
                         m.member_id,
                         m.instance_id,
                         m.client_id,
                         m.client_host,
                         m.rebalance_timeout_ms,
                         m.classic.session_timeout_ms,
-                        m.classic.protocols,
+                        metadata,
                         assignment,
                     )
                 )
-        self._downgraded.append(
-            ClassicGroupSnapshot(gid, CONSUMER_PROTOCOL_TYPE, group.group_epoch, protocol, tuple(members))
+        value = classic_records.GroupMetadataValue(
+            CONSUMER_PROTOCOL_TYPE, group.group_epoch, protocol, members[0].member_id, now_ms, tuple(members)
         )
         ids = list(group.members)
         # Kafka's createGroupTombstoneRecords order.
@@ -1090,6 +1107,12 @@ class ConsumerGroups:
             self._deadlines.pop((gid, mid), None)
         self._tombstone(gid, PARTITION_METADATA_KEY)
         self._tombstone(gid, GROUP_METADATA_KEY)
+        record = (
+            classic_records.encode_key(classic_records.GroupMetadataKey(gid)),
+            classic_records.encode_group_metadata_value(value),
+        )
+        self._emit(record)  # not a consumer group record: replaying it changes nothing here
+        self._downgraded.append(record)
 
     def _maybe_update_subscription_metadata(self, group: ConsumerGroup, topics: TopicSnapshot) -> bool:
         names = group.subscribed_topics(topics)
@@ -1150,16 +1173,14 @@ class ConsumerGroups:
         # Nothing can fail from here on.
         if replaced is not None:
             self._replace_member(group, replaced, member)
-        updated = replace(
+        updated = _updated(
             member,
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=subscription.rack_id if subscription.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=request.rebalance_timeout_ms
-            if request.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms,
+            request.instance_id,
+            subscription.rack_id,
+            request.rebalance_timeout_ms,
+            request.client_id,
+            request.client_host,
             subscribed_topic_names=subscription.topics,
-            client_id=request.client_id,
-            client_host=request.client_host,
             classic=ClassicMemberMetadata(request.session_timeout_ms, request.protocols),
         )
         owned = _to_topic_partitions(_by_id(subscription.owned_partitions, topics))
@@ -1195,8 +1216,7 @@ class ConsumerGroups:
             deadlines = self._deadlines.setdefault((group_id, member.member_id), _Deadlines(0))
             # A member revoking partitions has rejoined already; it syncs, revokes, then rejoins.
             if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
-                if deadlines.join_ms is None:
-                    deadlines.join_ms = now_ms + member.rebalance_timeout_ms
+                deadlines.must_rejoin(now_ms + member.rebalance_timeout_ms)
                 raise _Fail(ErrorCode.REBALANCE_IN_PROGRESS, f"Group {group_id} moved on: rejoin.")
         except _Fail as fail:
             return SyncResult(fail.code)
@@ -1224,8 +1244,7 @@ class ConsumerGroups:
             or member.state is MemberState.UNREVOKED_PARTITIONS
             or (member.state is MemberState.UNRELEASED_PARTITIONS and not group.waits_on_unreleased(member))
         ):
-            if deadlines.join_ms is None:
-                deadlines.join_ms = now_ms + member.rebalance_timeout_ms
+            deadlines.must_rejoin(now_ms + member.rebalance_timeout_ms)
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
@@ -1292,7 +1311,7 @@ class ConsumerGroups:
 
     # ---- leaving, fencing, timers ----
 
-    def _leave(self, request: HeartbeatRequest, topics: TopicSnapshot) -> HeartbeatResult:
+    def _leave(self, request: HeartbeatRequest, topics: TopicSnapshot, now_ms: int) -> HeartbeatResult:
         group = self.groups.get(request.group_id)
         if group is None:
             raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} not found.")
@@ -1315,13 +1334,13 @@ class ConsumerGroups:
                     group.group_id, replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
                 )
                 return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=-2)
-        self._fence(group, member.member_id, topics)
+        self._fence(group, member.member_id, topics, now_ms)
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=request.member_epoch)
 
-    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot) -> None:
+    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot, now_ms: int) -> None:
         protocol = self._downgrade_protocol(group, member_id)
         if protocol is not None:
-            self._downgrade(group, member_id, protocol, topics)
+            self._downgrade(group, member_id, protocol, topics, now_ms)
             return
         self._remove_member(group.group_id, member_id)
         self._maybe_update_subscription_metadata(group, topics)
@@ -1356,7 +1375,7 @@ class ConsumerGroups:
                 if group is None or member is None:
                     self._deadlines.pop((gid, mid), None)
                 elif d.due(now_ms, member.member_epoch):
-                    self._fence(group, mid, topics)
+                    self._fence(group, mid, topics, now_ms)
 
         _, records, downgraded = self._collect(fence_overdue, lambda fail: None)
         return ExpiryResult(records, downgraded)

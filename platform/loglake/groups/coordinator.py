@@ -782,7 +782,7 @@ class GroupCoordinator:
                 records.insert(0, (encode_key(GroupMetadataKey(request.group_id)), None))
             self._retire_classic_group(classic)
         if result.downgraded is not None:
-            records.append(self._host_downgraded(result.downgraded))
+            self._host_downgraded(result.downgraded)
         error = await self._append_consumer_records(partition, records)
         if error is not ErrorCode.NONE:
             return HeartbeatResult(error)
@@ -857,44 +857,22 @@ class GroupCoordinator:
         self._cancel_timers(classic)
         self._groups[classic.group_id] = holder
 
-    def _host_downgraded(self, snapshot: ClassicGroupSnapshot) -> Record:
-        """Kafka's convertToClassicGroup, the classic side: the group (Stable at the consumer
-        group's epoch, its members assigned their target assignments) takes the place of the
-        Empty group holding the offsets, its members' sessions start, and it rebalances at
-        once. Answers its group metadata record, to follow the consumer group's tombstones."""
-        now = self.now_ms()
-        group = GroupMetadata(
-            snapshot.group_id,
-            GroupState.STABLE,
-            now,
-            generation_id=snapshot.generation,
-            protocol_name=snapshot.protocol_name,
-        )
-        for m in snapshot.members:
-            member = MemberMetadata(
-                m.member_id,
-                m.instance_id,
-                m.client_id,
-                m.client_host,
-                m.rebalance_timeout_ms,
-                m.session_timeout_ms,
-                snapshot.protocol_type,
-                list(m.protocols),
-                assignment=m.assignment,
-            )
-            group.add(member, None)
-        group.subscribed_topics = group.compute_subscribed_topics()
-        holder = self._groups.get(snapshot.group_id)
+    def _host_downgraded(self, record: Record) -> None:
+        """Kafka's convertToClassicGroup, the classic side: the classic group of the record a
+        downgrade wrote (Stable at the consumer group's epoch, its members assigned their
+        target assignments) takes the place of the Empty group holding the offsets (the same
+        ones), exactly as a coordinator loading that record would host it, and it rebalances
+        at once."""
+        key_bytes, value_bytes = record
+        key = decode_key(key_bytes)
+        assert isinstance(key, GroupMetadataKey) and value_bytes is not None
+        holder = self._groups.get(key.group)
+        group = self._host_classic_group(key.group, decode_group_metadata_value(value_bytes))
         if holder is not None:
             group.offsets, group.pending_offset_commits = holder.offsets, holder.pending_offset_commits
-            holder.transition_to(GroupState.DEAD, now)
+            holder.transition_to(GroupState.DEAD, self.now_ms())
             self._cancel_timers(holder)
-        self._groups[snapshot.group_id] = group
-        record = self._group_record(group, {m.member_id: m.assignment for m in group.members.values()})
-        for member in group.members.values():
-            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
         self._prepare_rebalance(group)
-        return record
 
     async def _append_consumer_records(self, partition: int, records: list[Record]) -> ErrorCode:
         """Appends what a ConsumerGroups call returned. On failure the groups already hold
@@ -930,7 +908,9 @@ class GroupCoordinator:
         if groups is None:
             return
         expired = groups.expire(self.now_ms(), self._topics())
-        records = list(expired.records) + [self._host_downgraded(snapshot) for snapshot in expired.downgraded]
+        for record in expired.downgraded:
+            self._host_downgraded(record)
+        records = list(expired.records)
         if records:
             self._spawn(self._append_expired(partition, records))
         self._schedule_consumer_expiry(partition)
@@ -1472,10 +1452,6 @@ class GroupCoordinator:
             # Converted into a consumer group (or unloaded) meanwhile: its record must not
             # follow the conversion's in the log.
             return ErrorCode.NOT_COORDINATOR
-        record = self._group_record(group, assignment)
-        return await self._append(self.partition_for(group.group_id), [record], for_offsets=False)
-
-    def _group_record(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> Record:
         protocol = group.protocol_name
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "",
@@ -1497,7 +1473,8 @@ class GroupCoordinator:
                 for m in group.members.values()
             ),
         )
-        return encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value)
+        record = (encode_key(GroupMetadataKey(group.group_id)), encode_group_metadata_value(value))
+        return await self._append(self.partition_for(group.group_id), [record], for_offsets=False)
 
     async def _store_group_logged(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> None:
         # Nobody waits on this write (a group that just became Empty); a failure is only logged.
@@ -1595,39 +1572,43 @@ class GroupCoordinator:
             )
         now = self.now_ms()
         for group_id, value in groups.items():
-            group = GroupMetadata(
-                group_id,
-                GroupState.STABLE if value.members else GroupState.EMPTY,
-                None if value.current_state_timestamp == -1 else value.current_state_timestamp,
-                generation_id=value.generation,
-                protocol_name=value.protocol,
-                leader_id=value.leader,
-            )
-            for m in value.members:
-                member = MemberMetadata(
-                    m.member_id,
-                    m.group_instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.rebalance_timeout,
-                    m.session_timeout,
-                    value.protocol_type,
-                    [(value.protocol or "", m.subscription)],
-                    assignment=m.assignment,
-                )
-                group.add(member, None)
-            group.protocol_type = value.protocol_type or None  # "" is how Kafka writes "none"
-            group.subscribed_topics = group.compute_subscribed_topics()
-            group.offsets = per_group.pop(group_id, {})
-            self._groups[group_id] = group
-            # Loaded members must heartbeat to this coordinator within their session.
-            for member in group.members.values():
-                self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            self._host_classic_group(group_id, value).offsets = per_group.pop(group_id, {})
         # Groups that only store offsets (never, or no longer, any metadata record).
         for group_id, group_offsets in per_group.items():
             group = GroupMetadata(group_id, GroupState.EMPTY, now)
             group.offsets = group_offsets
             self._groups[group_id] = group
+
+    def _host_classic_group(self, group_id: str, value: GroupMetadataValue) -> GroupMetadata:
+        """The classic group its group metadata record describes, from now on served here (its
+        members must heartbeat within their session); its offsets are the caller's business."""
+        group = GroupMetadata(
+            group_id,
+            GroupState.STABLE if value.members else GroupState.EMPTY,
+            None if value.current_state_timestamp == -1 else value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+        )
+        for m in value.members:
+            member = MemberMetadata(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout,
+                m.session_timeout,
+                value.protocol_type,
+                [(value.protocol or "", m.subscription)],
+                assignment=m.assignment,
+            )
+            group.add(member, None)
+        group.protocol_type = value.protocol_type or None  # "" is how Kafka writes "none"
+        group.subscribed_topics = group.compute_subscribed_topics()
+        self._groups[group_id] = group
+        for member in group.members.values():
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        return group
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

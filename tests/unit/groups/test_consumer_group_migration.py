@@ -21,6 +21,7 @@ from consumer_group_support import (
 )
 
 from loglake.errors import ErrorCode
+from loglake.groups import records as classic_records
 from loglake.groups import (
     Assignment,
     MemberIdentity,
@@ -48,13 +49,21 @@ from loglake.groups.consumer_records import (
 
 
 def kinds(records) -> list[tuple[int, bool]]:
-    """(key version, tombstone?) of each record."""
+    """(key version, tombstone?) of each record: a consumer group's (3-8) or a classic group's (2)."""
     out = []
     for key, value in records:
         k = decode_key(key)
-        assert k is not None
-        out.append((k.kind, value is None))
+        if k is None:
+            assert isinstance(classic_records.decode_key(key), classic_records.GroupMetadataKey)
+        out.append((classic_records.GROUP_METADATA_KEY_VERSION if k is None else k.kind, value is None))
     return out
+
+
+def classic_group_of(record) -> tuple[str, classic_records.GroupMetadataValue]:
+    """The group id and value of a classic group metadata record."""
+    key = classic_records.decode_key(record[0])
+    assert isinstance(key, classic_records.GroupMetadataKey) and record[1] is not None
+    return key.group, classic_records.decode_group_metadata_value(record[1])
 
 
 def classic_group(assignments: dict[str, list[int]], generation: int = 5, **fields: object) -> ClassicGroupSnapshot:
@@ -253,22 +262,26 @@ def test_the_last_consumer_member_leaving_downgrades_the_group() -> None:
     epoch, targets = group.group_epoch, dict(group.target)
     left = a.leave()
     assert left.error is ErrorCode.NONE
+    # Kafka's order: the consumer group's tombstones, then the classic group's record.
     assert kinds(left.records) == (
         [(CURRENT_MEMBER_ASSIGNMENT_KEY, True)] * 3
         + [(TARGET_ASSIGNMENT_MEMBER_KEY, True)] * 3
         + [(TARGET_ASSIGNMENT_METADATA_KEY, True)]
         + [(MEMBER_METADATA_KEY, True)] * 3
         + [(PARTITION_METADATA_KEY, True), (GROUP_METADATA_KEY, True)]
+        + [(classic_records.GROUP_METADATA_KEY_VERSION, False)]
     )
-    downgraded = left.downgraded
-    assert downgraded is not None and (downgraded.generation, downgraded.protocol_name) == (epoch, "range")
-    assert [m.member_id for m in downgraded.members] == [c.member_id, other.member_id]
+    assert left.downgraded == left.records[-1]
+    group_id, value = classic_group_of(left.downgraded)
+    assert (group_id, value.protocol_type, value.generation, value.protocol) == (GROUP, "consumer", epoch, "range")
+    assert (value.leader, value.current_state_timestamp) == (c.member_id, cluster.now_ms)
+    assert [m.member_id for m in value.members] == [c.member_id, other.member_id]
     names = {cluster.topics["t"][0]: "t"}
-    for m in downgraded.members:
+    for m in value.members:
         # Each classic member is assigned its target, in its subscription's version.
         expected = [TopicPartition(names[t], p) for t, ps in targets[m.member_id].items() for p in sorted(ps)]
         assert m.assignment == encode_assignment(Assignment(tuple(expected)), version=1)
-        assert m.session_timeout_ms == 10_000 and [name for name, _ in m.protocols] == ["range", "roundrobin"]
+        assert (m.session_timeout, m.rebalance_timeout, m.subscription) == (10_000, REBALANCE_MS, c.subscription)
     assert GROUP not in cluster.groups.groups and GROUP not in replayed(cluster.records).groups
     assert cluster.groups.next_deadline_ms() is None
 
@@ -323,9 +336,10 @@ def test_fencing_the_last_consumer_member_downgrades_the_group() -> None:
     cluster.now_ms += CONFIG.session_timeout_ms
     assert c.heartbeat() is ErrorCode.NONE  # the classic member is alive; the consumer member is not
     expired = cluster.groups.expire(cluster.now_ms, cluster.topics)
-    assert [g.group_id for g in expired.downgraded] == [GROUP]
-    assert [m.member_id for m in expired.downgraded[0].members] == [c.member_id]
-    assert GROUP not in cluster.groups.groups
+    (record,) = expired.downgraded
+    group_id, value = classic_group_of(record)
+    assert group_id == GROUP and [m.member_id for m in value.members] == [c.member_id]
+    assert expired.records[-1] == record and GROUP not in cluster.groups.groups
 
 
 def test_a_consumer_member_replaces_a_static_classic_member_at_once() -> None:
