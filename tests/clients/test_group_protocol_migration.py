@@ -4,6 +4,8 @@ and group.protocol=consumer members in one group under steady produce."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -63,6 +65,21 @@ def member_types(bootstrap: str, group: str) -> list[int]:
     return sorted(m["member_type"] for m in described["members"]) if described["error_code"] == 0 else []
 
 
+def cli_member_protocols(http_url: str, group: str) -> dict[str, str]:
+    """Member id -> the PROTOCOL column of `loglake groups describe --group`."""
+    out = subprocess.run(
+        [sys.executable, "-m", "loglake.cli", "groups", "describe", "--group", group, "--bootstrap-http", http_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("CONSUMER-ID"))
+    rows = [line.split() for line in lines[header + 1 :]]
+    return {cols[0]: cols[1] for cols in rows[: next(i for i, cols in enumerate(rows) if not cols)]}
+
+
 def test_upgrade_then_downgrade_consumes_every_record_once(broker: BrokerProcess, topic: str) -> None:
     bootstrap = broker.bootstrap
     create_topic(bootstrap, topic, partitions=6)
@@ -97,7 +114,9 @@ def test_upgrade_then_downgrade_consumes_every_record_once(broker: BrokerProcess
     wait_until(reconciled, what="the consumer group reconciled")
     described = httpx.get(f"{broker.http_url}/groups/{group}").json()
     assert described["group_protocol"] == "consumer"
-    assert sorted(m["member_type"] for m in described["members"]) == ["classic", "classic", "consumer"]
+    types = {m["member_id"]: m["member_type"] for m in described["members"]}
+    assert sorted(types.values()) == ["classic", "classic", "consumer"]
+    assert cli_member_protocols(broker.http_url, group) == types
     mark = [len(m.received) for m in members]
     wait_until(lambda: all(len(m.received) > n for m, n in zip(members, mark)), what="all three consume")
 

@@ -614,7 +614,7 @@ def _updated(
         rebalance_timeout_ms=member.rebalance_timeout_ms if rebalance_timeout_ms == -1 else rebalance_timeout_ms,
         client_id=client_id,
         client_host=client_host,
-        **changes,  # type: ignore[arg-type]
+        **changes,
     )
 
 
