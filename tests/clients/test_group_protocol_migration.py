@@ -32,13 +32,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CONSUMER_GROUP_OVERRIDES))
 
 
-def classic_config(bootstrap: str, group: str) -> dict[str, object]:
-    """A classic (eager range) consumer that heartbeats often, so it learns of rebalances fast."""
+def classic_config(bootstrap: str, group: str, strategy: str = "range") -> dict[str, object]:
+    """A classic consumer that heartbeats often, so it learns of rebalances fast."""
     return consumer_config(
         bootstrap,
         group,
         **{
             "group.protocol": "classic",
+            "partition.assignment.strategy": strategy,
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 300,
             "max.poll.interval.ms": 20000,  # the rebalance timeout it joins with
@@ -80,13 +81,16 @@ def cli_member_protocols(http_url: str, group: str) -> dict[str, str]:
     return {cols[0]: cols[1] for cols in rows[: next(i for i, cols in enumerate(rows) if not cols)]}
 
 
-def test_upgrade_then_downgrade_consumes_every_record_once(broker: BrokerProcess, topic: str) -> None:
+# Eager classic members give up everything when they rejoin; cooperative ones report what
+# they own in their JoinGroup and give up only what moves.
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_upgrade_then_downgrade_consumes_every_record_once(broker: BrokerProcess, topic: str, strategy: str) -> None:
     bootstrap = broker.bootstrap
     create_topic(bootstrap, topic, partitions=6)
     group = unique_name("migrating")
     producer = SteadyProducer(bootstrap, topic)
     producer.start()
-    classic = [Member(classic_config(bootstrap, group), topic) for _ in range(2)]
+    classic = [Member(classic_config(bootstrap, group, strategy), topic) for _ in range(2)]
     for m in classic:
         m.start()
     wait_until(lambda: [len(m.partitions()) for m in classic] == [3, 3], what="a classic group of two")

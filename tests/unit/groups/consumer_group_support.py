@@ -16,6 +16,7 @@ from loglake.groups import (
     JoinResult,
     Subscription,
     SyncResult,
+    TopicPartition,
     decode_assignment,
     encode_subscription,
 )
@@ -145,8 +146,9 @@ class Client:
 
 
 class ClassicClient:
-    """A classic consumer (JoinGroup, SyncGroup, Heartbeat) in a consumer group. It is eager:
-    it gives up everything before it rejoins, so it reports no owned partitions."""
+    """A classic consumer (JoinGroup, SyncGroup, Heartbeat) in a consumer group. An eager one
+    gives up everything before it rejoins, so it reports no owned partitions; a cooperative
+    one keeps its partitions and reports them in its JoinGroup's subscription."""
 
     def __init__(
         self,
@@ -157,9 +159,11 @@ class ClassicClient:
         instance_id: str | None = None,
         session_ms: int = 10_000,
         group: str = GROUP,
+        cooperative: bool = False,
     ) -> None:
         self.cluster = cluster
-        self.subscription = encode_subscription(Subscription(tuple(topics)), version=1)
+        self.topics = tuple(topics)
+        self.cooperative = cooperative
         self.protocols = tuple(protocols)
         self.instance_id = instance_id
         self.session_ms = session_ms
@@ -168,7 +172,13 @@ class ClassicClient:
         self.generation = -1
         self.owned: set[tuple[str, int]] = set()
 
+    @property
+    def subscription(self) -> bytes:
+        owned = tuple(TopicPartition(t, p) for t, p in sorted(self.owned)) if self.cooperative else ()
+        return encode_subscription(Subscription(self.topics, owned_partitions=owned), version=1)
+
     def join(self, require_known_member_id: bool = False, protocol_type: str = "consumer") -> JoinResult:
+        subscription = self.subscription
         request = ClassicJoinRequest(
             self.group,
             self.member_id,
@@ -178,7 +188,7 @@ class ClassicClient:
             self.session_ms,
             REBALANCE_MS,
             protocol_type,
-            tuple((name, self.subscription) for name in self.protocols),
+            tuple((name, subscription) for name in self.protocols),
             require_known_member_id,
         )
         result, records = self.cluster.groups.classic_join(request, self.cluster.topics, self.cluster.now_ms)
@@ -186,7 +196,8 @@ class ClassicClient:
         if result.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
             self.member_id = result.member_id
             self.generation = result.generation_id
-            self.owned = set()
+            if not self.cooperative:
+                self.owned = set()
         return result
 
     def sync(self, protocol_name: str | None = None) -> SyncResult:

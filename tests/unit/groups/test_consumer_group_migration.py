@@ -145,6 +145,32 @@ def test_a_classic_member_joins_a_consumer_group_and_takes_its_share() -> None:
     assert described == {a.member_id: False, c.member_id: True}
 
 
+def test_a_cooperative_classic_member_revokes_what_moves_and_keeps_the_rest() -> None:
+    cluster = Cluster(t=6)
+    a, c = Client(cluster), ClassicClient(cluster, cooperative=True)
+    a.join()
+    c.rejoin()
+    settle([a], [c])
+    assert len(c.owned) == 3
+    b = Client(cluster)
+    b.join()  # the group epoch moves: one of c's partitions is b's target
+    assert c.heartbeat() is ErrorCode.REBALANCE_IN_PROGRESS
+    before = set(c.owned)
+    assert c.join().error is ErrorCode.NONE  # it reports the three it owns: it must revoke one
+    member = cluster.group().members[c.member_id]
+    assert member.state is MemberState.UNREVOKED_PARTITIONS and c.generation == member.member_epoch
+    # Its sync answers what it keeps; its generation stays until it has revoked.
+    assert c.sync().error is ErrorCode.NONE and len(c.owned) == 2 and c.owned < before
+    assert c.heartbeat() is ErrorCode.REBALANCE_IN_PROGRESS  # revoked: it rejoins to move on
+    c.rejoin()
+    member = cluster.group().members[c.member_id]
+    assert member.state is MemberState.STABLE and member.member_epoch == cluster.group().group_epoch
+    assert c.owned < before  # it kept consuming those two throughout
+    settle([a, b], [c])
+    assert_disjoint([a, b, c])
+    assert sorted(len(m.partitions()) for m in (a, b, c)) == [2, 2, 2]
+
+
 def test_classic_requests_get_kafkas_errors_and_change_nothing() -> None:
     cluster = Cluster(replace(CONFIG, max_size=2), t=4)
     a, c = consumer_and_classic(cluster)
