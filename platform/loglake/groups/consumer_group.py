@@ -891,8 +891,8 @@ class ConsumerGroups:
         upgrade: list[Record] = []
         if group is None:
             if request.member_epoch != 0:
-                found = "not found" if classic is None else "not a consumer group"
-                raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is {found}.")
+                why = "not found" if classic is None else "is not a consumer group"
+                raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} {why}.")
             if classic is None:
                 group = ConsumerGroup(gid)
             else:
