@@ -4,14 +4,13 @@ and group.protocol=consumer members in one group under steady produce."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
+from console_helpers import cli_describe_group
 from consumer_helpers import (
     CONSUMER_GROUP_OVERRIDES,
     Member,
@@ -68,14 +67,7 @@ def member_types(bootstrap: str, group: str) -> list[int]:
 
 def cli_member_protocols(http_url: str, group: str) -> dict[str, str]:
     """Member id -> the PROTOCOL column of `loglake groups describe --group`."""
-    out = subprocess.run(
-        [sys.executable, "-m", "loglake.cli", "groups", "describe", "--group", group, "--bootstrap-http", http_url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
-    lines = out.splitlines()
+    lines = cli_describe_group(http_url, group).splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("CONSUMER-ID"))
     rows = [line.split() for line in lines[header + 1 :]]
     return {cols[0]: cols[1] for cols in rows[: next(i for i, cols in enumerate(rows) if not cols)]}
