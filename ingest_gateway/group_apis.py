@@ -32,6 +32,9 @@ Body = dict[str, Any]
 
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
+# ConsumerGroupDescribe v1's MemberType of a member of a consumer group.
+CLASSIC_MEMBER_TYPE = 0
+CONSUMER_MEMBER_TYPE = 1
 
 
 class GroupApis:
@@ -398,6 +401,7 @@ class GroupApis:
                             "subscribed_topic_regex": m.subscribed_topic_regex,
                             "assignment": assignment(m.assignment, m.topic_names),
                             "target_assignment": assignment(m.target_assignment, m.topic_names),
+                            "member_type": CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE,
                         }
                         for m in d.members
                     ],

@@ -270,6 +270,7 @@ def _classic_group_summary(described: GroupDescription) -> dict[str, Any]:
         members.append(
             {
                 "member_id": m.member_id,
+                "member_type": CLASSIC_GROUP_TYPE,
                 "client_id": m.client_id,
                 "client_host": m.client_host,
                 "assignment": _partitions_json(assigned),
@@ -285,8 +286,9 @@ def _classic_group_summary(described: GroupDescription) -> dict[str, Any]:
 
 
 def _consumer_group_summary(described: ConsumerGroupDescription) -> dict[str, Any]:
-    """A KIP-848 group: epochs, the server assignor, and per member its epoch with its
-    current assignment (what it consumes) next to the target the coordinator moves it to."""
+    """A KIP-848 group: epochs, the server assignor, and per member its protocol (a classic
+    member of a group migrating between the protocols, or a consumer member), its epoch and
+    its current assignment (what it consumes) next to the target the coordinator moves it to."""
 
     def named(m: ConsumerGroupMemberDescription, parts: tuple[TopicPartitions, ...]) -> list[dict[str, Any]]:
         return _partitions_json(
@@ -303,6 +305,7 @@ def _consumer_group_summary(described: ConsumerGroupDescription) -> dict[str, An
         "members": [
             {
                 "member_id": m.member_id,
+                "member_type": CLASSIC_GROUP_TYPE if m.uses_classic_protocol else CONSUMER_GROUP_TYPE,
                 "instance_id": m.instance_id,
                 "client_id": m.client_id,
                 "client_host": m.client_host,

@@ -63,15 +63,20 @@ def error_message(html: str) -> str:
     return found.group(1)
 
 
-def cli_lags(http_url: str, group: str) -> dict[tuple[str, int], str]:
-    """(topic, partition) -> the LAG column of `loglake groups describe --group` against that broker."""
-    out = subprocess.run(
+def cli_describe_group(http_url: str, group: str) -> str:
+    """What `loglake groups describe --group` prints against that broker."""
+    return subprocess.run(
         [sys.executable, "-m", "loglake.cli", "groups", "describe", "--group", group, "--bootstrap-http", http_url],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
+
+
+def cli_lags(http_url: str, group: str) -> dict[tuple[str, int], str]:
+    """(topic, partition) -> the LAG column of `loglake groups describe --group` against that broker."""
+    out = cli_describe_group(http_url, group)
     lags = {}
     for line in out.splitlines():
         cols = line.split()

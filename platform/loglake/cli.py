@@ -284,8 +284,9 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
 
 
 def _print_consumer_group_members(group_id: str, g: dict[str, Any]) -> None:
-    """A KIP-848 group: epochs, and each member's current assignment against its target
-    (they differ while the group reconciles), as kafka-consumer-groups.sh --members --verbose."""
+    """A KIP-848 group: epochs, and each member's protocol (classic members join a consumer
+    group while it migrates) and current assignment against its target (they differ while
+    the group reconciles), as kafka-consumer-groups.sh --members --verbose."""
     print(
         f"\nGroup {group_id} is {g['state']} with {len(g['members'])} member(s) (consumer protocol, "
         f"assignor {g['protocol'] or '-'}, group epoch {g['group_epoch']}, assignment epoch {g['assignment_epoch']}).\n"
@@ -296,11 +297,12 @@ def _print_consumer_group_members(group_id: str, g: dict[str, Any]) -> None:
     def parts(assignment: list[dict[str, Any]]) -> str:
         return ",".join(f"{a['topic']}-{a['partition']}" for a in assignment) or "-"
 
-    rows = [["CONSUMER-ID", "EPOCH", "HOST", "CLIENT-ID", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
+    rows = [["CONSUMER-ID", "PROTOCOL", "EPOCH", "HOST", "CLIENT-ID", "ASSIGNMENT", "TARGET-ASSIGNMENT"]]
     for m in g["members"]:
         rows.append(
             [
                 m["member_id"],
+                m["member_type"],
                 str(m["member_epoch"]),
                 _cell(m["client_host"]),
                 _cell(m["client_id"]),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,116 +12,23 @@ import httpx
 import pytest
 
 from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
+from consumer_helpers import (
+    CONSUMER_GROUP_OVERRIDES,
+    SESSION_TIMEOUT_MS,
+    Member,
+    SteadyProducer,
+    consumer_config,
+    heartbeat,
+    wait_until,
+)
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
-
-SESSION_TIMEOUT_MS = 3000
-# Short consumer-group timeouts, below Kafka's minimums (which the broker checks, hence the
-# lowered bounds), so that fencing and reconciliation happen within a test's time.
-CONSUMER_GROUP_OVERRIDES = {
-    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.heartbeat.interval.ms": "300",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-}
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     yield from serve(make_broker(tmp_path_factory.mktemp("broker") / "logs", **CONSUMER_GROUP_OVERRIDES))
-
-
-def consumer_config(bootstrap: str, group: str, **extra: object) -> dict[str, object]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "group.protocol": "consumer",
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-        **extra,
-    }
-
-
-class Member(threading.Thread):
-    """A consumer polling in a thread: records every value it gets (with the time) and
-    commits each one synchronously before taking the next, so none is delivered twice."""
-
-    def __init__(self, config: dict[str, object], topic: str) -> None:
-        super().__init__(daemon=True)
-        from confluent_kafka import Consumer
-
-        self.consumer = Consumer(config)
-        # Kept by the rebalance callbacks (run within poll): asking the consumer for its
-        # assignment from another thread while it polls can block.
-        self.owned: set[int] = set()
-        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
-        self.received: list[tuple[float, int, bytes]] = []  # (time, partition, value)
-        self.stopping = threading.Event()
-        self.errors: list[str] = []
-
-    def _assigned(self, consumer, partitions) -> None:
-        self.owned = self.owned | {p.partition for p in partitions}
-
-    def _revoked(self, consumer, partitions) -> None:
-        self.owned = self.owned - {p.partition for p in partitions}
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                msg = self.consumer.poll(0.1)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    if not msg.error().retriable():
-                        self.errors.append(str(msg.error()))
-                    continue
-                self.consumer.commit(message=msg, asynchronous=False)
-                self.received.append((time.monotonic(), msg.partition(), msg.value()))
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            self.errors.append(repr(exc))
-        finally:
-            self.consumer.close()
-
-    def partitions(self) -> set[int]:
-        return self.owned
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=15)
-
-
-def wait_until(condition, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
-
-
-class SteadyProducer(threading.Thread):
-    """Produces numbered values to every partition until stopped."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        from confluent_kafka import Producer
-
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
-        self.topic = topic
-        self.stopping = threading.Event()
-        self.sent = 0
-
-    def run(self) -> None:
-        while not self.stopping.is_set():
-            self.producer.produce(self.topic, value=b"%d" % self.sent)
-            self.sent += 1
-            self.producer.poll(0)
-            time.sleep(0.005)
-        assert self.producer.flush(30) == 0
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=30)
 
 
 def test_scale_up_and_down_consumes_every_record_once(broker: BrokerProcess, topic: str) -> None:
@@ -226,23 +132,6 @@ def test_classic_and_consumer_groups_side_by_side(broker: BrokerProcess, topic: 
             m.stop()
 
 
-def heartbeat(bootstrap: str, group: str, **fields: object) -> dict:
-    body = {
-        "group_id": group,
-        "member_id": "",
-        "member_epoch": 0,
-        "instance_id": None,
-        "rack_id": None,
-        "rebalance_timeout_ms": 30000,
-        "subscribed_topic_names": None,
-        "subscribed_topic_regex": None,
-        "server_assignor": None,
-        "topic_partitions": [],
-        **fields,
-    }
-    return raw_request(bootstrap, ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
-
-
 def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: BrokerProcess, topic: str) -> None:
     create_topic(broker.bootstrap, topic, partitions=2)
     group = unique_name("g848")
@@ -268,7 +157,7 @@ def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: Broke
         {"group_ids": [group], "include_authorized_operations": False},
     )["groups"]
     assert [m["member_id"] for m in described["members"]] == [member_id]
-    # A classic JoinGroup to it is refused; a stale OffsetCommit epoch too.
+    # A JoinGroup of another protocol type is refused; a stale OffsetCommit epoch too.
     join = raw_request(
         broker.bootstrap,
         ApiKey.JOIN_GROUP,
@@ -279,7 +168,8 @@ def test_bad_heartbeats_get_kafka_errors_and_leave_the_group_alone(broker: Broke
             "rebalance_timeout_ms": 10000,
             "member_id": "",
             "group_instance_id": None,
-            "protocol_type": "consumer",
+            # A consumer group takes classic members of the "consumer" protocol type only.
+            "protocol_type": "connect",
             "protocols": [{"name": "range", "metadata": b""}],
         },
     )

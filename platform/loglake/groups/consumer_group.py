@@ -16,7 +16,7 @@ failover rebuilds exactly the same groups. How the group coordinator is meant to
     result = groups.heartbeat(request, topics, now_ms)   # topics: name -> (topic id, partitions)
     await offsets_log.append(partition, list(result.records))  # then answer the client
 
-    records = groups.expire(now_ms, topics)       # at groups.next_deadline_ms()
+    expired = groups.expire(now_ms, topics)       # at groups.next_deadline_ms(): .records
     error = groups.validate_offset_commit(group_id, member_id, member_epoch, False, api_version)
     description = groups.describe(group_id, topics)
 
@@ -27,6 +27,30 @@ towards its target (revoke first, assign only released partitions).
 
 If the append fails the coordinator must not answer success; it should reload the
 partition (the in-memory state is ahead of the log), as Kafka reverts its timeline.
+
+Classic members and online migration (Kafka 4's, under group.consumer.migration.policy):
+a consumer group may hold members that speak the classic protocol. Their member record
+carries ClassicMemberMetadata (session timeout, JoinGroup protocols); they are assigned by
+the server assignor and reconciled like consumer members, but only when they (re)join:
+
+    result, records = groups.classic_join(ClassicJoinRequest(...), topics, now_ms)
+    sync = groups.classic_sync(group_id, member_id, instance_id, generation, type, name, topics, now_ms)
+    error = groups.classic_heartbeat(group_id, member_id, instance_id, generation, now_ms)
+    left, records = groups.classic_leave(group_id, identities, topics)
+
+JoinGroup answers the member epoch as the generation; SyncGroup answers the current
+assignment as a ConsumerProtocol Assignment; Heartbeat answers REBALANCE_IN_PROGRESS
+when the member must rejoin (the group epoch moved past it, it must revoke, or partitions
+it waits for were released), after which it must rejoin within its rebalance timeout.
+
+Upgrade: `heartbeat(request, topics, now_ms, classic=snapshot)` with the classic group of
+that id (non-empty, consumer protocol type) converts it first: its members become classic
+members, Stable at the classic generation with their last assignment. Downgrade: when the
+last consumer-protocol member leaves or is fenced and classic members remain, every record
+of the group is tombstoned and followed by the group metadata record of the classic group
+that takes its place (each member assigned its target), also handed back on its own
+(`HeartbeatResult.downgraded`, `ExpiryResult.downgraded`) for the coordinator to host the
+group as loading that record would, and rebalance it.
 """
 
 from __future__ import annotations
@@ -37,9 +61,25 @@ import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
+from loglake.groups import records as classic_records
+from loglake.groups.api import (
+    JoinResult,
+    LeaveGroupResult,
+    MemberIdentity,
+    MemberLeaveResult,
+    SyncResult,
+    TopicPartition,
+)
+from loglake.groups.assignors import (
+    CONSUMER_PROTOCOL_TYPE,
+    Assignment,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from loglake.groups.consumer_records import (
     CURRENT_MEMBER_ASSIGNMENT_KEY,
     GROUP_METADATA_KEY,
@@ -56,6 +96,7 @@ from loglake.groups.consumer_records import (
     Partitions,
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataValue,
+    ClassicMemberMetadata,
     TopicMetadata,
     decode_key,
     decode_value,
@@ -63,9 +104,11 @@ from loglake.groups.consumer_records import (
     encode_value,
     kind_of,
 )
+from loglake.groups.group import vote_protocol
 from loglake.groups.server_assignors import SERVER_ASSIGNORS, AssignmentSpec
 from loglake.internal_topics import INTERNAL_TOPICS
 
+_T = TypeVar("_T")
 Record = tuple[bytes, "bytes | None"]
 TopicSnapshot = Mapping[str, tuple[uuid.UUID, int]]  # topic name -> (topic id, partition count)
 
@@ -90,12 +133,31 @@ class ConsumerGroupState(str, enum.Enum):
     STABLE = "Stable"
 
 
+class MigrationPolicy(str, enum.Enum):
+    """group.consumer.migration.policy: which online conversions of a group with members are
+    allowed (an Empty group converts either way whatever the policy, as in Kafka)."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"  # classic group -> consumer group, when a consumer member joins
+    DOWNGRADE = "downgrade"  # consumer group -> classic group, when its last consumer member leaves
+    DISABLED = "disabled"
+
+    @property
+    def upgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrades(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
 @dataclass(frozen=True)
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     max_size: int = 2**31 - 1
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> ConsumerGroupConfig:
@@ -111,6 +173,7 @@ class ConsumerGroupConfig:
             heartbeat_interval_ms=int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)),
             assignors=assignors,
             max_size=int(props.get("group.consumer.max.size", base.max_size)),
+            migration_policy=_migration_policy(props.get("group.consumer.migration.policy", base.migration_policy)),
         )
         # Kafka's bounds (group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms)
         # keep a broker from handing out timeouts that fence members on every hiccup.
@@ -125,6 +188,14 @@ class ConsumerGroupConfig:
         if config.heartbeat_interval_ms >= config.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
         return config
+
+
+def _migration_policy(name: str) -> MigrationPolicy:
+    try:
+        return MigrationPolicy(name.strip().lower())  # case-insensitive, as Kafka validates it
+    except ValueError:
+        allowed = ", ".join(p.value for p in MigrationPolicy)
+        raise ValueError(f"group.consumer.migration.policy={name!r} is not one of {allowed}") from None
 
 
 @dataclass(frozen=True)
@@ -162,6 +233,57 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     assignment: tuple[TopicPartitions, ...] | None = None  # None: unchanged, keep the current one
     records: tuple[Record, ...] = ()
+    # The group became a classic group (its last consumer member left): that group's metadata
+    # record (the last of `records`), for the caller to host it.
+    downgraded: Record | None = None
+
+
+@dataclass(frozen=True)
+class ClassicMember:
+    """A member as a classic group holds it: its JoinGroup's protocols (name, metadata) in
+    preference order and its assignment (ConsumerProtocol Assignment bytes)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class ClassicGroupSnapshot:
+    """A classic group with members, as an upgrade takes it."""
+
+    group_id: str
+    protocol_type: str
+    generation: int
+    protocol_name: str | None
+    members: tuple[ClassicMember, ...]
+
+
+@dataclass(frozen=True)
+class ClassicJoinRequest:
+    """A JoinGroup to a consumer group with members (the member joins it as a classic member)."""
+
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    require_known_member_id: bool = True
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    records: tuple[Record, ...] = ()
+    downgraded: tuple[Record, ...] = ()  # as HeartbeatResult.downgraded, one per group
 
 
 @dataclass(frozen=True)
@@ -180,6 +302,12 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None  # set while it uses the classic protocol
+
+    @property
+    def session_timeout_ms(self) -> int | None:
+        """A classic member's own session timeout (None: the group's)."""
+        return None if self.classic is None else self.classic.session_timeout_ms
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
@@ -236,6 +364,24 @@ class ConsumerGroup:
         counts = Counter(m.server_assignor for m in self.members.values() if m.server_assignor)
         return max(sorted(counts), key=lambda a: counts[a]) if counts else default
 
+    def subscribed_topics(self, topics: Iterable[str]) -> set[str]:
+        """The topics its members subscribe to, by name or (among `topics`) by regex."""
+        return {name for m in self.members.values() for name in m.subscribed_topics(topics)}
+
+    def supports_classic_protocols(self, protocol_type: str, names: Sequence[str]) -> bool:
+        """Kafka's check of a classic member's JoinGroup: the consumer protocol type, and one of
+        its protocols supported by every classic member (any, while there is none)."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        classic = [{name for name, _ in m.classic.protocols} for m in self.members.values() if m.classic]
+        return any(all(name in supported for supported in classic) for name in names)
+
+    def waits_on_unreleased(self, member: ConsumerGroupMember) -> bool:
+        """Whether partitions of its target it lacks are still held by other members."""
+        held = {tp for m in self.members.values() if m is not member for tp in _held_by(m)}
+        target = self.target.get(member.member_id, {})
+        return any((t, p) in held for t, ps in target.items() for p in ps - member.assigned.get(t, frozenset()))
+
 
 @dataclass(frozen=True)
 class ConsumerGroupMemberDescription:
@@ -250,6 +396,7 @@ class ConsumerGroupMemberDescription:
     assignment: tuple[TopicPartitions, ...]
     target_assignment: tuple[TopicPartitions, ...]
     topic_names: dict[uuid.UUID, str]  # for the topics of both assignments, from the topic snapshot
+    uses_classic_protocol: bool = False  # ConsumerGroupDescribe v1's MemberType: 0 classic, 1 consumer
 
 
 @dataclass(frozen=True)
@@ -297,6 +444,26 @@ def _owns_any(owned: tuple[TopicPartitions, ...] | None, parts: Partitions) -> b
     if owned is None:
         return True
     return any(set(tp.partitions) & parts.get(tp.topic_id, frozenset()) for tp in owned)
+
+
+def _held_by(member: ConsumerGroupMember) -> set[tuple[uuid.UUID, int]]:
+    return {(t, p) for parts in (member.assigned, member.pending_revocation) for t, ps in parts.items() for p in ps}
+
+
+def _by_id(partitions: Iterable[TopicPartition], topics: TopicSnapshot) -> Partitions:
+    """Named partitions (a classic Subscription or Assignment) by topic id; unknown topics are dropped."""
+    return _to_partitions(
+        TopicPartitions(topics[tp.topic][0], (tp.partition,)) for tp in partitions if tp.topic in topics
+    )
+
+
+def _classic_assignment(parts: Partitions, topics: TopicSnapshot, metadata: bytes) -> bytes:
+    """`parts` as the ConsumerProtocol Assignment a classic member gets, in the version of its
+    subscription (`metadata`), as Kafka answers; topics not in `topics` are left out."""
+    names = {topic_id: name for name, (topic_id, _) in topics.items()}
+    version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
+    named = tuple(TopicPartition(names[t], p) for t in sorted(parts) if t in names for p in sorted(parts[t]))
+    return encode_assignment(Assignment(named), version=min(max(version, 0), 3))
 
 
 def reconcile(
@@ -365,6 +532,11 @@ def _with_epoch(
     )
 
 
+def _epoch_error(member: ConsumerGroupMember) -> ErrorCode:
+    # A classic member's epoch is its generation id: a wrong one is an illegal generation.
+    return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
+
+
 def validate_offset_commit(
     group: ConsumerGroup | None, member_id: str, member_epoch: int, is_transactional: bool, api_version: int
 ) -> ErrorCode:
@@ -381,12 +553,10 @@ def validate_offset_commit(
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    if not is_transactional and api_version < 9:
+    if not is_transactional and member.classic is None and api_version < 9:
         # Only v9+ carries a member epoch; older versions cannot commit for a consumer member.
         return ErrorCode.UNSUPPORTED_VERSION
-    if member_epoch != member.member_epoch:
-        return ErrorCode.STALE_MEMBER_EPOCH
-    return ErrorCode.NONE
+    return ErrorCode.NONE if member_epoch == member.member_epoch else _epoch_error(member)
 
 
 def validate_offset_fetch(group: ConsumerGroup | None, member_id: str | None, member_epoch: int) -> ErrorCode:
@@ -398,13 +568,78 @@ def validate_offset_fetch(group: ConsumerGroup | None, member_id: str | None, me
     member = group.members.get(member_id or "")
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
-    return ErrorCode.NONE if member.member_epoch == member_epoch else ErrorCode.STALE_MEMBER_EPOCH
+    return ErrorCode.NONE if member.member_epoch == member_epoch else _epoch_error(member)
 
 
 @dataclass
 class _Deadlines:
+    """A member's timers; it is fenced when any of them passes."""
+
     session_ms: int
     rebalance: tuple[int, int] | None = None  # (deadline, the member epoch it must have left by then)
+    join_ms: int | None = None  # a classic member told to rejoin must have rejoined by then
+    sync_ms: int | None = None  # a classic member that joined must have sent SyncGroup by then
+
+    def due(self, now_ms: int, member_epoch: int) -> bool:
+        if self.rebalance is not None and self.rebalance[1] != member_epoch:
+            self.rebalance = None  # it moved on from that epoch in time
+        times = (self.session_ms, self.join_ms, self.sync_ms, None if self.rebalance is None else self.rebalance[0])
+        return any(t is not None and t <= now_ms for t in times)
+
+    def must_rejoin(self, deadline_ms: int) -> None:
+        """A classic member told to rejoin: by `deadline_ms`, or the deadline it was first given."""
+        if self.join_ms is None:
+            self.join_ms = deadline_ms
+
+    def next_ms(self) -> int:
+        rebalance = None if self.rebalance is None else self.rebalance[0]
+        return min(t for t in (self.session_ms, self.join_ms, self.sync_ms, rebalance) if t is not None)
+
+
+def _updated(
+    member: ConsumerGroupMember,
+    instance_id: str | None,
+    rack_id: str | None,
+    rebalance_timeout_ms: int,
+    client_id: str,
+    client_host: str,
+    **changes: object,
+) -> ConsumerGroupMember:
+    """`member` as a heartbeat or JoinGroup describes it: its instance id, rack and rebalance
+    timeout where given (None, -1: unchanged), its client, and the other `changes`."""
+    return replace(
+        member,
+        instance_id=member.instance_id if instance_id is None else instance_id,
+        rack_id=member.rack_id if rack_id is None else rack_id,
+        rebalance_timeout_ms=member.rebalance_timeout_ms if rebalance_timeout_ms == -1 else rebalance_timeout_ms,
+        client_id=client_id,
+        client_host=client_host,
+        **changes,
+    )
+
+
+def _record(group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> Record:
+    return encode_key(ConsumerGroupKey(kind_of(value), group_id, member_id)), encode_value(value)
+
+
+def _member_value(m: ConsumerGroupMember) -> MemberMetadataValue:
+    return MemberMetadataValue(
+        m.instance_id,
+        m.rack_id,
+        m.client_id,
+        m.client_host,
+        m.subscribed_topic_names,
+        m.subscribed_topic_regex,
+        m.rebalance_timeout_ms,
+        m.server_assignor,
+        m.classic,
+    )
+
+
+def _current_value(m: ConsumerGroupMember) -> CurrentMemberAssignmentValue:
+    return CurrentMemberAssignmentValue(
+        m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation
+    )
 
 
 class ConsumerGroups:
@@ -416,6 +651,7 @@ class ConsumerGroups:
         self._new_member_id = new_member_id
         self._deadlines: dict[tuple[str, str], _Deadlines] = {}
         self._out: list[Record] | None = None  # records of the call in progress
+        self._downgraded: list[Record] = []  # classic group records of the groups the call downgraded
 
     # ---- replay: the only place the groups change ----
 
@@ -454,6 +690,7 @@ class ConsumerGroups:
                 subscribed_topic_regex=value.subscribed_topic_regex,
                 rebalance_timeout_ms=value.rebalance_timeout_ms,
                 server_assignor=value.server_assignor,
+                classic=value.classic,
             )
         elif isinstance(value, CurrentMemberAssignmentValue):
             old = group.members.get(mid, ConsumerGroupMember(mid))
@@ -484,60 +721,73 @@ class ConsumerGroups:
                 pending_revocation={},
             )
 
-    def _emit(self, group_id: str, kind: int, member_id: str | None, value: ConsumerGroupValue | None) -> None:
-        """Writes a record: encodes it, collects it for the caller, and applies it by replaying its bytes."""
+    def _emit(self, record: Record) -> None:
+        """Writes a record: collects it for the caller and applies it by replaying its bytes."""
         assert self._out is not None
-        key = encode_key(ConsumerGroupKey(kind, group_id, member_id))
-        data = None if value is None else encode_value(value)
-        self._out.append((key, data))
-        self.replay(key, data)
+        self._out.append(record)
+        self.replay(*record)
 
     def _write(self, group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> None:
-        self._emit(group_id, kind_of(value), member_id, value)
+        self._emit(_record(group_id, value, member_id))
+
+    def _tombstone(self, group_id: str, kind: int, member_id: str | None = None) -> None:
+        self._emit((encode_key(ConsumerGroupKey(kind, group_id, member_id)), None))
 
     def _write_member(self, group_id: str, m: ConsumerGroupMember) -> None:
-        self._write(
-            group_id,
-            MemberMetadataValue(
-                m.instance_id,
-                m.rack_id,
-                m.client_id,
-                m.client_host,
-                m.subscribed_topic_names,
-                m.subscribed_topic_regex,
-                m.rebalance_timeout_ms,
-                m.server_assignor,
-            ),
-            m.member_id,
-        )
+        self._write(group_id, _member_value(m), m.member_id)
 
     def _write_current(self, group_id: str, m: ConsumerGroupMember) -> None:
-        value = CurrentMemberAssignmentValue(
-            m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation
-        )
-        self._write(group_id, value, m.member_id)
+        self._write(group_id, _current_value(m), m.member_id)
 
     def _remove_member(self, group_id: str, member_id: str) -> None:
         # Kafka's order: current assignment, target assignment, then the member itself.
         for kind in (CURRENT_MEMBER_ASSIGNMENT_KEY, TARGET_ASSIGNMENT_MEMBER_KEY, MEMBER_METADATA_KEY):
-            self._emit(group_id, kind, member_id, None)
+            self._tombstone(group_id, kind, member_id)
         self._deadlines.pop((group_id, member_id), None)
+
+    def _replace_member(self, group: ConsumerGroup, replaced: ConsumerGroupMember, member: ConsumerGroupMember) -> None:
+        """A static member's new incarnation takes over the old one's entry and target."""
+        target = group.target.get(replaced.member_id, {})
+        self._remove_member(group.group_id, replaced.member_id)
+        self._write_member(group.group_id, member)
+        self._write(group.group_id, TargetAssignmentMemberValue(target), member.member_id)
+        self._write_current(group.group_id, member)
+
+    def _collect(
+        self, call: Callable[[], _T], failed: Callable[[_Fail], _T]
+    ) -> tuple[_T, tuple[Record, ...], tuple[Record, ...]]:
+        """Runs one state-changing call: (its answer, the records it wrote, the groups it downgraded)."""
+        self._out, self._downgraded = [], []
+        try:
+            result = call()
+        except _Fail as fail:
+            assert not self._out, "validation must precede every record"
+            result = failed(fail)
+        out = (result, tuple(self._out), tuple(self._downgraded))
+        self._out, self._downgraded = None, []
+        return out
 
     # ---- heartbeat ----
 
-    def heartbeat(self, request: HeartbeatRequest, topics: TopicSnapshot, now_ms: int) -> HeartbeatResult:
-        self._out = []
-        try:
+    def heartbeat(
+        self,
+        request: HeartbeatRequest,
+        topics: TopicSnapshot,
+        now_ms: int,
+        classic: ClassicGroupSnapshot | None = None,
+    ) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat. `classic` is the classic group with members of the same id, if
+        there is one: a joining member upgrades it into a consumer group (as Kafka's
+        convertToConsumerGroup) when the migration policy allows it, or gets GROUP_ID_NOT_FOUND."""
+
+        def call() -> HeartbeatResult:
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 self._validate(request)
-                result = self._leave(request, topics)
-            else:
-                result = self._heartbeat(request, topics, now_ms)
-        except _Fail as fail:
-            assert not self._out, "validation must precede every record"
-            result = HeartbeatResult(fail.code, fail.message)
-        records, self._out = tuple(self._out), None
-        return replace(result, records=records)
+                return self._leave(request, topics, now_ms)
+            return self._heartbeat(request, topics, now_ms, classic)
+
+        result, records, downgraded = self._collect(call, lambda fail: HeartbeatResult(fail.code, fail.message))
+        return replace(result, records=records, downgraded=downgraded[0] if downgraded else None)
 
     def _validate(self, request: HeartbeatRequest) -> None:
         """Kafka's request checks, before anything is looked up."""
@@ -578,10 +828,6 @@ class ConsumerGroups:
 
     def _check_epoch(self, member: ConsumerGroupMember, request: HeartbeatRequest) -> None:
         epoch = request.member_epoch
-        if epoch == 0:
-            # A (re)join is always accepted: a fenced member rejoins under its own member id
-            # (KAFKA-19233), and a join whose response was lost is simply sent again.
-            return
         if epoch > member.member_epoch or (
             epoch < member.member_epoch
             # The previous epoch is accepted with owned partitions within the assignment:
@@ -595,66 +841,85 @@ class ConsumerGroups:
             )
 
     def _find_member(
-        self, group: ConsumerGroup, request: HeartbeatRequest, member_id: str
+        self,
+        group: ConsumerGroup,
+        member_id: str,
+        instance_id: str | None,
+        joining: bool,
+        request: HeartbeatRequest | None,
     ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
-        """(the member, the static member it replaces if any), or raises Kafka's error."""
-        joining = request.member_epoch == 0
-        if request.instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                if not joining:
-                    raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
-                member = ConsumerGroupMember(member_id)
-            self._check_epoch(member, request)
-            return member, None
-        existing = group.static_member(request.instance_id)
-        if joining:
-            if existing is None:
-                return group.members.get(member_id, ConsumerGroupMember(member_id)), None
-            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise _Fail(
-                    ErrorCode.UNRELEASED_INSTANCE_ID,
-                    f"Instance id {request.instance_id} is still owned by member {existing.member_id}.",
-                )
-            # The rejoining instance takes over the departed one's assignment under its new member id.
-            return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0), existing
-        if existing is None:
-            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {request.instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise _Fail(ErrorCode.FENCED_INSTANCE_ID, f"Instance id {request.instance_id} is owned by another member.")
-        self._check_epoch(existing, request)
-        return existing, None
+        """(the member, the static member it replaces if any), or raises Kafka's error.
 
-    def _heartbeat(self, request: HeartbeatRequest, topics: TopicSnapshot, now_ms: int) -> HeartbeatResult:
-        self._validate(request)
-        gid = request.group_id
-        group = self.groups.get(gid)
-        if group is None:
-            if request.member_epoch != 0:
-                raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-            group = ConsumerGroup(gid)
-        member_id = request.member_id or self._new_member_id()
+        `request` is the consumer heartbeat whose epoch is checked; None for a classic JoinGroup,
+        which has no epoch and may take over an instance id without waiting for its release."""
+        if not joining:
+            member = self._named_member(group, member_id, instance_id)
+            if request is not None:
+                self._check_epoch(member, request)
+            return member, None
+        # A (re)join is always accepted, whatever the epoch: a fenced member rejoins under its
+        # own member id (KAFKA-19233), and a join whose response was lost is simply sent again.
+        existing = group.static_member(instance_id)
+        if existing is None:
+            return group.members.get(member_id, ConsumerGroupMember(member_id)), None
+        if (
+            request is not None
+            and existing.classic is None
+            and existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        ):
+            # Between consumer members the departed instance must have left (epoch -2) first;
+            # an instance coming back with the other protocol replaces it at once, as in Kafka.
+            raise _Fail(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"Instance id {instance_id} is still owned by member {existing.member_id}.",
+            )
+        # The rejoining instance takes over the departed one's assignment under its new member id.
+        return replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0), existing
+
+    def _check_size(self, group: ConsumerGroup, member_id: str) -> None:
         if len(group.members) >= self.config.max_size and member_id not in group.members:
             raise _Fail(
                 ErrorCode.GROUP_MAX_SIZE_REACHED, f"The group has reached its maximum size {self.config.max_size}."
             )
-        member, replaced = self._find_member(group, request, member_id)
-        self.groups[gid] = group  # nothing can fail from here on
+
+    def _heartbeat(
+        self, request: HeartbeatRequest, topics: TopicSnapshot, now_ms: int, classic: ClassicGroupSnapshot | None
+    ) -> HeartbeatResult:
+        self._validate(request)
+        gid = request.group_id
+        group = self.groups.get(gid)
+        upgrade: list[Record] = []
+        if group is None:
+            if request.member_epoch != 0:
+                why = "not found" if classic is None else "is not a consumer group"
+                raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} {why}.")
+            if classic is None:
+                group = ConsumerGroup(gid)
+            else:
+                upgrade = self._upgrade_records(classic, topics)
+                group = self._replayed(gid, upgrade)  # to look the member up before writing anything
+        member_id = request.member_id or self._new_member_id()
+        self._check_size(group, member_id)
+        member, replaced = self._find_member(group, member_id, request.instance_id, request.member_epoch == 0, request)
+        # Nothing can fail from here on.
+        if upgrade:
+            for record in upgrade:
+                self._emit(record)
+            group = self.groups[gid]
+            for m in group.members.values():
+                self._deadlines[(gid, m.member_id)] = _Deadlines(now_ms + self._session_ms(m))
+        self.groups[gid] = group
 
         if replaced is not None:
-            target = group.target.get(replaced.member_id, {})
-            self._remove_member(gid, replaced.member_id)
-            self._write_member(gid, member)
-            self._write(gid, TargetAssignmentMemberValue(target), member.member_id)
-            self._write_current(gid, member)
+            self._replace_member(group, replaced, member)
 
-        updated = replace(
+        updated = _updated(
             member,
-            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
-            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
-            rebalance_timeout_ms=request.rebalance_timeout_ms
-            if request.rebalance_timeout_ms != -1
-            else member.rebalance_timeout_ms,
+            request.instance_id,
+            request.rack_id,
+            request.rebalance_timeout_ms,
+            request.client_id,
+            request.client_host,
             server_assignor=request.server_assignor if request.server_assignor is not None else member.server_assignor,
             subscribed_topic_names=tuple(request.subscribed_topic_names)
             if request.subscribed_topic_names is not None
@@ -663,39 +928,12 @@ class ConsumerGroups:
             subscribed_topic_regex=(request.subscribed_topic_regex or None)
             if request.subscribed_topic_regex is not None
             else member.subscribed_topic_regex,
-            client_id=request.client_id,
-            client_host=request.client_host,
+            classic=None,  # it speaks the consumer protocol now
         )
-        bump = False
-        if updated != member or member.member_id not in group.members:
-            self._write_member(gid, updated)
-            bump = (
-                updated.subscribed_topic_names != member.subscribed_topic_names
-                or updated.subscribed_topic_regex != member.subscribed_topic_regex
-            )
-        # Unlike Kafka (which refreshes on an interval), the topic snapshot is checked at every
-        # heartbeat: new topics matching a regex and added partitions bump the epoch at once.
-        bump = self._maybe_update_subscription_metadata(group, topics) or bump
-        if bump:
-            self._write(gid, GroupMetadataValue(group.group_epoch + 1))
-        if group.group_epoch > group.assignment_epoch:
-            self._update_target_assignment(group)
-
-        current = group.members[member_id]
-        before = current
-        if not current.is_reconciled_to(group.assignment_epoch):
-            current = reconcile(
-                current,
-                group.assignment_epoch,
-                group.target.get(member_id, {}),
-                # Its own partitions do not block it.
-                {tp: e for tp, e in group.partition_epochs().items() if tp not in self._held_by(current)},
-                request.owned_partitions,
-            )
-            if current != before:
-                self._write_current(gid, current)
+        before, current = self._update_member(group, member, updated, topics, request.owned_partitions)
         deadlines = self._deadlines.setdefault((gid, member_id), _Deadlines(0))
         deadlines.session_ms = now_ms + self.config.session_timeout_ms
+        deadlines.join_ms = deadlines.sync_ms = None
         if current.state is MemberState.UNREVOKED_PARTITIONS:
             if current != before or deadlines.rebalance is None:
                 deadlines.rebalance = (now_ms + current.rebalance_timeout_ms, current.member_epoch)
@@ -716,17 +954,168 @@ class ConsumerGroups:
             assignment=_to_topic_partitions(current.assigned) if full or changed else None,
         )
 
-    @staticmethod
-    def _held_by(member: ConsumerGroupMember) -> set[tuple[uuid.UUID, int]]:
-        return {(t, p) for parts in (member.assigned, member.pending_revocation) for t, ps in parts.items() for p in ps}
+    def _update_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        updated: ConsumerGroupMember,
+        topics: TopicSnapshot,
+        owned: tuple[TopicPartitions, ...] | None,
+    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember]:
+        """Kafka's steps of a heartbeat (or of a classic member's JoinGroup): persist the member
+        if it changed (a changed subscription bumps the group epoch), recompute the target
+        assignment once the group epoch moved past it, then move the member one step towards
+        its target given the partitions it reports owning (`owned`). Answers the member
+        before and after that step."""
+        gid = group.group_id
+        bump = False
+        if updated != member or member.member_id not in group.members:
+            self._write_member(gid, updated)
+            bump = (
+                updated.subscribed_topic_names != member.subscribed_topic_names
+                or updated.subscribed_topic_regex != member.subscribed_topic_regex
+            )
+        # Unlike Kafka (which refreshes on an interval), the topic snapshot is checked at every
+        # heartbeat: new topics matching a regex and added partitions bump the epoch at once.
+        bump = self._maybe_update_subscription_metadata(group, topics) or bump
+        if bump:
+            self._write(gid, GroupMetadataValue(group.group_epoch + 1))
+        if group.group_epoch > group.assignment_epoch:
+            self._update_target_assignment(group)
 
-    def _maybe_update_subscription_metadata(
-        self, group: ConsumerGroup, topics: TopicSnapshot, without: str | None = None
-    ) -> bool:
-        names: set[str] = set()
+        current = before = group.members[updated.member_id]
+        if not current.is_reconciled_to(group.assignment_epoch):
+            current = reconcile(
+                current,
+                group.assignment_epoch,
+                group.target.get(current.member_id, {}),
+                # Its own partitions do not block it.
+                {tp: e for tp, e in group.partition_epochs().items() if tp not in _held_by(current)},
+                owned,
+            )
+            if current != before:
+                self._write_current(gid, current)
+        return before, current
+
+    # ---- online migration ----
+
+    def _upgrade_records(self, classic: ClassicGroupSnapshot, topics: TopicSnapshot) -> list[Record]:
+        """Kafka's convertToConsumerGroup: the records of a consumer group holding `classic`'s
+        members, each a classic member, Stable at the classic generation (the group epoch and
+        assignment epoch too), owning and targeted its last classic assignment. Raises
+        GROUP_ID_NOT_FOUND when the policy or the group does not allow the upgrade."""
+        gid = classic.group_id
+
+        def refused(why: str) -> _Fail:
+            return _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group {why}.")
+
+        if not self.config.migration_policy.upgrades:
+            raise refused("because online upgrade is disabled")
+        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            raise refused("because the group does not use the consumer embedded protocol")
+        if len(classic.members) > self.config.max_size:
+            raise refused("because the group size exceeds the consumer group maximum size")
+        if classic.protocol_name is None:
+            raise refused("before its first rebalance completed")
+        epoch = classic.generation
+        members = []
+        try:
+            for m in classic.members:
+                subscription = decode_subscription(dict(m.protocols)[classic.protocol_name])
+                assigned = _by_id(decode_assignment(m.assignment).partitions, topics) if m.assignment else {}
+                members.append(
+                    ConsumerGroupMember(
+                        m.member_id,
+                        instance_id=m.instance_id,
+                        rack_id=subscription.rack_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        subscribed_topic_names=subscription.topics,
+                        rebalance_timeout_ms=m.rebalance_timeout_ms,
+                        member_epoch=epoch,
+                        previous_member_epoch=epoch,
+                        assigned=assigned,
+                        classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
+                    )
+                )
+        except (KeyError, ValueError):
+            raise refused("because the embedded consumer protocol is malformed") from None
+        # Kafka's createConsumerGroupRecords order.
+        records = [_record(gid, _member_value(m), m.member_id) for m in members]
+        records.append(_record(gid, GroupMetadataValue(epoch)))
+        records += [_record(gid, TargetAssignmentMemberValue(m.assigned), m.member_id) for m in members]
+        records.append(_record(gid, TargetAssignmentMetadataValue(epoch)))
+        records += [_record(gid, _current_value(m), m.member_id) for m in members]
+        return records
+
+    def _replayed(self, group_id: str, records: Iterable[Record]) -> ConsumerGroup:
+        scratch = ConsumerGroups(self.config)
+        for key, value in records:
+            scratch.replay(key, value)
+        return scratch.groups[group_id]
+
+    def _downgrade_protocol(self, group: ConsumerGroup, leaving_id: str) -> str | None:
+        """The protocol of the classic group `group` becomes when `leaving_id` leaves, or None
+        when it stays a consumer group. Kafka downgrades when a consumer-protocol member leaves
+        (or is fenced) and only classic members remain, if the policy allows it."""
+        if not self.config.migration_policy.downgrades or group.members[leaving_id].classic is not None:
+            return None
+        rest = [m.classic for mid, m in group.members.items() if mid != leaving_id]
+        if not rest or any(c is None for c in rest):
+            return None
+        try:
+            return vote_protocol([[name for name, _ in c.protocols] for c in rest if c is not None])
+        except ValueError:
+            return None  # no protocol common to all (they joined with changing protocols)
+
+    def _downgrade(
+        self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot, now_ms: int
+    ) -> None:
+        """Kafka's convertToClassicGroup: tombstones for every record of the group, then the
+        group metadata record of the classic group of the remaining members (Stable at the
+        group epoch, each assigned its target assignment), which the caller hosts and
+        rebalances."""
+        gid = group.group_id
+        members = []
         for m in group.members.values():
-            if m.member_id != without:
-                names |= m.subscribed_topics(topics)
+            if m.member_id != leaving_id and m.classic is not None:
+                metadata = dict(m.classic.protocols)[protocol]
+                assignment = _classic_assignment(group.target.get(m.member_id, {}), topics, metadata)
+                members.append(
+                    classic_records.MemberMetadataValue(
+                        m.member_id,
+                        m.instance_id,
+                        m.client_id,
+                        m.client_host,
+                        m.rebalance_timeout_ms,
+                        m.classic.session_timeout_ms,
+                        metadata,
+                        assignment,
+                    )
+                )
+        value = classic_records.GroupMetadataValue(
+            CONSUMER_PROTOCOL_TYPE, group.group_epoch, protocol, members[0].member_id, now_ms, tuple(members)
+        )
+        ids = list(group.members)
+        # Kafka's createGroupTombstoneRecords order.
+        for kind in (CURRENT_MEMBER_ASSIGNMENT_KEY, TARGET_ASSIGNMENT_MEMBER_KEY):
+            for mid in ids:
+                self._tombstone(gid, kind, mid)
+        self._tombstone(gid, TARGET_ASSIGNMENT_METADATA_KEY)
+        for mid in ids:
+            self._tombstone(gid, MEMBER_METADATA_KEY, mid)
+            self._deadlines.pop((gid, mid), None)
+        self._tombstone(gid, PARTITION_METADATA_KEY)
+        self._tombstone(gid, GROUP_METADATA_KEY)
+        record = (
+            classic_records.encode_key(classic_records.GroupMetadataKey(gid)),
+            classic_records.encode_group_metadata_value(value),
+        )
+        self._emit(record)  # not a consumer group record: replaying it changes nothing here
+        self._downgraded.append(record)
+
+    def _maybe_update_subscription_metadata(self, group: ConsumerGroup, topics: TopicSnapshot) -> bool:
+        names = group.subscribed_topics(topics)
         metadata = {n: TopicMetadata(topics[n][0], n, topics[n][1]) for n in sorted(names) if n in topics}
         if metadata == group.subscription_metadata:
             return False
@@ -747,9 +1136,182 @@ class ConsumerGroups:
                 self._write(group.group_id, TargetAssignmentMemberValue(new_target[member_id]), member_id)
         self._write(group.group_id, TargetAssignmentMetadataValue(group.group_epoch))
 
+    # ---- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup to a consumer group) ----
+
+    def classic_join(
+        self, request: ClassicJoinRequest, topics: TopicSnapshot, now_ms: int
+    ) -> tuple[JoinResult, tuple[Record, ...]]:
+        """A JoinGroup to this consumer group, which has members (Kafka's
+        classicGroupJoinToConsumerGroup): the member joins or rejoins as a classic member, its
+        subscription and owned partitions read from its first protocol's metadata, and is
+        reconciled like a consumer member. It is answered at once, with its member epoch as
+        the generation, no leader and no member list: its assignment comes with SyncGroup."""
+
+        def failed(fail: _Fail) -> JoinResult:
+            return JoinResult(fail.code, member_id=request.member_id)
+
+        result, records, _ = self._collect(lambda: self._classic_join(request, topics, now_ms), failed)
+        return result, records
+
+    def _classic_join(self, request: ClassicJoinRequest, topics: TopicSnapshot, now_ms: int) -> JoinResult:
+        gid = request.group_id
+        group = self.groups[gid]
+        member_id = request.member_id or self._new_member_id()
+        self._check_size(group, member_id)
+        names = [name for name, _ in request.protocols]
+        if not group.supports_classic_protocols(request.protocol_type, names):
+            raise _Fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id}'s protocols are not supported.")
+        if not request.member_id and request.instance_id is None and request.require_known_member_id:
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=member_id)
+        try:
+            subscription = decode_subscription(request.protocols[0][1])
+        except ValueError:
+            # Kafka fails such a join with an IllegalStateException, i.e. UNKNOWN_SERVER_ERROR.
+            raise _Fail(ErrorCode.UNKNOWN_SERVER_ERROR, "Malformed embedded consumer protocol.") from None
+        joining = request.instance_id is None or not request.member_id
+        member, replaced = self._find_member(group, member_id, request.instance_id, joining, None)
+        # Nothing can fail from here on.
+        if replaced is not None:
+            self._replace_member(group, replaced, member)
+        updated = _updated(
+            member,
+            request.instance_id,
+            subscription.rack_id,
+            request.rebalance_timeout_ms,
+            request.client_id,
+            request.client_host,
+            subscribed_topic_names=subscription.topics,
+            classic=ClassicMemberMetadata(request.session_timeout_ms, request.protocols),
+        )
+        owned = _to_topic_partitions(_by_id(subscription.owned_partitions, topics))
+        _, current = self._update_member(group, member, updated, topics, owned)
+        deadlines = self._deadlines.setdefault((gid, member_id), _Deadlines(0))
+        deadlines.session_ms = now_ms + request.session_timeout_ms
+        deadlines.join_ms = deadlines.rebalance = None
+        deadlines.sync_ms = now_ms + request.rebalance_timeout_ms
+        return JoinResult(ErrorCode.NONE, current.member_epoch, CONSUMER_PROTOCOL_TYPE, names[0], "", member_id)
+
+    def classic_sync(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        topics: TopicSnapshot,
+        now_ms: int,
+    ) -> SyncResult:
+        """A classic member's SyncGroup (Kafka's classicGroupSyncToConsumerGroup): its current
+        assignment as a ConsumerProtocol Assignment, or REBALANCE_IN_PROGRESS when the group
+        moved on since it joined (it must rejoin), or Kafka's member errors."""
+        try:
+            group, member = self._classic_member(group_id, member_id, instance_id, generation_id)
+            assert member.classic is not None
+            name, metadata = member.classic.protocols[0]
+            if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                protocol_name is not None and protocol_name != name
+            ):
+                raise _Fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"Member {member_id} joined with protocol {name}.")
+            deadlines = self._deadlines.setdefault((group_id, member.member_id), _Deadlines(0))
+            # A member revoking partitions has rejoined already; it syncs, revokes, then rejoins.
+            if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+                deadlines.must_rejoin(now_ms + member.rebalance_timeout_ms)
+                raise _Fail(ErrorCode.REBALANCE_IN_PROGRESS, f"Group {group_id} moved on: rejoin.")
+        except _Fail as fail:
+            return SyncResult(fail.code)
+        deadlines.sync_ms = None
+        deadlines.session_ms = now_ms + self._session_ms(member)
+        return SyncResult(
+            ErrorCode.NONE, protocol_type, protocol_name, _classic_assignment(member.assigned, topics, metadata)
+        )
+
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int, now_ms: int
+    ) -> ErrorCode:
+        """A classic member's Heartbeat (Kafka's classicGroupHeartbeatToConsumerGroup): keeps its
+        session; REBALANCE_IN_PROGRESS (rejoin within the rebalance timeout) when the group
+        epoch moved past its epoch, when it must revoke partitions, or when partitions it
+        waited for were released."""
+        try:
+            group, member = self._classic_member(group_id, member_id, instance_id, generation_id)
+        except _Fail as fail:
+            return fail.code
+        deadlines = self._deadlines.setdefault((group_id, member.member_id), _Deadlines(0))
+        deadlines.session_ms = now_ms + self._session_ms(member)
+        if (
+            member.member_epoch < group.group_epoch
+            or member.state is MemberState.UNREVOKED_PARTITIONS
+            or (member.state is MemberState.UNRELEASED_PARTITIONS and not group.waits_on_unreleased(member))
+        ):
+            deadlines.must_rejoin(now_ms + member.rebalance_timeout_ms)
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def _classic_member(
+        self, group_id: str, member_id: str, instance_id: str | None, generation_id: int
+    ) -> tuple[ConsumerGroup, ConsumerGroupMember]:
+        """Kafka's validateConsumerGroupMember, then: it uses the classic protocol, at that generation."""
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {group_id} has no members.")
+        member = self._named_member(group, member_id, instance_id)
+        if member.classic is None:
+            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member.member_id} does not use the classic protocol.")
+        if generation_id != member.member_epoch:
+            raise _Fail(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"The generation id {generation_id} is not the member epoch {member.member_epoch} of {member_id}.",
+            )
+        return group, member
+
+    @staticmethod
+    def _named_member(group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
+        """The member a classic request names: by instance id if it has one (whose member id, if
+        given, must be the holder's), else by member id."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of the group.")
+            return member
+        member = group.static_member(instance_id)
+        if member is None:
+            raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if member_id and member.member_id != member_id:
+            raise _Fail(ErrorCode.FENCED_INSTANCE_ID, f"Instance id {instance_id} is owned by another member.")
+        return member
+
+    def classic_leave(
+        self, group_id: str, members: Sequence[MemberIdentity], topics: TopicSnapshot
+    ) -> tuple[LeaveGroupResult, tuple[Record, ...]]:
+        """LeaveGroup of classic members (Kafka's classicGroupLeaveToConsumerGroup): each named
+        member (by instance id alone: an administrator's removal) is removed, and the group epoch
+        bumps once; each answered on its own (UNKNOWN_MEMBER_ID for a consumer-protocol member)."""
+
+        def leave() -> LeaveGroupResult:
+            group = self.groups[group_id]
+            answers = []
+            for identity in members:
+                try:
+                    member = self._named_member(group, identity.member_id, identity.group_instance_id)
+                    if member.classic is None:
+                        raise _Fail(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member.member_id} is not a classic member.")
+                except _Fail as fail:
+                    answers.append(MemberLeaveResult(identity.member_id, identity.group_instance_id, fail.code))
+                    continue
+                self._remove_member(group_id, member.member_id)
+                answers.append(MemberLeaveResult(member.member_id, identity.group_instance_id, ErrorCode.NONE))
+            if self._out:
+                self._maybe_update_subscription_metadata(group, topics)
+                self._write(group_id, GroupMetadataValue(group.group_epoch + 1))
+            return LeaveGroupResult(ErrorCode.NONE, tuple(answers))
+
+        result, records, _ = self._collect(leave, lambda fail: LeaveGroupResult(fail.code))
+        return result, records
+
     # ---- leaving, fencing, timers ----
 
-    def _leave(self, request: HeartbeatRequest, topics: TopicSnapshot) -> HeartbeatResult:
+    def _leave(self, request: HeartbeatRequest, topics: TopicSnapshot, now_ms: int) -> HeartbeatResult:
         group = self.groups.get(request.group_id)
         if group is None:
             raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} not found.")
@@ -772,14 +1334,21 @@ class ConsumerGroups:
                     group.group_id, replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
                 )
                 return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=-2)
-        self._fence(group, member.member_id, topics)
+        self._fence(group, member.member_id, topics, now_ms)
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=request.member_epoch)
 
-    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot) -> None:
+    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot, now_ms: int) -> None:
+        protocol = self._downgrade_protocol(group, member_id)
+        if protocol is not None:
+            self._downgrade(group, member_id, protocol, topics, now_ms)
+            return
         self._remove_member(group.group_id, member_id)
         self._maybe_update_subscription_metadata(group, topics)
         # The next heartbeat of any member computes the new target assignment.
         self._write(group.group_id, GroupMetadataValue(group.group_epoch + 1))
+
+    def _session_ms(self, member: ConsumerGroupMember) -> int:
+        return member.classic.session_timeout_ms if member.classic is not None else self.config.session_timeout_ms
 
     def on_loaded(self, now_ms: int) -> None:
         """After replaying a partition: every member gets a full session (and a pending
@@ -787,33 +1356,29 @@ class ConsumerGroups:
         self._deadlines.clear()
         for group in self.groups.values():
             for m in group.members.values():
-                d = self._deadlines[(group.group_id, m.member_id)] = _Deadlines(now_ms + self.config.session_timeout_ms)
+                d = self._deadlines[(group.group_id, m.member_id)] = _Deadlines(now_ms + self._session_ms(m))
                 if m.state is MemberState.UNREVOKED_PARTITIONS:
                     d.rebalance = (now_ms + m.rebalance_timeout_ms, m.member_epoch)
 
     def next_deadline_ms(self) -> int | None:
-        times = [d.session_ms for d in self._deadlines.values()]
-        times += [d.rebalance[0] for d in self._deadlines.values() if d.rebalance is not None]
-        return min(times, default=None)
+        return min((d.next_ms() for d in self._deadlines.values()), default=None)
 
-    def expire(self, now_ms: int, topics: TopicSnapshot) -> list[Record]:
-        """Fences members whose session expired, or that did not revoke within their
-        rebalance timeout; answers the records to append."""
-        self._out = []
-        for (gid, mid), d in sorted(self._deadlines.items()):
-            group = self.groups.get(gid)
-            member = group.members.get(mid) if group is not None else None
-            if group is None or member is None:
-                self._deadlines.pop((gid, mid), None)
-                continue
-            session_over = d.session_ms <= now_ms
-            revocation_over = d.rebalance is not None and d.rebalance[0] <= now_ms
-            if revocation_over and d.rebalance is not None and d.rebalance[1] != member.member_epoch:
-                d.rebalance, revocation_over = None, False  # it moved on from that epoch in time
-            if session_over or revocation_over:
-                self._fence(group, mid, topics)
-        records, self._out = self._out, None
-        return records
+    def expire(self, now_ms: int, topics: TopicSnapshot) -> ExpiryResult:
+        """Fences members whose session expired, that did not revoke within their rebalance
+        timeout, or (classic members) did not rejoin or sync in time; answers the records to
+        append and the groups that became classic groups."""
+
+        def fence_overdue() -> None:
+            for (gid, mid), d in sorted(self._deadlines.items()):
+                group = self.groups.get(gid)
+                member = group.members.get(mid) if group is not None else None
+                if group is None or member is None:
+                    self._deadlines.pop((gid, mid), None)
+                elif d.due(now_ms, member.member_epoch):
+                    self._fence(group, mid, topics, now_ms)
+
+        _, records, downgraded = self._collect(fence_overdue, lambda fail: None)
+        return ExpiryResult(records, downgraded)
 
     def delete_group(self, group_id: str) -> tuple[ErrorCode, list[Record]]:
         """DeleteGroups: only an empty group; tombstones for everything it wrote."""
@@ -822,11 +1387,13 @@ class ConsumerGroups:
             return ErrorCode.GROUP_ID_NOT_FOUND, []
         if group.members:
             return ErrorCode.NON_EMPTY_GROUP, []
-        self._out = []
-        for kind in (TARGET_ASSIGNMENT_METADATA_KEY, PARTITION_METADATA_KEY, GROUP_METADATA_KEY):
-            self._emit(group_id, kind, None, None)
-        records, self._out = self._out, None
-        return ErrorCode.NONE, records
+
+        def tombstones() -> None:
+            for kind in (TARGET_ASSIGNMENT_METADATA_KEY, PARTITION_METADATA_KEY, GROUP_METADATA_KEY):
+                self._tombstone(group_id, kind)
+
+        _, records, _ = self._collect(tombstones, lambda fail: None)
+        return ErrorCode.NONE, list(records)
 
     # ---- reads ----
 
@@ -856,6 +1423,7 @@ class ConsumerGroups:
                     _to_topic_partitions(m.assigned),
                     _to_topic_partitions(target),
                     {t: names[t] for t in set(m.assigned) | set(target) if t in names},
+                    m.classic is not None,
                 )
             )
         return ConsumerGroupDescription(

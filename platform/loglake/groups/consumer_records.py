@@ -11,8 +11,11 @@ names the record type, as for the classic records in `records`:
     8 ConsumerGroupCurrentMemberAssignment (group, member) value: epochs, state, partitions
 
 Values are flexible (KIP-482) version 0 structs: int16 value version, compact strings and
-arrays (unsigned varint length + 1, 0 for null), uuids as 16 bytes, and an empty tagged
-field section (one 0 byte) closing every struct. A null value is a tombstone.
+arrays (unsigned varint length + 1, 0 for null), uuids as 16 bytes, and a tagged field
+section closing every struct (one 0 byte when empty). A null value is a tombstone. The one
+tagged field written is the member record's ClassicMemberMetadata (tag 0), present for a
+member that uses the classic protocol inside a consumer group: its session timeout and
+the (name, metadata) protocols of its JoinGroup.
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ class PartitionMetadataValue:
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """What a classic member (JoinGroup/SyncGroup/Heartbeat) of a consumer group needs beyond
+    a consumer member's fields: its session timeout and its protocols in preference order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -75,6 +87,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None  # tagged field 0; None for a consumer-protocol member
 
 
 @dataclass(frozen=True)
@@ -138,10 +151,11 @@ def decode_key(data: bytes) -> ConsumerGroupKey | None:
 
 
 class _FlexWriter:
-    """Compact (flexible version) encoding of the few field types these values use."""
+    """Compact (flexible version) encoding of the few field types these values use; a value
+    starts with its version, a nested struct (`version` None) does not."""
 
-    def __init__(self) -> None:
-        self._parts: list[bytes] = [VALUE_VERSION.to_bytes(2, "big")]
+    def __init__(self, version: int | None = VALUE_VERSION) -> None:
+        self._parts: list[bytes] = [] if version is None else [version.to_bytes(2, "big")]
 
     def raw(self, data: bytes) -> _FlexWriter:
         self._parts.append(data)
@@ -161,6 +175,9 @@ class _FlexWriter:
             return self.length(None)
         data = v.encode()
         return self.length(len(data)).raw(data)
+
+    def bytes_(self, v: bytes) -> _FlexWriter:
+        return self.length(len(v)).raw(v)
 
     def uuid(self, v: uuid.UUID) -> _FlexWriter:
         return self.raw(v.bytes)
@@ -217,6 +234,12 @@ class _FlexReader:
             raise ValueError("null where a string is required")
         return v
 
+    def bytes_(self) -> bytes:
+        n = self.length()
+        if n is None:
+            raise ValueError("null where bytes are required")
+        return self._take(n)
+
     def uuid(self) -> uuid.UUID:
         return uuid.UUID(bytes=self._take(16))
 
@@ -224,10 +247,16 @@ class _FlexReader:
         return self.length() or 0
 
     def skip_tags(self) -> None:
-        # Tagged fields a newer Kafka wrote (e.g. ClassicMemberMetadata) are skipped, not failed on.
+        # Tagged fields a newer Kafka wrote are skipped, not failed on.
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        """The tagged field section: tag -> the field's bytes."""
+        out = {}
         for _ in range(self.count_raw()):
-            _tag = self.count_raw()
-            self._take(self.count_raw())
+            tag = self.count_raw()
+            out[tag] = self._take(self.count_raw())
+        return out
 
     def count_raw(self) -> int:
         n, self._pos = read_unsigned_varint(self._data, self._pos)
@@ -240,6 +269,30 @@ class _FlexReader:
             out[topic_id] = frozenset(self.int32() for _ in range(self.count()))
             self.skip_tags()
         return out
+
+
+_CLASSIC_MEMBER_METADATA_TAG = 0
+
+
+def _encode_classic(classic: ClassicMemberMetadata) -> bytes:
+    w = _FlexWriter(version=None).raw(b"\x01")  # a nullable tagged struct starts with its presence
+    w.int32(classic.session_timeout_ms).length(len(classic.protocols))
+    for name, metadata in classic.protocols:
+        w.string(name).bytes_(metadata).no_tags()
+    return w.no_tags().getvalue()
+
+
+def _decode_classic(data: bytes) -> ClassicMemberMetadata | None:
+    r = _FlexReader(data)
+    if r.count_raw() == 0:
+        return None
+    session_timeout_ms = r.int32()
+    protocols = []
+    for _ in range(r.count()):
+        protocols.append((r.string(), r.bytes_()))
+        r.skip_tags()
+    r.skip_tags()
+    return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
 
 
 def encode_value(value: ConsumerGroupValue) -> bytes:
@@ -256,6 +309,10 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
         for name in value.subscribed_topic_names:
             w.string(name)
         w.string(value.subscribed_topic_regex).int32(value.rebalance_timeout_ms).string(value.server_assignor)
+        if value.classic is not None:
+            classic = _encode_classic(value.classic)
+            tag, size = encode_unsigned_varint(_CLASSIC_MEMBER_METADATA_TAG), encode_unsigned_varint(len(classic))
+            return w.raw(b"\x01" + tag + size + classic).getvalue()  # a tagged section of one field
     elif isinstance(value, TargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
     elif isinstance(value, TargetAssignmentMemberValue):
@@ -289,8 +346,18 @@ def decode_value(kind: int, data: bytes) -> ConsumerGroupValue:
     elif kind == MEMBER_METADATA_KEY:
         instance_id, rack_id, client_id, client_host = r.nullable_string(), r.nullable_string(), r.string(), r.string()
         names = tuple(r.string() for _ in range(r.count()))
-        value = MemberMetadataValue(
-            instance_id, rack_id, client_id, client_host, names, r.nullable_string(), r.int32(), r.nullable_string()
+        regex, rebalance_timeout_ms, assignor = r.nullable_string(), r.int32(), r.nullable_string()
+        classic = r.tags().get(_CLASSIC_MEMBER_METADATA_TAG)
+        return MemberMetadataValue(
+            instance_id,
+            rack_id,
+            client_id,
+            client_host,
+            names,
+            regex,
+            rebalance_timeout_ms,
+            assignor,
+            None if classic is None else _decode_classic(classic),
         )
     elif kind == TARGET_ASSIGNMENT_METADATA_KEY:
         value = TargetAssignmentMetadataValue(r.int32())

@@ -37,11 +37,21 @@ returns and answers only once they are written, and a failed append reloads the 
 are, in an Empty `GroupMetadata` of the same id that only holds offsets. Empty groups
 convert either way as in Kafka: a consumer heartbeat joining an Empty classic group writes
 the classic group's tombstone, a JoinGroup to an Empty consumer group writes the consumer
-group's tombstones; a non-empty group of the other kind refuses (GROUP_ID_NOT_FOUND to a
-heartbeat, INCONSISTENT_GROUP_PROTOCOL to a JoinGroup).
+group's tombstones.
 
-Deliberately left out: group.max.size (classic), classic members joining a consumer group
-and converting non-empty groups (Kafka's online migration).
+Groups with members migrate online as in Kafka 4 (group.consumer.migration.policy):
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup to a consumer group with members are served
+by its `ConsumerGroups` (the member is a classic member of the consumer group, whatever the
+policy); a consumer heartbeat joining a classic group with members upgrades it (the classic
+group's tombstone, then the consumer group's records; members waiting in JoinGroup or
+SyncGroup are told REBALANCE_IN_PROGRESS) or, where the policy or the group forbids it,
+gets GROUP_ID_NOT_FOUND; when the last consumer-protocol member of a consumer group leaves
+or is fenced and classic members remain, the group is downgraded: its tombstones, then the
+group metadata record of the classic group that takes its place and starts a rebalance.
+
+Deliberately left out: group.max.size (classic), and the downgrade Kafka makes when a
+classic static member replaces the last consumer-protocol member (the group then stays a
+consumer group of classic members until its next conversion).
 """
 
 from __future__ import annotations
@@ -86,6 +96,9 @@ from loglake.groups.api import (
 )
 from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE
 from loglake.groups.consumer_group import (
+    ClassicGroupSnapshot,
+    ClassicJoinRequest,
+    ClassicMember,
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroupDescription,
@@ -332,15 +345,28 @@ class GroupCoordinator:
             self._config.group_min_session_timeout_ms <= session_timeout_ms <= self._config.group_max_session_timeout_ms
         ):
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        protocols = [(name, bytes(metadata)) for name, metadata in protocols]
         consumer_group = self._consumer_group(group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+                # It joins the consumer group as a classic member (whatever the migration policy).
+                request = ClassicJoinRequest(
+                    group_id,
+                    member_id,
+                    group_instance_id,
+                    client_id,
+                    client_host,
+                    session_timeout_ms,
+                    rebalance_timeout_ms,
+                    protocol_type,
+                    tuple(protocols),
+                    require_known_member_id,
+                )
+                return await self._join_consumer_group(request)
             # An Empty consumer group becomes a classic one, as Kafka converts it.
             error = await self._delete_consumer_group(group_id)
             if error is not ErrorCode.NONE:
                 return JoinResult(error, member_id=member_id)
-        protocols = [(name, bytes(metadata)) for name, metadata in protocols]
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -387,6 +413,20 @@ class GroupCoordinator:
             return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
         if error is not None:
             return SyncResult(error)
+        if self._consumer_group(group_id) is not None:
+            partition = self.partition_for(group_id)
+            result = self._consumer_groups[partition].classic_sync(
+                group_id,
+                member_id,
+                group_instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                self._topics(),
+                self.now_ms(),
+            )
+            self._schedule_consumer_expiry(partition)
+            return result
         group = self._groups.get(group_id)
         if group is None:
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -430,6 +470,13 @@ class GroupCoordinator:
             return ErrorCode.NONE  # the group is still loading: answer blindly, as Kafka does
         if error is not None:
             return error
+        if self._consumer_group(group_id) is not None:
+            partition = self.partition_for(group_id)
+            error = self._consumer_groups[partition].classic_heartbeat(
+                group_id, member_id, group_instance_id, generation_id, self.now_ms()
+            )
+            self._schedule_consumer_expiry(partition)
+            return error
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -455,6 +502,12 @@ class GroupCoordinator:
         error = self._validate(group_id)
         if error is not None:
             return LeaveGroupResult(error)
+        if self._consumer_group(group_id) is not None:
+            partition = self.partition_for(group_id)
+            result, records = self._consumer_groups[partition].classic_leave(group_id, members, self._topics())
+            error = await self._append_consumer_records(partition, list(records))
+            self._schedule_consumer_expiry(partition)
+            return result if error is ErrorCode.NONE else LeaveGroupResult(error)
         group = self._groups.get(group_id)
         if group is None:
             unknown = ErrorCode.UNKNOWN_MEMBER_ID
@@ -654,15 +707,29 @@ class GroupCoordinator:
         return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn_offsets.values())
 
     async def expire_offsets(self, now_ms: int | None = None) -> int:
-        """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`),
-        write their tombstones, and drop Empty groups left with no offsets. Returns how many
-        offsets expired.
+        """Expire offsets past offsets.retention.ms (see `GroupMetadata.remove_expired_offsets`;
+        a consumer-protocol group keeps those of the topics its members subscribe to), write
+        their tombstones, and drop Empty groups, classic or consumer, left with no offsets
+        (Kafka's cleanupGroupMetadata). Returns how many offsets expired.
         """
         now = self.now_ms() if now_ms is None else now_ms
         retention = self._config.offsets_retention_ms
-        return await self._cleanup_groups(
-            list(self._groups.values()), lambda g: g.remove_expired_offsets(now, retention)
-        )
+        topics = self._topics()
+
+        def expire(group: GroupMetadata) -> list[TopicPartition]:
+            consumer_group = self._consumer_group(group.group_id)
+            subscribed = None if consumer_group is None else consumer_group.subscribed_topics(topics)
+            return group.remove_expired_offsets(now, retention, subscribed)
+
+        expired = await self._cleanup_groups(list(self._groups.values()), expire)
+        for group_id in [gid for groups in self._consumer_groups.values() for gid in groups.groups]:
+            group = self._consumer_group(group_id)  # looked up again: the loop awaits
+            holder = self._groups.get(group_id)
+            if group is not None and not group.members and (holder is None or not holder.has_offsets()):
+                error = await self._delete_consumer_group(group_id)
+                if error is not ErrorCode.NONE:
+                    log.warning("group %s: deleting the empty consumer group failed: %s", group_id, error.name)
+        return expired
 
     async def delete_offsets(self, group_id: str, partitions: Sequence[TopicPartition]) -> OffsetDeleteResult:
         """OffsetDelete (KIP-496): remove committed offsets and write their tombstones.
@@ -704,16 +771,18 @@ class GroupCoordinator:
         partition = self.partition_for(request.group_id)
         groups = self._consumer_groups[partition]
         classic = None if request.group_id in groups.groups else self._groups.get(request.group_id)
-        if classic is not None and classic.state is not GroupState.EMPTY:
-            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {request.group_id} is not a consumer group.")
-        result = groups.heartbeat(request, self._topics(), self.now_ms())
+        # A classic group with members may be upgraded (or the member is refused).
+        members = None if classic is None or classic.state is GroupState.EMPTY else self._classic_snapshot(classic)
+        result = groups.heartbeat(request, self._topics(), self.now_ms(), members)
         records = list(result.records)
         if classic is not None and result.error is ErrorCode.NONE and records:
-            # The member created the consumer group: the Empty classic group it replaces goes
+            # The member created the consumer group: the classic group it replaces goes
             # (Kafka's tombstone; its offsets stay, held by a fresh Empty classic group).
             if classic.generation_id > 0:
                 records.insert(0, (encode_key(GroupMetadataKey(request.group_id)), None))
-            self._replace_with_offsets_holder(classic)
+            self._retire_classic_group(classic)
+        if result.downgraded is not None:
+            self._host_downgraded(result.downgraded)
         error = await self._append_consumer_records(partition, records)
         if error is not ErrorCode.NONE:
             return HeartbeatResult(error)
@@ -746,12 +815,64 @@ class GroupCoordinator:
             error = await self._append_consumer_records(partition, records)
         return error
 
-    def _replace_with_offsets_holder(self, classic: GroupMetadata) -> None:
+    async def _join_consumer_group(self, request: ClassicJoinRequest) -> JoinResult:
+        partition = self.partition_for(request.group_id)
+        result, records = self._consumer_groups[partition].classic_join(request, self._topics(), self.now_ms())
+        error = await self._append_consumer_records(partition, list(records))
+        self._schedule_consumer_expiry(partition)
+        return result if error is ErrorCode.NONE else JoinResult(error, member_id=request.member_id)
+
+    @staticmethod
+    def _classic_snapshot(group: GroupMetadata) -> ClassicGroupSnapshot:
+        members = tuple(
+            ClassicMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                tuple(m.supported_protocols),
+                m.assignment,
+            )
+            for m in group.members.values()
+        )
+        return ClassicGroupSnapshot(
+            group.group_id, group.protocol_type or "", group.generation_id, group.protocol_name, members
+        )
+
+    def _retire_classic_group(self, classic: GroupMetadata) -> None:
+        """A consumer group took `classic`'s place: members still waiting in JoinGroup or
+        SyncGroup are told to rejoin (as Kafka's convertToConsumerGroup answers them), its
+        timers stop, and a fresh Empty classic group holds its offsets (the same ones: a
+        commit being written meanwhile lands there too)."""
+        for member in classic.members.values():
+            join_future, member.awaiting_join = member.awaiting_join, None
+            _resolve(join_future, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            sync_future, member.awaiting_sync = member.awaiting_sync, None
+            _resolve(sync_future, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
         holder = GroupMetadata(classic.group_id, GroupState.EMPTY, self.now_ms())
-        holder.offsets = classic.offsets
+        holder.offsets, holder.pending_offset_commits = classic.offsets, classic.pending_offset_commits
         classic.transition_to(GroupState.DEAD, self.now_ms())
         self._cancel_timers(classic)
         self._groups[classic.group_id] = holder
+
+    def _host_downgraded(self, record: Record) -> None:
+        """Kafka's convertToClassicGroup, the classic side: the classic group of the record a
+        downgrade wrote (Stable at the consumer group's epoch, its members assigned their
+        target assignments) takes the place of the Empty group holding the offsets (the same
+        ones), exactly as a coordinator loading that record would host it, and it rebalances
+        at once."""
+        key_bytes, value_bytes = record
+        key = decode_key(key_bytes)
+        assert isinstance(key, GroupMetadataKey) and value_bytes is not None
+        holder = self._groups.get(key.group)
+        group = self._host_classic_group(key.group, decode_group_metadata_value(value_bytes))
+        if holder is not None:
+            group.offsets, group.pending_offset_commits = holder.offsets, holder.pending_offset_commits
+            holder.transition_to(GroupState.DEAD, self.now_ms())
+            self._cancel_timers(holder)
+        self._prepare_rebalance(group)
 
     async def _append_consumer_records(self, partition: int, records: list[Record]) -> ErrorCode:
         """Appends what a ConsumerGroups call returned. On failure the groups already hold
@@ -786,7 +907,10 @@ class GroupCoordinator:
         groups = self._consumer_groups.get(partition)
         if groups is None:
             return
-        records = groups.expire(self.now_ms(), self._topics())
+        expired = groups.expire(self.now_ms(), self._topics())
+        for record in expired.downgraded:
+            self._host_downgraded(record)
+        records = list(expired.records)
         if records:
             self._spawn(self._append_expired(partition, records))
         self._schedule_consumer_expiry(partition)
@@ -1324,6 +1448,10 @@ class GroupCoordinator:
         return ErrorCode.NONE
 
     async def _store_group(self, group: GroupMetadata, assignment: Mapping[str, bytes]) -> ErrorCode:
+        if self._groups.get(group.group_id) is not group:
+            # Converted into a consumer group (or unloaded) meanwhile: its record must not
+            # follow the conversion's in the log.
+            return ErrorCode.NOT_COORDINATOR
         protocol = group.protocol_name
         value = GroupMetadataValue(
             protocol_type=group.protocol_type or "",
@@ -1386,8 +1514,10 @@ class GroupCoordinator:
             for tp in valid:
                 if group.pending_offset_commits[tp] <= 0:
                     del group.pending_offset_commits[tp]
-        if error is ErrorCode.NONE and group.state is not GroupState.DEAD:
-            group.offsets.update(valid)
+        live = self._groups.get(group.group_id)
+        # Not for a group deleted or unloaded meanwhile; a group converted meanwhile shares its offsets.
+        if error is ErrorCode.NONE and live is not None and live.offsets is group.offsets:
+            live.offsets.update(valid)
         return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
     async def _cleanup_groups(
@@ -1442,39 +1572,43 @@ class GroupCoordinator:
             )
         now = self.now_ms()
         for group_id, value in groups.items():
-            group = GroupMetadata(
-                group_id,
-                GroupState.STABLE if value.members else GroupState.EMPTY,
-                None if value.current_state_timestamp == -1 else value.current_state_timestamp,
-                generation_id=value.generation,
-                protocol_name=value.protocol,
-                leader_id=value.leader,
-            )
-            for m in value.members:
-                member = MemberMetadata(
-                    m.member_id,
-                    m.group_instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.rebalance_timeout,
-                    m.session_timeout,
-                    value.protocol_type,
-                    [(value.protocol or "", m.subscription)],
-                    assignment=m.assignment,
-                )
-                group.add(member, None)
-            group.protocol_type = value.protocol_type or None  # "" is how Kafka writes "none"
-            group.subscribed_topics = group.compute_subscribed_topics()
-            group.offsets = per_group.pop(group_id, {})
-            self._groups[group_id] = group
-            # Loaded members must heartbeat to this coordinator within their session.
-            for member in group.members.values():
-                self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+            self._host_classic_group(group_id, value).offsets = per_group.pop(group_id, {})
         # Groups that only store offsets (never, or no longer, any metadata record).
         for group_id, group_offsets in per_group.items():
             group = GroupMetadata(group_id, GroupState.EMPTY, now)
             group.offsets = group_offsets
             self._groups[group_id] = group
+
+    def _host_classic_group(self, group_id: str, value: GroupMetadataValue) -> GroupMetadata:
+        """The classic group its group metadata record describes, from now on served here (its
+        members must heartbeat within their session); its offsets are the caller's business."""
+        group = GroupMetadata(
+            group_id,
+            GroupState.STABLE if value.members else GroupState.EMPTY,
+            None if value.current_state_timestamp == -1 else value.current_state_timestamp,
+            generation_id=value.generation,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+        )
+        for m in value.members:
+            member = MemberMetadata(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout,
+                m.session_timeout,
+                value.protocol_type,
+                [(value.protocol or "", m.subscription)],
+                assignment=m.assignment,
+            )
+            group.add(member, None)
+        group.protocol_type = value.protocol_type or None  # "" is how Kafka writes "none"
+        group.subscribed_topics = group.compute_subscribed_topics()
+        self._groups[group_id] = group
+        for member in group.members.values():
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        return group
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import GroupState, JoinResult, OffsetAndMetadata, SyncResult, TopicPartition
@@ -25,6 +25,20 @@ _VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     GroupState.PREPARING_REBALANCE: frozenset({GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY}),
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
 }
+
+
+def vote_protocol(preferences: Sequence[Sequence[str]]) -> str:
+    """Kafka's vote over the members' protocol names (each in preference order): each member
+    votes for its preferred protocol among those every member supports.
+
+    Kafka breaks a tie arbitrarily; here the protocol voted for first (in member order) wins.
+    Raises ValueError when no protocol is common to all.
+    """
+    candidates = set(preferences[0]).intersection(*preferences[1:]) if preferences else set()
+    if not candidates:
+        raise ValueError("no protocol is supported by every member")
+    votes = Counter(next(name for name in names if name in candidates) for names in preferences)
+    return max(votes, key=votes.__getitem__)
 
 
 @dataclass(eq=False)
@@ -57,10 +71,6 @@ class MemberMetadata:
     def matches(self, protocols: Sequence[tuple[str, bytes]]) -> bool:
         """Same protocols with the same metadata, in the same order."""
         return list(protocols) == self.supported_protocols
-
-    def vote(self, candidates: set[str]) -> str:
-        """The member's most preferred protocol among those every member supports."""
-        return next(name for name in self.protocol_names() if name in candidates)
 
 
 @dataclass(eq=False)
@@ -199,13 +209,7 @@ class GroupMetadata:
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 
     def select_protocol(self) -> str:
-        """Kafka's vote: each member votes for its preferred protocol among the common ones.
-
-        Kafka breaks a tie arbitrarily; here the protocol voted for first (in join order) wins.
-        """
-        candidates = {name for name, count in self.supported_protocols.items() if count == len(self.members)}
-        votes = Counter(m.vote(candidates) for m in self.members.values())
-        return max(votes, key=votes.__getitem__)
+        return vote_protocol([m.protocol_names() for m in self.members.values()])
 
     def init_next_generation(self, now_ms: int) -> None:
         self.generation_id += 1
@@ -235,7 +239,9 @@ class GroupMetadata:
     def has_offsets(self) -> bool:
         return bool(self.offsets) or bool(self.pending_offset_commits)
 
-    def remove_expired_offsets(self, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    def remove_expired_offsets(
+        self, now_ms: int, retention_ms: int, consumer_group_topics: Collection[str] | None = None
+    ) -> list[TopicPartition]:
         """Drop and return the offsets past retention, by Kafka's rules (KIP-211).
 
         Empty group: retention counts from when the group became Empty. Stable consumer
@@ -243,10 +249,17 @@ class GroupMetadata:
         Group used only for commits (no protocol type): by commit time. An offset with a
         commit still in flight never expires; one from a v1 record with an explicit
         expire timestamp expires then.
+
+        The offsets of a consumer-protocol (KIP-848) group, which this group only holds
+        (`consumer_group_topics`: the topics its members subscribe to, none when it is
+        Empty): those of the other topics expire by their commit time, as Kafka's
+        ConsumerGroup has them expire.
         """
         kept_topics: frozenset[str] = frozenset()
         emptied_at: int | None = None  # counts from here instead of the commit time
-        if self.protocol_type is not None and self.state is GroupState.EMPTY:
+        if consumer_group_topics is not None:
+            kept_topics = frozenset(consumer_group_topics)
+        elif self.protocol_type is not None and self.state is GroupState.EMPTY:
             emptied_at = self.current_state_timestamp
         elif (
             self.protocol_type == CONSUMER_PROTOCOL_TYPE

@@ -1777,14 +1777,14 @@ MESSAGES: dict[str, dict] = {
         ),
     },
     "ConsumerGroupDescribeRequest": {
-        "apiKey": 69, "type": "request", "validVersions": "0", "flexibleVersions": "0+",
+        "apiKey": 69, "type": "request", "validVersions": "0-1", "flexibleVersions": "0+",
         "fields": (
             {"name": "group_ids", "type": "[]string", "versions": "0+"},
             {"name": "include_authorized_operations", "type": "bool", "versions": "0+"},
         ),
     },
     "ConsumerGroupDescribeResponse": {
-        "apiKey": 69, "type": "response", "validVersions": "0", "flexibleVersions": "0+",
+        "apiKey": 69, "type": "response", "validVersions": "0-1", "flexibleVersions": "0+",
         "fields": (
             {"name": "throttle_time_ms", "type": "int32", "versions": "0+"},
             {"name": "groups", "type": "[]DescribedGroup", "versions": "0+", "fields": (
@@ -1812,6 +1812,7 @@ MESSAGES: dict[str, dict] = {
                         "fields": _DESCRIBED_ASSIGNMENT},
                     {"name": "target_assignment", "type": "DescribedAssignment", "versions": "0+",
                         "fields": _DESCRIBED_ASSIGNMENT},
+                    {"name": "member_type", "type": "int8", "versions": "1+", "default": -1},
                 )},
                 {"name": "authorized_operations", "type": "int32", "versions": "0+", "default": -2147483648},
             )},

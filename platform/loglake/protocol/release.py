@@ -7,7 +7,8 @@ the message definitions it ships) for every API it serves, with one exception ta
 Kafka 4.0 (KIP-896): versions that can only carry message formats v0/v1 are not served
 (Produce v0-2, Fetch v0-3, ListOffsets v0), because the log holds record batches v2 only.
 ConsumerGroupHeartbeat is advertised up to Kafka 4.0's v1 (KIP-848 GA): clients send their
-regex subscription (`SubscribedTopicRegex`) only from v1.
+regex subscription (`SubscribedTopicRegex`) only from v1. ConsumerGroupDescribe is too
+(v1, KIP-1099): each member's type, classic or consumer, in a group migrating between them.
 """
 
 from __future__ import annotations
@@ -75,13 +76,13 @@ KAFKA_3_9_VERSIONS: dict[int, tuple[int, int]] = {
     66: (0, 1),  # ListTransactions
     67: (0, 0),  # AllocateProducerIds
     68: (0, 0),  # ConsumerGroupHeartbeat (v1 from Kafka 4.0, see KAFKA_4_0_CEILINGS)
-    69: (0, 0),  # ConsumerGroupDescribe
+    69: (0, 0),  # ConsumerGroupDescribe (v1 from Kafka 4.0, see KAFKA_4_0_CEILINGS)
 }
 
 # Kafka 4.0 (KIP-896) dropped these; loglake never served them (no message format v0/v1).
 REMOVED_IN_KAFKA_4_0_FLOORS: dict[int, int] = {0: 3, 1: 4, 2: 1}
-# Versions Kafka 4.0 added that the broker serves: ConsumerGroupHeartbeat v1.
-KAFKA_4_0_CEILINGS: dict[int, int] = {68: 1}
+# Versions Kafka 4.0 added that the broker serves: ConsumerGroupHeartbeat v1, ConsumerGroupDescribe v1.
+KAFKA_4_0_CEILINGS: dict[int, int] = {68: 1, 69: 1}
 
 
 def release_versions(api_key: int) -> tuple[int, int]:

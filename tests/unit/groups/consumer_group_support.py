@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Iterable
 
+import groups_support
+from groups_support import FakeClock, FakeOffsetsLog
+
 from loglake.errors import ErrorCode
+from loglake.groups import records as classic_records
+from loglake.groups import (
+    GroupCoordinator,
+    JoinResult,
+    Subscription,
+    SyncResult,
+    TopicPartition,
+    decode_assignment,
+    encode_subscription,
+)
+from loglake.groups.api import MemberIdentity
 from loglake.groups.consumer_group import (
+    ClassicGroupSnapshot,
+    ClassicJoinRequest,
     ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroups,
     HeartbeatRequest,
     HeartbeatResult,
+    MigrationPolicy,
     Record,
     TopicPartitions,
 )
@@ -39,15 +57,15 @@ class Cluster:
         self.now_ms = 0
         self.records: list[Record] = []
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
-        result = self.groups.heartbeat(request, self.topics, self.now_ms)
+    def heartbeat(self, request: HeartbeatRequest, classic: ClassicGroupSnapshot | None = None) -> HeartbeatResult:
+        result = self.groups.heartbeat(request, self.topics, self.now_ms, classic)
         self.records.extend(result.records)
         return result
 
     def expire(self) -> list[Record]:
-        records = self.groups.expire(self.now_ms, self.topics)
-        self.records.extend(records)
-        return records
+        expired = self.groups.expire(self.now_ms, self.topics)
+        self.records.extend(expired.records)
+        return list(expired.records)
 
     def group(self, group_id: str = GROUP) -> ConsumerGroup:
         return self.groups.groups[group_id]
@@ -97,8 +115,8 @@ class Client:
         fields.update(overrides)
         return HeartbeatRequest(**fields)
 
-    def beat(self, **overrides: object) -> HeartbeatResult:
-        result = self.cluster.heartbeat(self.request(**overrides))
+    def beat(self, classic: ClassicGroupSnapshot | None = None, **overrides: object) -> HeartbeatResult:
+        result = self.cluster.heartbeat(self.request(**overrides), classic)
         self.last = result
         if result.error is ErrorCode.NONE:
             self.member_id = result.member_id or self.member_id
@@ -127,6 +145,97 @@ class Client:
         return {(tp.topic_id, p) for tp in self.owned for p in tp.partitions}
 
 
+class ClassicClient:
+    """A classic consumer (JoinGroup, SyncGroup, Heartbeat) in a consumer group. An eager one
+    gives up everything before it rejoins, so it reports no owned partitions; a cooperative
+    one keeps its partitions and reports them in its JoinGroup's subscription."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        topics: Iterable[str] = ("t",),
+        *,
+        protocols: Iterable[str] = ("range", "roundrobin"),
+        instance_id: str | None = None,
+        session_ms: int = 10_000,
+        group: str = GROUP,
+        cooperative: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.topics = tuple(topics)
+        self.cooperative = cooperative
+        self.protocols = tuple(protocols)
+        self.instance_id = instance_id
+        self.session_ms = session_ms
+        self.group = group
+        self.member_id = ""
+        self.generation = -1
+        self.owned: set[tuple[str, int]] = set()
+
+    @property
+    def subscription(self) -> bytes:
+        owned = tuple(TopicPartition(t, p) for t, p in sorted(self.owned)) if self.cooperative else ()
+        return encode_subscription(Subscription(self.topics, owned_partitions=owned), version=1)
+
+    def join(self, require_known_member_id: bool = False, protocol_type: str = "consumer") -> JoinResult:
+        subscription = self.subscription
+        request = ClassicJoinRequest(
+            self.group,
+            self.member_id,
+            self.instance_id,
+            "classic-client",
+            "/127.0.0.1",
+            self.session_ms,
+            REBALANCE_MS,
+            protocol_type,
+            tuple((name, subscription) for name in self.protocols),
+            require_known_member_id,
+        )
+        result, records = self.cluster.groups.classic_join(request, self.cluster.topics, self.cluster.now_ms)
+        self.cluster.records.extend(records)
+        if result.error in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED):
+            self.member_id = result.member_id
+            self.generation = result.generation_id
+            if not self.cooperative:
+                self.owned = set()
+        return result
+
+    def sync(self, protocol_name: str | None = None) -> SyncResult:
+        result = self.cluster.groups.classic_sync(
+            self.group,
+            self.member_id,
+            self.instance_id,
+            self.generation,
+            "consumer",
+            protocol_name or self.protocols[0],
+            self.cluster.topics,
+            self.cluster.now_ms,
+        )
+        if result.error is ErrorCode.NONE:
+            self.owned = {(tp.topic, tp.partition) for tp in decode_assignment(result.assignment).partitions}
+        return result
+
+    def rejoin(self) -> None:
+        assert self.join().error is ErrorCode.NONE
+        assert self.sync().error is ErrorCode.NONE
+
+    def heartbeat(self) -> ErrorCode:
+        return self.cluster.groups.classic_heartbeat(
+            self.group, self.member_id, self.instance_id, self.generation, self.cluster.now_ms
+        )
+
+    def leave(self) -> ErrorCode:
+        left, records = self.cluster.groups.classic_leave(
+            self.group, [MemberIdentity(self.member_id, self.instance_id)], self.cluster.topics
+        )
+        self.cluster.records.extend(records)
+        (member,) = left.members
+        return member.error
+
+    def partitions(self) -> set[tuple[uuid.UUID, int]]:
+        return {(self.cluster.topics[t][0], p) for t, p in self.owned}
+
+
 def converge(clients: list[Client], rounds: int = 10) -> None:
     """Heartbeats round-robin until the group is stable (fails if it does not get there)."""
     for _ in range(rounds):
@@ -149,13 +258,15 @@ def group_view(group: ConsumerGroup) -> dict:
 
 
 def replayed(records: Iterable[Record]) -> ConsumerGroups:
+    """What a coordinator loading `records` has of consumer groups (the only other records
+    there are the classic group records of downgrades)."""
     fresh = ConsumerGroups(CONFIG)
     for key, value in records:
-        assert fresh.replay(key, value)
+        assert fresh.replay(key, value) or isinstance(classic_records.decode_key(key), classic_records.GroupMetadataKey)
     return fresh
 
 
-def assert_disjoint(clients: list[Client]) -> None:
+def assert_disjoint(clients: list[Client | ClassicClient]) -> None:
     seen: dict[tuple[uuid.UUID, int], str] = {}
     for c in clients:
         for tp in c.partitions():
@@ -171,3 +282,36 @@ def two_members(cluster: Cluster, *, stable: bool = True) -> tuple[Client, Clien
     if stable:
         converge([a, b])
     return a, b
+
+
+# ---- the group coordinator hosting consumer groups ----
+
+TOPICS = snapshot(t=4)  # the cluster the coordinator tests' groups consume
+
+
+async def coordinator_over(
+    log: FakeOffsetsLog,
+    clock: FakeClock | None = None,
+    session_ms: int = 45_000,
+    policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL,
+) -> GroupCoordinator:
+    """A coordinator over `log` with its one offsets partition loaded."""
+    consumer = ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50, migration_policy=policy)
+    config = replace(groups_support.CONFIG, consumer=consumer)
+    kwargs = {"clock": clock} if clock is not None else {}
+    coordinator = GroupCoordinator(config, log, topics=lambda: TOPICS, **kwargs)
+    await coordinator.load_partition(0)
+    return coordinator
+
+
+def joining(group: str = GROUP) -> HeartbeatRequest:
+    return HeartbeatRequest(
+        group, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned_partitions=()
+    )
+
+
+async def beat(coordinator: GroupCoordinator, result: HeartbeatResult, **overrides: object) -> HeartbeatResult:
+    """The member's next heartbeat, owning what `result` assigned it."""
+    owned = result.assignment or ()
+    request = HeartbeatRequest(GROUP, result.member_id or "", result.member_epoch, owned_partitions=owned)
+    return await coordinator.consumer_group_heartbeat(replace(request, **overrides))

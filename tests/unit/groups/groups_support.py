@@ -134,9 +134,12 @@ async def stable_group(
     *,
     group: str = GROUP,
     partitions_per_topic: dict[str, int] | None = None,
+    session_ms: int = SESSION_MS,
 ) -> list[JoinResult]:
     """`count` members join together, the leader assigns with range, all sync; joins in order."""
-    joins = await asyncio.gather(*(join(coordinator, group=group, client_id=f"client-{i}") for i in range(count)))
+    joins = await asyncio.gather(
+        *(join(coordinator, group=group, client_id=f"client-{i}", session_ms=session_ms) for i in range(count))
+    )
     leader = next(j for j in joins if j.member_id == j.leader)
     assert leader.protocol_name is not None
     assignments = assign_group(leader.protocol_name, leader.members, partitions_per_topic or {"t": 6})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from consumer_group_support import snapshot
+from consumer_group_support import TOPICS, beat, coordinator_over, joining
 from groups_support import CONFIG, GROUP, FakeClock, FakeOffsetsLog, assert_ok, join, stable_group, sync
 from loglake.errors import ErrorCode
 from loglake.groups import (
@@ -18,33 +18,9 @@ from loglake.groups import (
     OffsetCommitData,
     TopicPartition,
 )
-from loglake.groups.consumer_group import ConsumerGroupConfig, HeartbeatRequest, HeartbeatResult, TopicPartitions
+from loglake.groups.consumer_group import MigrationPolicy, TopicPartitions
 
-TOPICS = snapshot(t=4)
 TP = TopicPartition("t", 0)
-
-
-async def coordinator_over(
-    log: FakeOffsetsLog, clock: FakeClock | None = None, session_ms: int = 45_000
-) -> GroupCoordinator:
-    config = replace(CONFIG, consumer=ConsumerGroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=50))
-    kwargs = {"clock": clock} if clock is not None else {}
-    coordinator = GroupCoordinator(config, log, topics=lambda: TOPICS, **kwargs)
-    await coordinator.load_partition(0)
-    return coordinator
-
-
-def joining(group: str = GROUP) -> HeartbeatRequest:
-    return HeartbeatRequest(
-        group, "", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("t",), owned_partitions=()
-    )
-
-
-async def beat(coordinator: GroupCoordinator, result: HeartbeatResult, **overrides: object) -> HeartbeatResult:
-    """The member's next heartbeat, owning what `result` assigned it."""
-    owned = result.assignment or ()
-    request = HeartbeatRequest(GROUP, result.member_id or "", result.member_epoch, owned_partitions=owned)
-    return await coordinator.consumer_group_heartbeat(replace(request, **overrides))
 
 
 async def test_a_new_coordinator_reloads_the_consumer_group_and_its_offsets() -> None:
@@ -105,10 +81,10 @@ async def test_member_epochs_guard_offset_commits_and_fetches() -> None:
     assert (await coordinator.fetch_offsets(GROUP, [TP], member=(member, 1))).error is ErrorCode.NONE
 
 
-async def test_groups_of_one_kind_refuse_the_other_protocol_unless_empty() -> None:
+async def test_empty_groups_convert_either_way_whatever_the_policy() -> None:
     log = FakeOffsetsLog()
-    coordinator = await coordinator_over(log, FakeClock())
-    # A classic group with members: a consumer heartbeat is told it is no consumer group.
+    coordinator = await coordinator_over(log, FakeClock(), policy=MigrationPolicy.DISABLED)
+    # A classic group with members, no upgrade allowed: a consumer heartbeat is refused.
     (member,) = await stable_group(coordinator, 1)
     refused = await coordinator.consumer_group_heartbeat(joining())
     assert refused.error is ErrorCode.GROUP_ID_NOT_FOUND
@@ -124,8 +100,8 @@ async def test_groups_of_one_kind_refuse_the_other_protocol_unless_empty() -> No
     (classic_view,) = await coordinator.describe_groups([GROUP])
     assert classic_view.state == GroupState.DEAD.value and not classic_view.members
 
-    # A consumer group with members refuses a classic JoinGroup.
-    assert (await join(coordinator)).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # A consumer group with members takes classic members of the consumer protocol type only.
+    assert (await join(coordinator, protocol_type="connect")).error is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     left = await beat(coordinator, joined, member_epoch=-1)
     assert left.error is ErrorCode.NONE
     # Empty: the JoinGroup converts it back into a classic group.
@@ -194,3 +170,29 @@ def test_consumer_group_settings_are_bounded_as_in_kafka() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{props} accepted")
+
+
+async def test_a_consumer_groups_offsets_expire_only_for_topics_it_no_longer_subscribes_to() -> None:
+    log, clock = FakeOffsetsLog(), FakeClock()
+    coordinator = await coordinator_over(log, clock)
+    retention = CONFIG.offsets_retention_ms
+    joined = await coordinator.consumer_group_heartbeat(joining())
+    gone = TopicPartition("gone", 0)  # a topic it consumed before, no member subscribes to it
+    await coordinator.commit_offsets(
+        GROUP, joined.member_id or "", 1, {TP: OffsetCommitData(4), gone: OffsetCommitData(2)}
+    )
+    clock.advance_ms(retention - 1)
+    assert await coordinator.expire_offsets() == 0
+    clock.advance_ms(1)
+    # By commit time, as Kafka has a consumer group's offsets expire, but not while subscribed.
+    assert await coordinator.expire_offsets() == 1
+    fetched = (await coordinator.fetch_offsets(GROUP, [TP, gone])).partitions
+    assert (fetched[TP].offset, fetched[gone].offset) == (4, -1)
+
+    # Empty, it subscribes to nothing: the rest expires, then the group itself goes.
+    assert (await beat(coordinator, joined, member_epoch=-1)).error is ErrorCode.NONE
+    assert await coordinator.expire_offsets() == 1
+    for c in (coordinator, await coordinator_over(log, clock)):
+        assert (await c.consumer_group_describe([GROUP]))[0].error is ErrorCode.GROUP_ID_NOT_FOUND
+        assert (await c.fetch_offsets(GROUP, [TP])).partitions[TP].offset == -1
+    await coordinator.stop()

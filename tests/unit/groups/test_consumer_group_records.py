@@ -17,6 +17,7 @@ from loglake.groups.consumer_records import (
     PARTITION_METADATA_KEY,
     TARGET_ASSIGNMENT_MEMBER_KEY,
     TARGET_ASSIGNMENT_METADATA_KEY,
+    ClassicMemberMetadata,
     ConsumerGroupKey,
     CurrentMemberAssignmentValue,
     GroupMetadataValue,
@@ -111,10 +112,32 @@ def test_value_bytes() -> None:
         assert decode_value(kind, encode_value(value)) == value
 
 
+def test_classic_member_metadata_is_the_tagged_field_kafka_writes() -> None:
+    classic = ClassicMemberMetadata(45_000, (("range", b"\x00\x01"),))
+    value = MemberMetadataValue(None, None, "c", "h", ("t",), None, 30_000, None, classic)
+    # Tag 0, a nullable struct: presence byte, session timeout, [name, metadata], empty tags.
+    payload = b"\x01" + struct.pack(">i", 45_000) + b"\x02" + _c("range") + b"\x03\x00\x01" + b"\x00" + b"\x00"
+    assert encode_value(value) == (
+        struct.pack(">h", 0)
+        + b"\x00\x00"
+        + _c("c")
+        + _c("h")
+        + b"\x02"
+        + _c("t")
+        + b"\x00"
+        + struct.pack(">i", 30_000)
+        + b"\x00"
+        + b"\x01\x00"
+        + bytes([len(payload)])
+        + payload
+    )
+    assert decode_value(MEMBER_METADATA_KEY, encode_value(value)) == value
+
+
 def test_decoding_skips_tagged_fields_and_racks_of_newer_writers() -> None:
-    # A member record with ClassicMemberMetadata (tag 0) as Kafka writes for a classic member.
+    # A member record with a tagged field this version does not know (tag 5).
     plain = encode_value(MemberMetadataValue(None, None, "c", "h", ("t",), None, -1, None))
-    tagged = plain[:-1] + b"\x01\x00\x03xyz"
+    tagged = plain[:-1] + b"\x01\x05\x03xyz"
     assert decode_value(MEMBER_METADATA_KEY, tagged) == decode_value(MEMBER_METADATA_KEY, plain)
     # Partition metadata with racks.
     with_racks = (
