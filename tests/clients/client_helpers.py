@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,6 +38,15 @@ def serve(broker: BrokerProcess) -> Iterator[BrokerProcess]:
     if broker.proc is not None:
         code = broker.stop()
         assert code == 0, f"broker exited with {code}:\n{broker.output()}"
+
+
+def add_users(broker: BrokerProcess, users: dict[str, str]) -> None:
+    """SCRAM users (`loglake users add` over the broker's HTTP API, as long as it asks for no
+    authentication: a test then restarts the broker with its security on)."""
+    for user, password in users.items():
+        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
+        added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
+        assert added.returncode == 0, added.stderr
 
 
 def unique_name(base: str) -> str:

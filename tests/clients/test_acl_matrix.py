@@ -14,8 +14,6 @@ sensitive configs, and a topic id does not tell its name to a principal without 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,7 +22,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from client_helpers import make_broker, serve
+from client_helpers import add_users, make_broker, serve
 from ingest_gateway.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -428,10 +426,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, sasl_port: int) -> Iterator
     process = make_broker(tmp_path_factory.mktemp("acl-matrix") / "logs")
     process.overrides["listeners"] += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
     process.start()  # the users first, then a restart with the authorizer (as kafka-configs.sh --zookeeper)
-    for user, password in USERS.items():
-        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
-        added = subprocess.run([*argv, "--bootstrap-http", process.http_url], capture_output=True, text=True)
-        assert added.returncode == 0, added.stderr
+    add_users(process, USERS)
     assert process.stop() == 0
     process.overrides.update(
         {

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from bench.pki import Pki, make_pki
-from client_helpers import make_broker, serve, unique_name
+from client_helpers import add_users, make_broker, serve, unique_name
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
@@ -68,10 +68,7 @@ def broker(
     # The users first (over HTTP, before any security), then a restart with the authorizer,
     # HTTP Basic authentication on the plain HTTP listener, and an HTTPS one.
     process.start()
-    for user, password in USERS.items():
-        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
-        added = subprocess.run([*argv, "--bootstrap-http", process.http_url], capture_output=True, text=True)
-        assert added.returncode == 0, added.stderr
+    add_users(process, USERS)
     assert process.stop() == 0
     process.overrides.update(
         {

@@ -5,12 +5,10 @@ credentials fail with a clear error."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
-from clients.client_helpers import create_topic, make_broker, serve, unique_name
+from clients.client_helpers import add_users, create_topic, make_broker, serve, unique_name
 
 from bench.pki import make_pki
 from ingest_gateway.process import BrokerProcess, free_port
@@ -29,9 +27,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
         }
     )
     for broker in serve(process):
-        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", "spark", "--password", "spark-secret"]
-        added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
-        assert added.returncode == 0, added.stderr
+        add_users(broker, {"spark": "spark-secret"})
         options = {
             "kafka.bootstrap.servers": f"127.0.0.1:{port}",
             "kafka.security.protocol": "SASL_SSL",
