@@ -10,8 +10,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ingest_gateway.process import BrokerProcess
+from ingest_gateway.process import BrokerProcess, free_port
+
+if TYPE_CHECKING:
+    from bench.pki import Pki
 
 ROOT = Path(__file__).resolve().parents[2]
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
@@ -29,6 +33,21 @@ BROKER_OVERRIDES = {
 
 def make_broker(log_dir: Path, **overrides: str) -> BrokerProcess:
     return BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides={**BROKER_OVERRIDES, **overrides})
+
+
+def sasl_ssl_broker(log_dir: Path, pki: Pki, **overrides: str) -> tuple[BrokerProcess, str]:
+    """A broker with a SASL_SSL listener besides its PLAINTEXT one (the tests' own), with the
+    keystore and truststore of `pki`; and that listener's bootstrap address."""
+    address = f"127.0.0.1:{free_port()}"
+    process = make_broker(log_dir, **overrides)
+    process.overrides.update(
+        {
+            "listeners": process.overrides["listeners"] + f",SASL_SSL://{address}",
+            "ssl.keystore.location": str(pki.server),
+            "ssl.truststore.location": str(pki.ca),
+        }
+    )
+    return process, address
 
 
 def serve(broker: BrokerProcess) -> Iterator[BrokerProcess]:

@@ -16,8 +16,8 @@ from deltalake import DeltaTable
 
 from airflow_helpers import AirflowRunner
 from bench.pki import make_pki
-from clients.client_helpers import add_users, create_topic, make_broker, produce_values, serve, unique_name
-from ingest_gateway.process import BrokerProcess, free_port
+from clients.client_helpers import add_users, create_topic, produce_values, sasl_ssl_broker, serve, unique_name
+from ingest_gateway.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -34,18 +34,10 @@ class Secure:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     pki = make_pki(tmp_path_factory.mktemp("pki"))
-    port = free_port()
-    process = make_broker(tmp_path_factory.mktemp("secure-dag") / "logs")
-    process.overrides.update(
-        {
-            "listeners": process.overrides["listeners"] + f",SASL_SSL://127.0.0.1:{port}",
-            "ssl.keystore.location": str(pki.server),
-            "ssl.truststore.location": str(pki.ca),
-        }
-    )
+    process, address = sasl_ssl_broker(tmp_path_factory.mktemp("secure-dag") / "logs", pki)
     for broker in serve(process):
         add_users(broker, {"dag-job": PASSWORD})
-        yield Secure(broker, f"127.0.0.1:{port}", pki.ca)
+        yield Secure(broker, address, pki.ca)
 
 
 def variables(secure: Secure, topic: str, lake: Path) -> dict[str, str]:

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from test_group_commits import committed
 
 from bench.pki import Pki, make_pki
-from clients.client_helpers import add_users, create_topic, make_broker, produce_keyed, read_all, serve, unique_name
+from clients.client_helpers import add_users, create_topic, produce_keyed, read_all, sasl_ssl_broker, serve, unique_name
 from ingest_gateway.process import BrokerProcess, free_port
 from jobs import compact, consume_group
 from loglake.spark.job_cluster import ClusterAccess
@@ -39,15 +39,8 @@ class Secure:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     pki = make_pki(tmp_path_factory.mktemp("pki"))
-    sasl_port, https_port = free_port(), free_port()
-    process = make_broker(tmp_path_factory.mktemp("secure-jobs") / "logs")
-    process.overrides.update(
-        {
-            "listeners": process.overrides["listeners"] + f",SASL_SSL://127.0.0.1:{sasl_port}",
-            "ssl.keystore.location": str(pki.server),
-            "ssl.truststore.location": str(pki.ca),
-        }
-    )
+    https_port = free_port()
+    process, address = sasl_ssl_broker(tmp_path_factory.mktemp("secure-jobs") / "logs", pki)
     process.start()  # the job's user first, then HTTP authentication
     add_users(process, {"job": "job-secret"})
     assert process.stop() == 0
@@ -70,7 +63,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         *("--options-file", str(options_file)),
     ]
     for broker in serve(process):
-        yield Secure(broker, f"127.0.0.1:{sasl_port}", f"https://127.0.0.1:{https_port}", pki, options)
+        yield Secure(broker, address, f"https://127.0.0.1:{https_port}", pki, options)
 
 
 def test_consume_group_reads_writes_and_commits_over_sasl_ssl(loglake_spark, secure: Secure) -> None:
