@@ -9,8 +9,10 @@ Every denial is logged at INFO in Kafka's audit form, on the `loglake.authorizer
 
 APIs whose whole request is about one resource (a group, a transactional id, the cluster)
 are checked before their handler runs (`REQUEST_CHECKS`) and answered with the API's
-top-level error; APIs about topics check each topic in their handler and answer
-TOPIC_AUTHORIZATION_FAILED for it, as Kafka does.
+error, top-level or, for the APIs whose answers carry errors only in their entries
+(`ERROR_RESPONSES`), in every entry; APIs about topics check each topic in their handler
+and answer TOPIC_AUTHORIZATION_FAILED for it, as Kafka does. tests/clients/test_acl_matrix.py
+checks every API against Kafka's answers.
 """
 
 from __future__ import annotations
@@ -59,12 +61,37 @@ def authorizer_from_config(props: Mapping[str, str]) -> Authorizer | None:
 
 @dataclass(frozen=True)
 class RequestCheck:
-    """One resource a whole request is about, and the error if it is denied."""
+    """One resource a whole request is about, and the error if it is denied. Any of
+    `operations` allows (only the last one's denial is logged, as Kafka tries the others
+    quietly); `min_version`: the first version the check applies to."""
 
-    operation: AclOperation
+    operations: tuple[AclOperation, ...]
     resource_type: ResourceType
     name_of: Callable[[Body], str | None]  # None: nothing to check for this request
     error: ErrorCode
+    min_version: int = 0
+
+    def denied(self, auth: RequestAuthorization, version: int, body: Body) -> ErrorCode | None:
+        name = self.name_of(body) if version >= self.min_version else None
+        if name is None:
+            return None
+        *quiet, logged = self.operations
+        if any(auth.allowed(op, self.resource_type, name, log_denial=False) for op in quiet):
+            return None
+        return None if auth.allowed(logged, self.resource_type, name) else self.error
+
+
+@dataclass(frozen=True)
+class IdempotentProducerCheck:
+    """InitProducerId without a transactional id: IDEMPOTENT_WRITE on the cluster, or WRITE
+    on any topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED, as Kafka checks it."""
+
+    def denied(self, auth: RequestAuthorization, version: int, body: Body) -> ErrorCode | None:
+        if body["transactional_id"] is not None:
+            return None
+        if auth.allowed(_OP.IDEMPOTENT_WRITE, _RT.CLUSTER, CLUSTER_NAME, log_denial=False):
+            return None
+        return None if auth.allowed_by_resource_type(_OP.WRITE, _RT.TOPIC) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _group(body: Body) -> str:
@@ -79,35 +106,82 @@ def _cluster(body: Body) -> str:
     return CLUSTER_NAME
 
 
-_CLUSTER_ACTION = (RequestCheck(_OP.CLUSTER_ACTION, _RT.CLUSTER, _cluster, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),)
-_READ_GROUP = (RequestCheck(_OP.READ, _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),)
-_WRITE_TXN = RequestCheck(
-    _OP.WRITE, _RT.TRANSACTIONAL_ID, _transactional_id, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-)
-_ALTER_CLUSTER = (RequestCheck(_OP.ALTER, _RT.CLUSTER, _cluster, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),)
-_DESCRIBE_CLUSTER = (RequestCheck(_OP.DESCRIBE, _RT.CLUSTER, _cluster, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),)
+def _cluster_check(*operations: AclOperation, min_version: int = 0) -> RequestCheck:
+    return RequestCheck(operations, _RT.CLUSTER, _cluster, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, min_version)
 
-REQUEST_CHECKS: dict[int, tuple[RequestCheck, ...]] = {
+
+_CLUSTER_ACTION = (_cluster_check(_OP.CLUSTER_ACTION),)
+_READ_GROUP = (RequestCheck((_OP.READ,), _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),)
+_WRITE_TXN = RequestCheck(
+    (_OP.WRITE,), _RT.TRANSACTIONAL_ID, _transactional_id, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+)
+_ALTER_CLUSTER = (_cluster_check(_OP.ALTER),)
+_DESCRIBE_CLUSTER = (_cluster_check(_OP.DESCRIBE),)
+
+REQUEST_CHECKS: dict[int, tuple[RequestCheck | IdempotentProducerCheck, ...]] = {
     ApiKey.JOIN_GROUP: _READ_GROUP,
     ApiKey.SYNC_GROUP: _READ_GROUP,
     ApiKey.HEARTBEAT: _READ_GROUP,
     ApiKey.LEAVE_GROUP: _READ_GROUP,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: _READ_GROUP,
-    ApiKey.OFFSET_DELETE: (RequestCheck(_OP.DELETE, _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),),
+    ApiKey.OFFSET_DELETE: (RequestCheck((_OP.DELETE,), _RT.GROUP, _group, ErrorCode.GROUP_AUTHORIZATION_FAILED),),
     ApiKey.END_TXN: (_WRITE_TXN,),
     ApiKey.ADD_OFFSETS_TO_TXN: (_WRITE_TXN, *_READ_GROUP),
-    # Transactional producers need WRITE on their id (no id: nothing to check); idempotent
-    # ones need nothing more than WRITE on the topics they produce to (KIP-679).
-    ApiKey.INIT_PRODUCER_ID: (_WRITE_TXN,),
+    # Transactional producers need WRITE on their id, idempotent ones IDEMPOTENT_WRITE or
+    # WRITE on some topic.
+    ApiKey.INIT_PRODUCER_ID: (_WRITE_TXN, IdempotentProducerCheck()),
+    # v4+ is the brokers' form (KIP-890); clients' versions are checked per transaction.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (_cluster_check(_OP.CLUSTER_ACTION, min_version=4),),
     ApiKey.LEADER_AND_ISR: _CLUSTER_ACTION,
     ApiKey.STOP_REPLICA: _CLUSTER_ACTION,
     ApiKey.UPDATE_METADATA: _CLUSTER_ACTION,
-    ApiKey.WRITE_TXN_MARKERS: _CLUSTER_ACTION,
+    ApiKey.WRITE_TXN_MARKERS: (_cluster_check(_OP.ALTER, _OP.CLUSTER_ACTION),),
     ApiKey.ELECT_LEADERS: _ALTER_CLUSTER,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: _ALTER_CLUSTER,
     ApiKey.LIST_PARTITION_REASSIGNMENTS: _DESCRIBE_CLUSTER,
     ApiKey.ALTER_REPLICA_LOG_DIRS: _ALTER_CLUSTER,
     ApiKey.DESCRIBE_LOG_DIRS: _DESCRIBE_CLUSTER,
+}
+
+
+def _partition_errors(
+    topics: Iterable[tuple[str, Iterable[int]]], error: ErrorCode, name: str, index: str
+) -> list[Body]:
+    return [{name: t, "partitions": [{index: p, "error_code": error} for p in ps]} for t, ps in topics]
+
+
+# Denial answers of the APIs whose errors live in their entries (no top-level error code,
+# or not in every version): each entry of the request gets the error, as Kafka's
+# getErrorResponse gives it.
+ERROR_RESPONSES: dict[int, Callable[[Body, ErrorCode], Body]] = {
+    ApiKey.ALTER_REPLICA_LOG_DIRS: lambda body, error: {
+        "results": _partition_errors(
+            ((t["name"], t["partitions"]) for d in body["dirs"] for t in d["topics"]),
+            error,
+            "topic_name",
+            "partition_index",
+        )
+    },
+    ApiKey.WRITE_TXN_MARKERS: lambda body, error: {
+        "markers": [
+            {
+                "producer_id": m["producer_id"],
+                "topics": _partition_errors(
+                    ((t["name"], t["partition_indexes"]) for t in m["topics"]), error, "name", "partition_index"
+                ),
+            }
+            for m in body["markers"]
+        ]
+    },
+    ApiKey.ELECT_LEADERS: lambda body, error: {
+        "replica_election_results": [
+            {
+                "topic": t["topic"],
+                "partition_result": [{"partition_id": p, "error_code": error} for p in t["partitions"]],
+            }
+            for t in body["topic_partitions"] or ()
+        ]
+    },
 }
 
 
@@ -152,14 +226,24 @@ class RequestAuthorization:
             return set()
         return {t for t in set(topics) if not self.topic_allowed(operation, t)}
 
-    def check_request(self, api_key: int, body: Body) -> ErrorCode | None:
-        """The top-level error for a request about one denied resource, else None."""
+    def allowed_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether the principal may do `operation` on some resource of the type."""
+        if self.authorizer is None:
+            return True
+        request = current_request()
+        return self.authorizer.authorize_by_resource_type(
+            str(request.principal), request.client_host, operation, resource_type
+        )
+
+    def denied_response(self, api_key: int, version: int, body: Body) -> Body | None:
+        """The answer to a request about one denied resource (`REQUEST_CHECKS`), else None."""
         if self.authorizer is None:
             return None
         for check in REQUEST_CHECKS.get(api_key, ()):
-            name = check.name_of(body)
-            if name is not None and not self.allowed(check.operation, check.resource_type, name):
-                return check.error
+            error = check.denied(self, version, body)
+            if error is not None:
+                entries = ERROR_RESPONSES.get(api_key)
+                return {"error_code": error, "throttle_time_ms": 0, **(entries(body, error) if entries else {})}
         return None
 
     def authorized_operations(self, resource_type: ResourceType, name: str) -> int:

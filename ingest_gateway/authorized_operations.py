@@ -7,7 +7,7 @@ type has is set; with one, those the authorizer allows this principal.
 
 from __future__ import annotations
 
-from loglake.security.acls import CLUSTER_NAME, ResourceType
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.authorization import RequestAuthorization
 
@@ -20,7 +20,12 @@ def topic_operations(auth: RequestAuthorization, topic: str, requested: bool) ->
 
 
 def cluster_operations(auth: RequestAuthorization, requested: bool) -> int:
-    return auth.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) if requested else NOT_REQUESTED
+    """None without DESCRIBE on the cluster, as Kafka answers."""
+    if not requested:
+        return NOT_REQUESTED
+    if not auth.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return auth.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def group_operations(auth: RequestAuthorization, group: str, requested: bool) -> int:

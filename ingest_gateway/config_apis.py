@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from loglake.broker_configs import BROKER_CONFIG_KEYS, DYNAMIC_CONFIGS, DynamicBrokerConfig, Synonym, broker_synonyms
+from loglake.broker_configs import (
+    BROKER_CONFIG_KEYS,
+    DYNAMIC_CONFIGS,
+    DynamicBrokerConfig,
+    Synonym,
+    broker_synonyms,
+    sensitive_broker_config,
+)
 from loglake.config import LogConfig, topic_property, validate_topic_name
 from loglake.config_defs import ConfigKey, ConfigSource, ConfigType, split_list, to_config_string
 from loglake.errors import ErrorCode, KafkaError
@@ -36,6 +43,14 @@ Body = dict[str, Any]
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+# Config resource types -> the ACL resource their configs are authorized on, and the error.
+_CONFIG_RESOURCE_ACLS = {
+    RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+    RESOURCE_BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    8: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),  # BROKER_LOGGER
+    16: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),  # CLIENT_METRICS
+    32: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),  # GROUP
+}
 
 
 class AlterOp(IntEnum):
@@ -72,7 +87,7 @@ def _from_own_name(name: str, synonyms: list[Synonym]) -> list[Synonym]:
 
 def _broker_entry(name: str, value: str | None, synonyms: list[Synonym], key: ConfigKey | None) -> ConfigEntry:
     synonyms = _from_own_name(name, synonyms)
-    sensitive = key is None or key.sensitive  # Kafka hides the values of configs it does not know
+    sensitive = sensitive_broker_config(name)
     if sensitive:
         value, synonyms = None, [Synonym(s.name, None, s.source) for s in synonyms]
     return ConfigEntry(
@@ -232,12 +247,14 @@ class ConfigApis:
         return {"throttle_time_ms": 0, "results": results}
 
     def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
-        """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for broker configs."""
-        auth = self._auth
-        if resource_type == RESOURCE_TOPIC:
-            auth.require(operation, ResourceType.TOPIC, name, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        elif resource_type == RESOURCE_BROKER:
-            auth.require(operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group, or the cluster for broker
+        (and broker logger, client metrics) configs, as Kafka checks them before anything
+        else; loglake serves topic and broker configs only (INVALID_REQUEST for the others)."""
+        checked = _CONFIG_RESOURCE_ACLS.get(resource_type)
+        if checked is not None:
+            acl_type, error = checked
+            name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else name
+            self._auth.require(operation, acl_type, name, error)
 
     def _describe(self, resource_type: int, name: str) -> list[ConfigEntry]:
         self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)

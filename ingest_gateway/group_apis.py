@@ -236,10 +236,23 @@ class GroupApis:
         return {"throttle_time_ms": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
 
     async def offset_delete(self, header: RequestHeader, body: Body) -> Body:
-        wanted = [TopicPartition(t["name"], p["partition_index"]) for t in body["topics"] for p in t["partitions"]]
+        # As Kafka: READ on each topic too (DELETE on the group is checked before).
+        denied = self.authorization.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
+        wanted = [
+            TopicPartition(t["name"], p["partition_index"])
+            for t in body["topics"]
+            if t["name"] not in denied
+            for p in t["partitions"]
+        ]
         result = await self.coordinator.delete_offsets(body["group_id"], wanted)
+        refused = {
+            TopicPartition(t["name"], p["partition_index"]): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            for t in body["topics"]
+            if t["name"] in denied
+            for p in t["partitions"]
+        }
         by_topic: dict[str, list[Body]] = {}
-        for tp, error in result.partitions.items():
+        for tp, error in (result.partitions | refused).items():
             by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "error_code": error})
         return {
             "error_code": result.error,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
-from loglake.broker_configs import DEFAULT_ENTITY
+from loglake.broker_configs import DEFAULT_ENTITY, sensitive_broker_config
 
 from ingest_gateway.http_errors import BadRequest, json_object
 
@@ -28,11 +28,16 @@ def broker_config_routes(broker: Broker) -> APIRouter:
             raise BadRequest(404, f"no broker {name!r} is registered (or use {DEFAULT_ENTITY!r})", 3)
         return name
 
+    def shown(configs: dict[str, str]) -> dict[str, str | None]:
+        # As DescribeConfigs: passwords and unknown configs without their values.
+        return {k: None if sensitive_broker_config(k) else v for k, v in configs.items()}
+
     @router.get("/brokers/{name}/configs")
     async def describe(name: str) -> dict[str, Any]:
-        """The dynamic configs stored for one broker (or the cluster-wide default)."""
+        """The dynamic configs stored for one broker (or the cluster-wide default); the values
+        of sensitive ones are null."""
         entity = entity_of(name)
-        return {"broker": name, "configs": broker.store.broker_configs().get(entity, {})}
+        return {"broker": name, "configs": shown(broker.store.broker_configs().get(entity, {}))}
 
     @router.patch("/brokers/{name}/configs")
     async def alter(name: str, request: Request) -> dict[str, Any]:
@@ -46,6 +51,6 @@ def broker_config_routes(broker: Broker) -> APIRouter:
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
         manager.config.validate({k: v for k, v in changes.items() if v != ""})
         manager.write(entity, wanted)
-        return {"broker": name, "configs": wanted}
+        return {"broker": name, "configs": shown(wanted)}
 
     return router

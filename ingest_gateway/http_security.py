@@ -9,6 +9,13 @@ without authentication `User:ANONYMOUS`), set as the request's `RequestContext` 
 Kafka connection's, so the one authorizer decides for both protocols: each route needs an
 ACL operation on a resource (`route_check`), and a denial is answered 403.
 
+On an `https://` listener with `ssl.client.auth`, a verified client certificate names the
+principal as on a Kafka SSL listener (`User:CN=alice,OU=eng,O=example`, from the ASGI TLS
+extension that http_tls.py adds), and counts as authentication under BASIC too. Basic
+credentials, when sent, take precedence: they name a user, while a certificate names the
+connection's holder, which may be a gateway passing its users' credentials on (the console
+does); wrong credentials are answered 401 even with a certificate.
+
 A verified password is remembered for a short while (PBKDF2 costs milliseconds per
 request otherwise); a changed or removed credential takes effect when that lapses.
 """
@@ -127,6 +134,17 @@ class HttpSecurity:
         self._authenticator = authenticator
         self._realm = realm
 
+    def _principal(self, scope: Scope) -> KafkaPrincipal | None:
+        """Basic credentials when sent (None if wrong), else the verified client certificate's
+        subject, else ANONYMOUS without authentication (None: required but missing)."""
+        raw = dict(scope.get("headers") or ()).get(b"authorization")
+        if self._authenticator is not None and raw:
+            return self._authenticator.principal(raw.decode("latin-1"))
+        tls = (scope.get("extensions") or {}).get("tls") or {}
+        if tls.get("client_cert_name"):
+            return KafkaPrincipal.user(tls["client_cert_name"])
+        return None if self._authenticator is not None else ANONYMOUS
+
     async def __call__(self, scope: Scope, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -139,16 +157,13 @@ class HttpSecurity:
         if path == "/healthz":
             await self.app(scope, receive, send)
             return
-        if self._authenticator is not None:
-            headers = dict(scope.get("headers") or ())
-            raw = headers.get(b"authorization")
-            principal = self._authenticator.principal(raw.decode("latin-1") if raw else None)
-            if principal is None:
-                response = error_response(401, "Unauthorized: valid HTTP Basic credentials are required")
-                response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'
-                await response(scope, receive, send)
-                return
-            context.principal = principal
+        principal = self._principal(scope)
+        if principal is None:
+            response = error_response(401, "Unauthorized: valid HTTP Basic credentials are required")
+            response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'
+            await response(scope, receive, send)
+            return
+        context.principal = principal
         if self._authorization.enabled:
             check, name = route_check(method, path)
             if not self._authorization.allowed(check.operation, check.resource_type, name):

@@ -22,6 +22,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
 from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
 from loglake.record.batch import validate_client_records
+from loglake.record.header import first_batch_transactional
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import ClientQuotaManager
 from loglake.storage.log_manager import LogManager
@@ -154,11 +155,18 @@ class KafkaApis:
         version = header.request_api_version
         image = self._cache.image
         requested = body["topics"]
+        asked_by_id: dict[str, uuid.UUID] = {}
         if requested is None or (version == 0 and not requested):
             names: list[str | None] = sorted(image.topics)
         else:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
+            # Topics asked for by id: a denial names the id, not the topic (as Kafka).
+            asked_by_id = {
+                by_id[t["topic_id"]]: t["topic_id"]
+                for t in requested
+                if t.get("name") is None and t.get("topic_id") in by_id
+            }
         allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
         auth = self._auth
         listing = requested is None or (version == 0 and not requested)
@@ -173,7 +181,10 @@ class KafkaApis:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
                 continue
             if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
-                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []})
+                denied: Body = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+                if name in asked_by_id:
+                    denied.update(name=None, topic_id=asked_by_id[name])
+                topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
                 error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -236,9 +247,15 @@ class KafkaApis:
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         auth = self._auth
+        # As Kafka: transactional batches need WRITE on the request's transactional id.
         transactional_id = body.get("transactional_id")
-        txn_denied = transactional_id is not None and not auth.allowed(
-            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        txn_denied = (
+            auth.enabled
+            and any(first_batch_transactional(p["records"]) for t in body["topic_data"] for p in t["partition_data"])
+            and (
+                transactional_id is None
+                or not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+            )
         )
         for topic in body["topic_data"]:
             name = topic["name"]
@@ -382,17 +399,13 @@ class KafkaApis:
 
     async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
         rm = self._replica_manager
-        auth = self._auth
-        from_follower = body.get("replica_id", -1) >= 0
-        if from_follower and not auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-            denied = KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "replicas need ClusterAction")
-        else:
-            denied = None
+        # As Kafka: CLUSTER_ACTION (replicas) may ask for every topic, others need DESCRIBE on each.
+        cluster_action = self._auth.allowed(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+        )
 
         def answer(topic: str, ep: Body, entry: Body) -> None:
-            if denied is not None:
-                raise denied
-            if not from_follower:
+            if not cluster_action:
                 self._require_topic(AclOperation.DESCRIBE, topic)
             # The epoch before leadership (as Kafka): a follower that already knows a newer
             # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
@@ -430,6 +443,7 @@ class KafkaApis:
 
     async def create_topics(self, header: RequestHeader, body: Body) -> Body:
         config = self._config
+        auth = self._auth
         results = []
         for t in body["topics"]:
             name = t["name"]
@@ -457,6 +471,11 @@ class KafkaApis:
                 created = self._admin.create_topic(
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )
+                if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+                    # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
+                    entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    results.append(entry)
+                    continue
                 entry.update(
                     topic_id=topic_uuid(created.topic_id),
                     num_partitions=created.num_partitions,
@@ -480,7 +499,10 @@ class KafkaApis:
     async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
         if header.request_api_version >= 6:
             by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
-            wanted = [(t["name"] or by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]]
+            # (name, id): the id of a topic named by its id only
+            wanted = [
+                (t["name"], None) if t["name"] else (by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]
+            ]
         else:
             wanted = [(n, None) for n in body["topic_names"]]
         responses = []
@@ -494,6 +516,9 @@ class KafkaApis:
             try:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+                if topic_id and not self._auth.topic_allowed(AclOperation.DESCRIBE, name):
+                    entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
                 self._require_topic(AclOperation.DELETE, name)
                 self._admin.delete_topic(name)
             except KafkaError as exc:

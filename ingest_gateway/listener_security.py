@@ -17,6 +17,7 @@ from loglake.security.scram import ScramCredential
 from loglake.security.tls import client_context, server_context
 
 from ingest_gateway.http_security import BasicAuthenticator
+from ingest_gateway.http_tls import TlsHttpProtocol
 from ingest_gateway.kafka_server import ListenerSecurity
 from ingest_gateway.sasl_authenticator import SaslAuthenticator
 
@@ -77,7 +78,8 @@ def http_authenticator(config: BrokerConfig, store: MetadataStore) -> BasicAuthe
 
 def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:
     """uvicorn's TLS settings for an `https://` HTTP listener, from the same ssl.* configs
-    (prefix `listener.name.https.`) as the Kafka listeners: PEM keystore and truststore."""
+    (prefix `listener.name.https.`) as the Kafka listeners: PEM keystore and truststore,
+    `ssl.client.auth`, and the protocol that puts the client certificate in the ASGI scope."""
     if listener.scheme.lower() != "https":
         return {}
     server_context(config.raw, listener.scheme)  # the same checks, with the same messages
@@ -95,6 +97,8 @@ def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]
     options["ssl_cert_reqs"] = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
         client_auth
     ]
+    # The protocol that tells the app about the verified client certificate (its principal).
+    options["http"] = TlsHttpProtocol
     return options
 
 

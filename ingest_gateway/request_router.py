@@ -114,10 +114,8 @@ class RequestRouter:
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""
-        denied = self._authorization.check_request(key, body)
-        if denied is not None:
-            response: Body | None = {"error_code": denied, "throttle_time_ms": 0}
-        else:
+        response = self._authorization.denied_response(key, version, body)
+        if response is None:
             response = await api.handler(header, body)
         if response is None:
             return None

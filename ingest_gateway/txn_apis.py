@@ -228,13 +228,20 @@ class TxnApis:
                 body["v3_and_below_producer_epoch"],
                 partitions,
                 verify_only=False,
+                from_client=True,
             )
             return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(partitions, error)}
         results = []
         for txn in body["transactions"]:
             partitions = _topic_partitions(txn["topics"])
+            # The brokers' form: CLUSTER_ACTION was checked for the whole request (REQUEST_CHECKS).
             error = await self._add_partitions(
-                txn["transactional_id"], txn["producer_id"], txn["producer_epoch"], partitions, txn["verify_only"]
+                txn["transactional_id"],
+                txn["producer_id"],
+                txn["producer_epoch"],
+                partitions,
+                txn["verify_only"],
+                from_client=False,
             )
             results.append(
                 {"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(partitions, error)}
@@ -248,13 +255,15 @@ class TxnApis:
         producer_epoch: int,
         partitions: list[TopicPartition],
         verify_only: bool,
+        from_client: bool,
     ) -> ErrorCode:
         image = self._cache.image
         auth = self._auth
-        if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        if auth.denied_topics(AclOperation.WRITE, (tp.topic for tp in partitions)):
-            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        if from_client:
+            if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            if auth.denied_topics(AclOperation.WRITE, (tp.topic for tp in partitions)):
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         for tp in partitions:
             if tp.topic in INTERNAL_TOPICS:
                 return ErrorCode.INVALID_REQUEST  # internal topics join only through AddOffsetsToTxn
@@ -359,6 +368,8 @@ class TxnApis:
             by_topic: dict[str, list[int]] = defaultdict(list)
             for tp in d.partitions:
                 by_topic[tp.topic].append(tp.partition)
+            for topic in auth.denied_topics(AclOperation.DESCRIBE, by_topic):
+                del by_topic[topic]  # as Kafka: only the topics the principal may describe
             states.append(
                 {
                     "error_code": d.error,

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 
 from loglake.spark import job_session
 from loglake.spark.cluster_admin import broker_http_urls
-from loglake.spark.protocol_client import ProtocolClient
+from loglake.spark.job_cluster import Cluster, ClusterAccess, add_cluster_arguments, cluster_access
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,29 +70,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "http.listeners, found over the Kafka protocol)",
     )
     parser.add_argument("--timeout-s", type=float, default=120.0, help="how long to retry a replica (default 120)")
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     args.topic_list = [t.strip() for t in args.topics.split(",") if t.strip()]
     if not args.topic_list:
         parser.error("--topics names no topic")
+    args.cluster = cluster_access(parser, args)
     return args
 
 
-def broker_urls(args: argparse.Namespace) -> dict[int, str]:
+def broker_urls(cluster: Cluster, admin_url: str | None) -> dict[int, str]:
     """Every broker's HTTP API: from `--admin-url`'s GET /cluster, else from the brokers'
     `http.listeners` (DescribeConfigs through the bootstrap servers)."""
-    if args.admin_url is None:
-        with ProtocolClient(args.bootstrap_servers, client_id="loglake-compact") as client:
-            return broker_http_urls(client)
-    cluster = httpx.get(f"{args.admin_url}/cluster", timeout=30)
-    cluster.raise_for_status()
-    return {b["broker_id"]: b["http"] for b in cluster.json()["brokers"]}
+    if admin_url is None:
+        return broker_http_urls(cluster.client)
+    described = cluster.http.get(f"{admin_url}/cluster")
+    described.raise_for_status()
+    return {b["broker_id"]: b["http"] for b in described.json()["brokers"]}
 
 
-def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]) -> list[DirtyRange]:
+def dirty_ranges(http: httpx.Client, admin_url: str, brokers: dict[int, str], topics: list[str]) -> list[DirtyRange]:
     """Each partition's dirty part, as its leader sees it (first dirty, first uncleanable offset)."""
     ranges = []
     for topic in topics:
-        described = admin.get(f"/topics/{topic}")
+        described = http.get(f"{admin_url}/topics/{topic}")
         described.raise_for_status()
         doc = described.json()
         configs = doc["configs"]
@@ -103,7 +104,7 @@ def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]
             log.warning("skipping %s: loglake.compaction.executor is not spark (the broker's cleaner has it)", topic)
             continue
         for p in doc["partitions"]:
-            leader = httpx.get(f"{brokers[p['leader']]}/topics/{topic}/partitions/{p['partition']}", timeout=30)
+            leader = http.get(f"{brokers[p['leader']]}/topics/{topic}/partitions/{p['partition']}")
             leader.raise_for_status()
             state = leader.json()
             start = state["compaction"]["first_dirty_offset"]
@@ -115,7 +116,7 @@ def dirty_ranges(admin: httpx.Client, brokers: dict[int, str], topics: list[str]
     return ranges
 
 
-def plans(spark: SparkSession, bootstrap: str, ranges: list[DirtyRange]) -> dict[tuple[str, int], pa.Table]:
+def plans(spark: SparkSession, access: ClusterAccess, ranges: list[DirtyRange]) -> dict[tuple[str, int], pa.Table]:
     """Each partition's latest offset per key in its dirty range, by one Spark aggregation."""
     from pyspark.sql import functions as F
 
@@ -129,7 +130,7 @@ def plans(spark: SparkSession, bootstrap: str, ranges: list[DirtyRange]) -> dict
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
     frame = (
         spark.read.format("loglake")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**access.source_options())
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
@@ -151,7 +152,9 @@ def plans(spark: SparkSession, bootstrap: str, ranges: list[DirtyRange]) -> dict
     return out
 
 
-def send_plan(url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: float) -> dict[str, Any]:
+def send_plan(
+    http: httpx.Client, url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: float
+) -> dict[str, Any]:
     """POST the plan to one replica's broker, retrying while it asks to."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, plan.schema) as writer:
@@ -159,7 +162,7 @@ def send_plan(url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: f
     body = sink.getvalue().to_pybytes()
     deadline = time.monotonic() + timeout_s
     while True:
-        answer = httpx.post(
+        answer = http.post(
             f"{url}/admin/compaction/{r.topic}/{r.partition}",
             params={"end_offset": r.end, "now_ms": now_ms},
             content=body,
@@ -177,32 +180,32 @@ def send_plan(url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: f
 def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Plan and apply; returns each replica's answer."""
     now_ms = int(time.time() * 1000)
-    brokers = broker_urls(args)
-    with httpx.Client(base_url=args.admin_url or next(iter(brokers.values())), timeout=30) as admin:
-        ranges = dirty_ranges(admin, brokers, args.topic_list)
-    if not ranges:
-        log.info("nothing to compact in %s", args.topic_list)
-        return []
-    by_partition = plans(spark, args.bootstrap_servers, ranges)
-    answers = []
-    for r in ranges:
-        plan = by_partition[(r.topic, r.partition)]
-        for broker_id in r.replicas:
-            answer = send_plan(brokers[broker_id], r, plan, now_ms, args.timeout_s)
-            log.info(
-                "%s-%d on broker %d: %d keys, offsets %d..%d, cleaned up to %d (%d -> %d bytes)",
-                r.topic,
-                r.partition,
-                broker_id,
-                plan.num_rows,
-                r.start,
-                r.end,
-                answer["cleaned_up_to"],
-                answer["bytes_read"],
-                answer["bytes_written"],
-            )
-            answers.append({"topic": r.topic, "partition": r.partition, **answer})
-    return answers
+    with args.cluster.connect("loglake-compact") as cluster:
+        brokers = broker_urls(cluster, args.admin_url)
+        ranges = dirty_ranges(cluster.http, args.admin_url or next(iter(brokers.values())), brokers, args.topic_list)
+        if not ranges:
+            log.info("nothing to compact in %s", args.topic_list)
+            return []
+        by_partition = plans(spark, args.cluster, ranges)
+        answers = []
+        for r in ranges:
+            plan = by_partition[(r.topic, r.partition)]
+            for broker_id in r.replicas:
+                answer = send_plan(cluster.http, brokers[broker_id], r, plan, now_ms, args.timeout_s)
+                log.info(
+                    "%s-%d on broker %d: %d keys, offsets %d..%d, cleaned up to %d (%d -> %d bytes)",
+                    r.topic,
+                    r.partition,
+                    broker_id,
+                    plan.num_rows,
+                    r.start,
+                    r.end,
+                    answer["cleaned_up_to"],
+                    answer["bytes_read"],
+                    answer["bytes_written"],
+                )
+                answers.append({"topic": r.topic, "partition": r.partition, **answer})
+        return answers
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,7 @@ from loglake.spark import job_session
 from loglake.spark.delta_sink import DeltaWriter
 from loglake.spark.faults import fault_point
 from loglake.spark.group_runs import GroupPositions, Run, commit_plan, commit_run, group_positions
+from loglake.spark.job_cluster import add_cluster_arguments, cluster_access
 from loglake.spark.offset_ranges import connect, discover_partitions, plan_batch
 from loglake.spark.options import ReadOptions, parse_read_options
 from loglake.spark.run_targets import DeltaTarget, ParquetTarget, RunTarget, TopicTarget
@@ -75,16 +76,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     target.add_argument("--delta", metavar="PATH", help="a Delta table (exactly once)")
     target.add_argument("--topic", help="a topic (exactly once; the output has Spark's Kafka sink columns)")
     parser.add_argument("--engine", choices=["auto", "deltalake", "delta-spark"], default="auto", help="--delta writer")
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     if args.where and args.function:
         parser.error("--where goes with --select (a --function filters as it likes)")
+    args.cluster = cluster_access(parser, args)
     return args
 
 
 def read_options(args: argparse.Namespace) -> ReadOptions:
     """The source's options for planning: the group's offsets, else --starting-offsets."""
     options = {
-        "kafka.bootstrap.servers": args.bootstrap_servers,
+        **args.cluster.source_options(),
         "startingOffsets": args.starting_offsets,
         "failOnDataLoss": args.fail_on_data_loss,
         "kafka.group.id": args.group,
@@ -102,7 +105,7 @@ def make_target(spark: SparkSession, args: argparse.Namespace) -> RunTarget:
             DeltaWriter(spark, args.delta, [], args.engine), app_id=f"loglake-consume-group:{args.group}"
         )
     if args.topic:
-        return TopicTarget(spark, args.bootstrap_servers, args.topic, args.group)
+        return TopicTarget(spark, args.cluster, args.topic, args.group)
     return ParquetTarget(args.parquet)
 
 
@@ -121,7 +124,7 @@ def execute(spark: SparkSession, args: argparse.Namespace, options: ReadOptions,
     """Read the run's ranges, transform, write, commit."""
     records = (
         spark.read.format("loglake")
-        .option("kafka.bootstrap.servers", options.bootstrap_servers)
+        .options(**args.cluster.source_options())
         .option("includeHeaders", "true")
         .option("failOnDataLoss", args.fail_on_data_loss)
         .options(**run.source_options())

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from loglake.spark import job_session
 from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions
+from loglake.spark.job_cluster import add_cluster_arguments, cluster_access
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -77,12 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="TESTS ONLY: read Parquet files in the Kafka source schema from DIR (one file per micro-batch) "
         "instead of loglake topics",
     )
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     reads_topics = args.test_only_parquet_source is None
     if reads_topics and not (args.bootstrap_servers and (args.topics or args.pattern)):
         parser.error("--bootstrap-servers and one of --topics / --pattern are required")
     if not args.batch and not args.checkpoint:
         parser.error("--checkpoint is required for a streaming run")
+    args.cluster = cluster_access(parser, args)
     return args
 
 
@@ -101,7 +104,7 @@ def sink_options(args: argparse.Namespace) -> DeltaSinkOptions:
 def loglake_source_options(args: argparse.Namespace) -> dict[str, str]:
     """Options of the `loglake` source, named as Spark's Kafka source names them."""
     options = {
-        "kafka.bootstrap.servers": args.bootstrap_servers,
+        **args.cluster.source_options(),
         "startingOffsets": args.starting_offsets,
         "includeHeaders": "true",
     }

@@ -51,7 +51,7 @@ from loglake.spark.lake import (
     table_path,
     tier_app_id,
 )
-from loglake.spark.protocol_client import ProtocolClient
+from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,10 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port...] of loglake brokers")
     parser.add_argument("--topics", required=True, help="comma-separated topics (each with remote.storage.enable=true)")
     parser.add_argument("--lake-root", help="the lake's root path or URI (default: the brokers' rsm.config.lake.root)")
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     args.topics = [t.strip() for t in args.topics.split(",") if t.strip()]
     if not args.topics:
         parser.error("--topics names no topic")
+    args.cluster = cluster_access(parser, args)
     return args
 
 
@@ -106,9 +108,9 @@ def _check(response: httpx.Response) -> dict:
     return response.json()
 
 
-def leaders_http(client: ProtocolClient, topic: str) -> dict[int, str]:
+def leaders_http(cluster: Cluster, topic: str) -> dict[int, str]:
     """Each partition's leader's HTTP address; partitions with no leader now are left out."""
-    leaders = client.metadata([topic]).leaders.get(topic)
+    leaders = cluster.client.metadata([topic]).leaders.get(topic)
     if not leaders:
         raise RuntimeError(f"topic {topic!r} is not known to the cluster")
     out = {}
@@ -116,22 +118,22 @@ def leaders_http(client: ProtocolClient, topic: str) -> dict[int, str]:
         if leader < 0:
             log.warning("%s-%d has no leader now; skipped", topic, partition)
         else:
-            out[partition] = broker_http_url(client, leader)
+            out[partition] = broker_http_url(cluster.client, leader)
     return out
 
 
-def tiering_state(leader_http: str, topic: str, partition: int) -> dict:
+def tiering_state(cluster: Cluster, leader_http: str, topic: str, partition: int) -> dict:
     """The leader's `GET .../tiering`: log start, tierable end, high watermark, size, tiered offset."""
-    return _check(httpx.get(f"{leader_http}/topics/{topic}/partitions/{partition}/tiering", timeout=30))
+    return _check(cluster.http.get(f"{leader_http}/topics/{topic}/partitions/{partition}/tiering"))
 
 
-def plan_topic(client: ProtocolClient, topic: str, table: str) -> TopicPlan:
+def plan_topic(cluster: Cluster, topic: str, table: str) -> TopicPlan:
     """Per partition: from the table's recorded end (else the log start) to the leader's
     tierable end. A partition whose leader cannot say is skipped this run."""
     snapshot = DeltaTable(table) if DeltaTable.is_deltatable(table) else None
     plans = []
-    for partition, http in leaders_http(client, topic).items():
-        state = tiering_state(http, topic, partition)
+    for partition, http in leaders_http(cluster, topic).items():
+        state = tiering_state(cluster, http, topic, partition)
         recorded = None if snapshot is None else snapshot.transaction_version(tier_app_id(topic, partition))
         start = state["log_start_offset"] if recorded is None else recorded
         if start < state["log_start_offset"]:
@@ -144,7 +146,7 @@ def plan_topic(client: ProtocolClient, topic: str, table: str) -> TopicPlan:
     return TopicPlan(snapshot, plans)
 
 
-def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plan: TopicPlan) -> int:
+def copy(spark: SparkSession, cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> int:
     """Read the planned ranges through the loglake source and commit them with each
     partition's new end as its app transaction, in one Delta commit on the planned
     snapshot. Returns rows written; TierConflict if a rival job committed meanwhile."""
@@ -157,7 +159,7 @@ def copy(spark: SparkSession, bootstrap: str, topic: str, table: str, plan: Topi
     def read(isolation: str):
         return (
             spark.read.format("loglake")
-            .option("kafka.bootstrap.servers", bootstrap)
+            .options(**cluster.access.source_options())
             .option("assign", json.dumps({topic: [p.partition for p in todo]}))
             .option("startingOffsets", json.dumps({topic: {str(p.partition): p.start for p in todo}}))
             .option("endingOffsets", json.dumps({topic: {str(p.partition): p.end for p in todo}}))
@@ -212,7 +214,7 @@ def _create_table(table: str, schema: pa.Schema) -> DeltaTable:
     return DeltaTable(table, version=0)
 
 
-def record_tiered_offsets(topic: str, table: str, plan: TopicPlan) -> None:
+def record_tiered_offsets(cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> None:
     """Tell each leader how far its partition is in the table (also what an earlier,
     crashed run committed but could not report)."""
     if not DeltaTable.is_deltatable(table):
@@ -222,13 +224,12 @@ def record_tiered_offsets(topic: str, table: str, plan: TopicPlan) -> None:
         end = dt.transaction_version(tier_app_id(topic, p.partition))
         if end is not None:
             url = f"{p.leader_http}/topics/{topic}/partitions/{p.partition}/tiered-offset"
-            _check(httpx.post(url, json={"offset": end}, timeout=30))
+            _check(cluster.http.post(url, json={"offset": end}))
 
 
 def tier_topic(
     spark: SparkSession,
-    client: ProtocolClient,
-    bootstrap: str,
+    cluster: Cluster,
     topic: str,
     table: str,
     before_commit: Callable[[], None] | None = None,
@@ -238,17 +239,17 @@ def tier_topic(
     the table now says. `before_commit` runs between planning and copying (tests put a
     rival job there)."""
     for attempt in range(1, _MAX_ATTEMPTS + 1):
-        plan = plan_topic(client, topic, table)
+        plan = plan_topic(cluster, topic, table)
         if before_commit is not None:
             before_commit()
         try:
-            rows = copy(spark, bootstrap, topic, table, plan)
+            rows = copy(spark, cluster, topic, table, plan)
         except TierConflict as exc:
             if attempt == _MAX_ATTEMPTS:
                 raise
             log.info("%s; planning again (attempt %d)", exc, attempt + 1)
             continue
-        record_tiered_offsets(topic, table, plan)
+        record_tiered_offsets(cluster, topic, table, plan)
         return rows
     raise AssertionError("unreachable")
 
@@ -261,8 +262,8 @@ class Retention:
     bytes: int
 
     @classmethod
-    def of(cls, client: ProtocolClient, topic: str) -> Retention:
-        configs = describe_configs(client, TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
+    def of(cls, cluster: Cluster, topic: str) -> Retention:
+        configs = describe_configs(cluster.client, TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
         return cls(int(configs.get("retention.ms") or -1), int(configs.get("retention.bytes") or -1))
 
 
@@ -315,11 +316,11 @@ def record_sizes(rows: pa.Table) -> pa.Array:
     return pa.array(sizes, pa.int64())
 
 
-def expire(client: ProtocolClient, topic: str, table: str, now_ms: int) -> int:
+def expire(cluster: Cluster, topic: str, table: str, now_ms: int) -> int:
     """Delete the table's rows that the topic's retention.ms / retention.bytes expire
     (whole history: lake + local log). Returns how many rows went. A rival job's commit
     meanwhile makes delta-rs refuse the delete: it is worked out again."""
-    retention = Retention.of(client, topic)
+    retention = Retention.of(cluster, topic)
     if (retention.ms < 0 and retention.bytes < 0) or not DeltaTable.is_deltatable(table):
         return 0
     for attempt in range(1, _MAX_ATTEMPTS + 1):
@@ -327,8 +328,8 @@ def expire(client: ProtocolClient, topic: str, table: str, now_ms: int) -> int:
         dataset = dt.to_pyarrow_dataset()
         columns = ["offset", "timestamp"] + (["key", "value", "headers"] if retention.bytes >= 0 else [])
         cuts = {}
-        for partition, http in leaders_http(client, topic).items():
-            state = tiering_state(http, topic, partition)
+        for partition, http in leaders_http(cluster, topic).items():
+            state = tiering_state(cluster, http, topic, partition)
             rows = dataset.to_table(columns=columns, filter=pds.field("partition") == partition)
             if not rows.num_rows:
                 continue
@@ -362,17 +363,17 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     import loglake.spark
 
     loglake.spark.register(spark)
-    with ProtocolClient(args.bootstrap_servers, client_id="loglake-tier") as client:
-        client.metadata(args.topics)
-        root = args.lake_root or lake_root(client)
+    with args.cluster.connect("loglake-tier") as cluster:
+        cluster.client.metadata(args.topics)
+        root = args.lake_root or lake_root(cluster.client)
         if not root:
             raise SystemExit("no lake root: set rsm.config.lake.root on the brokers or pass --lake-root")
         for topic in args.topics:
-            if not remote_storage_enabled(client, topic):
+            if not remote_storage_enabled(cluster.client, topic):
                 raise SystemExit(f"topic {topic!r} does not have remote.storage.enable=true")
             table = table_path(root, topic)
-            rows = tier_topic(spark, client, args.bootstrap_servers, topic, table)
-            expired = expire(client, topic, table, int(time.time() * 1000))
+            rows = tier_topic(spark, cluster, topic, table)
+            expired = expire(cluster, topic, table, int(time.time() * 1000))
             log.info("%s: %d rows tiered into %s, %d expired rows deleted", topic, rows, table, expired)
 
 

@@ -169,6 +169,14 @@ DYNAMIC_CONFIGS = frozenset(
 ) | frozenset(REPLICATION_THROTTLE_RATES)
 
 
+def sensitive_broker_config(name: str) -> bool:
+    """Whether a broker config's value is never shown: passwords, and any config loglake does
+    not know (listener-prefixed ones such as `listener.name.x.ssl.key.password` included),
+    which Kafka's DescribeConfigs also assumes sensitive."""
+    key = BROKER_CONFIG_KEYS.get(name)
+    return key is None or key.sensitive
+
+
 def broker_synonyms(name: str) -> list[str]:
     """The names of one broker config, highest precedence first (Kafka's brokerConfigSynonyms)."""
     for group in (

@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ingest_gateway.process import BrokerProcess
+from ingest_gateway.process import BrokerProcess, free_port
+
+if TYPE_CHECKING:
+    from bench.pki import Pki
 
 ROOT = Path(__file__).resolve().parents[2]
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
@@ -30,6 +35,21 @@ def make_broker(log_dir: Path, **overrides: str) -> BrokerProcess:
     return BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides={**BROKER_OVERRIDES, **overrides})
 
 
+def sasl_ssl_broker(log_dir: Path, pki: Pki, **overrides: str) -> tuple[BrokerProcess, str]:
+    """A broker with a SASL_SSL listener besides its PLAINTEXT one (the tests' own), with the
+    keystore and truststore of `pki`; and that listener's bootstrap address."""
+    address = f"127.0.0.1:{free_port()}"
+    process = make_broker(log_dir, **overrides)
+    process.overrides.update(
+        {
+            "listeners": process.overrides["listeners"] + f",SASL_SSL://{address}",
+            "ssl.keystore.location": str(pki.server),
+            "ssl.truststore.location": str(pki.ca),
+        }
+    )
+    return process, address
+
+
 def serve(broker: BrokerProcess) -> Iterator[BrokerProcess]:
     """A fixture's body: start the broker, hand it over, then stop it and check it exited cleanly."""
     broker.start()
@@ -37,6 +57,15 @@ def serve(broker: BrokerProcess) -> Iterator[BrokerProcess]:
     if broker.proc is not None:
         code = broker.stop()
         assert code == 0, f"broker exited with {code}:\n{broker.output()}"
+
+
+def add_users(broker: BrokerProcess, users: dict[str, str]) -> None:
+    """SCRAM users (`loglake users add` over the broker's HTTP API, as long as it asks for no
+    authentication: a test then restarts the broker with its security on)."""
+    for user, password in users.items():
+        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
+        added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
+        assert added.returncode == 0, added.stderr
 
 
 def unique_name(base: str) -> str:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,7 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from bench.pki import Pki, make_pki
-from client_helpers import make_broker, serve, unique_name
+from client_helpers import add_users, make_broker, serve, unique_name
 from ingest_gateway.kafka_client import KafkaClient
 from ingest_gateway.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
@@ -66,10 +68,7 @@ def broker(
     # The users first (over HTTP, before any security), then a restart with the authorizer,
     # HTTP Basic authentication on the plain HTTP listener, and an HTTPS one.
     process.start()
-    for user, password in USERS.items():
-        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", user, "--password", password]
-        added = subprocess.run([*argv, "--bootstrap-http", process.http_url], capture_output=True, text=True)
-        assert added.returncode == 0, added.stderr
+    add_users(process, USERS)
     assert process.stop() == 0
     process.overrides.update(
         {
@@ -79,9 +78,18 @@ def broker(
             "http.listeners": process.overrides["http.listeners"] + f",https://127.0.0.1:{https_port}",
             "ssl.keystore.location": str(pki.server),
             "ssl.truststore.location": str(pki.ca),
+            "listener.name.https.ssl.client.auth": "required",
         }
     )
     yield from serve(process)
+
+
+def tls(pki: Pki, certificate: tuple[Path, Path] | None) -> ssl.SSLContext:
+    """httpx's TLS: the broker verified against the CA, with a client certificate (cert, key)."""
+    context = ssl.create_default_context(cafile=pki.ca)
+    if certificate is not None:
+        context.load_cert_chain(*certificate)
+    return context
 
 
 def config(sasl_port: int, user: str) -> dict[str, str]:
@@ -279,14 +287,15 @@ def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls
     grant(admin, topic_acl(topic, "User:alice", AclOperation.WRITE))
     produced = httpx.post(f"{url}/topics/{topic}", json=body, headers=BINARY, auth=("alice", USERS["alice"]))
     assert produced.status_code == 200, produced.text
-    # Over HTTPS, verified against the CA; the super user may do anything.
+    # Over HTTPS (which asks for a client certificate), verified against the CA; Basic
+    # credentials name the principal over the certificate's; the super user may do anything.
     secure = f"https://127.0.0.1:{https_port}"
     read = httpx.get(
         f"{secure}/topics/{topic}/partitions/0/records",
         params={"offset": 0},
         headers={"accept": BINARY["content-type"]},
         auth=("admin", USERS["admin"]),
-        verify=str(pki.ca),
+        verify=tls(pki, (pki.client_cert, pki.client_key)),
     )
     assert read.status_code == 200 and [r["value"] for r in read.json()] == ["aGk="]
     # Administration needs the cluster: alice may not list users; the CLI authenticates too.
@@ -300,6 +309,38 @@ def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls
 
 
 BINARY = {"content-type": "application/vnd.kafka.binary.v2+json"}
+ALICE_CERTIFICATE = "User:CN=alice,OU=eng,O=loglake"  # bench/pki.py's client certificate
+
+
+def test_the_https_api_takes_a_client_certificate_as_the_principal(admin, broker, https_port, pki) -> None:
+    """ssl.client.auth=required on the HTTPS listener: the verified certificate's RFC 2253
+    subject is the principal, authorized by the same ACLs as on the Kafka listeners."""
+    topic = unique_name("https-cert")
+    create(admin, topic)
+    records = f"https://127.0.0.1:{https_port}/topics/{topic}/partitions/0/records"
+    body = {"records": [{"value": "aGk="}]}
+    alice = tls(pki, (pki.client_cert, pki.client_key))
+    refused = httpx.post(records.removesuffix("/partitions/0/records"), json=body, headers=BINARY, verify=alice)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error_code"] == 40301 and refused.json()["kafka_error"] == "TOPIC_AUTHORIZATION_FAILED"
+    assert ALICE_CERTIFICATE in refused.json()["message"]
+    grant(
+        admin,
+        topic_acl(topic, ALICE_CERTIFICATE, AclOperation.WRITE),
+        topic_acl(topic, ALICE_CERTIFICATE, AclOperation.READ),
+    )
+    produced = httpx.post(records.removesuffix("/partitions/0/records"), json=body, headers=BINARY, verify=alice)
+    assert produced.status_code == 200, produced.text
+    read = httpx.get(records, params={"offset": 0}, headers={"accept": BINARY["content-type"]}, verify=alice)
+    assert read.status_code == 200 and [r["value"] for r in read.json()] == ["aGk="]
+    # Basic credentials, when sent, name the principal instead (bob has no ACL), and wrong ones are refused.
+    as_bob = httpx.get(records, params={"offset": 0}, auth=("bob", USERS["bob"]), verify=alice)
+    assert as_bob.status_code == 403 and "User:bob " in as_bob.json()["message"]
+    assert httpx.get(records, params={"offset": 0}, auth=("alice", "nope"), verify=alice).status_code == 401
+    # Without a certificate, or with one the truststore does not vouch for, there is no TLS session.
+    for certificate in (None, (pki.stranger_cert, pki.stranger_key)):
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(records, params={"offset": 0}, auth=("admin", USERS["admin"]), verify=tls(pki, certificate))
 
 
 def test_the_acls_cli_adds_lists_and_removes(admin, broker) -> None:

@@ -70,3 +70,34 @@ def test_a_run_without_the_loglake_virtualenv_fails_at_once(airflow: AirflowRunn
 
     assert (result.state, result.tasks) == ("failed", {"delta_sink": "failed"})
     assert f"{tmp_path / 'no-venv' / 'python'} is not an executable: run `make setup`" in result.log
+
+
+def test_security_settings_reach_the_jobs_as_options(airflow: AirflowRunner) -> None:
+    parsed = airflow.parse(
+        {
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "tiering.kafka.ssl.truststore.location": "/etc/loglake/ca.pem",
+            "tiering.args": "--lake-root /lake",
+        }
+    )
+
+    assert parsed["import_errors"] == {}
+    tiering = parsed["dags"]["loglake_tiering"]["tasks"]["tiering"]["application_args"]
+    assert tiering[4:] == [
+        "--option", "kafka.sasl.mechanism=SCRAM-SHA-512",
+        "--option", "kafka.security.protocol=SASL_SSL",
+        "--option", "kafka.ssl.truststore.location=/etc/loglake/ca.pem",
+        "--lake-root", "/lake",
+    ]  # fmt: skip
+    compaction = parsed["dags"]["loglake_compaction"]["tasks"]["compaction"]["application_args"]
+    assert "kafka.security.protocol=SASL_SSL" in compaction and not any("truststore" in a for a in compaction)
+
+
+def test_secrets_are_refused_as_settings(airflow: AirflowRunner) -> None:
+    parsed = airflow.parse({"kafka.sasl.jaas.config": 'x required username="u" password="p";'})
+
+    assert len(parsed["import_errors"]) == len(DAG_JOBS)  # each DAG file refuses
+    error = next(iter(parsed["import_errors"].values()))
+    assert "kafka.sasl.jaas.config: secrets are not settings" in error and "'loglake_kafka'" in error
+    assert 'password="p"' not in error

@@ -5,35 +5,23 @@ credentials fail with a clear error."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
-from clients.client_helpers import create_topic, make_broker, serve, unique_name
+from clients.client_helpers import add_users, create_topic, sasl_ssl_broker, serve, unique_name
 
 from bench.pki import make_pki
-from ingest_gateway.process import BrokerProcess, free_port
+from ingest_gateway.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, dict[str, str]]]:
     pki = make_pki(tmp_path_factory.mktemp("pki"))
-    port = free_port()
-    process = make_broker(tmp_path_factory.mktemp("secure") / "logs")
-    process.overrides.update(
-        {
-            "listeners": process.overrides["listeners"] + f",SASL_SSL://127.0.0.1:{port}",
-            "ssl.keystore.location": str(pki.server),
-            "ssl.truststore.location": str(pki.ca),
-        }
-    )
+    process, address = sasl_ssl_broker(tmp_path_factory.mktemp("secure") / "logs", pki)
     for broker in serve(process):
-        argv = [sys.executable, "-m", "loglake.cli", "users", "add", "--user", "spark", "--password", "spark-secret"]
-        added = subprocess.run([*argv, "--bootstrap-http", broker.http_url], capture_output=True, text=True)
-        assert added.returncode == 0, added.stderr
+        add_users(broker, {"spark": "spark-secret"})
         options = {
-            "kafka.bootstrap.servers": f"127.0.0.1:{port}",
+            "kafka.bootstrap.servers": address,
             "kafka.security.protocol": "SASL_SSL",
             "kafka.sasl.mechanism": "SCRAM-SHA-512",
             "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "

@@ -31,9 +31,9 @@ from jobs.tier import (
     tier_topic,
 )
 from loglake.spark.batch_reader import LoglakeBatchReader, OffsetRangePartition
+from loglake.spark.job_cluster import ClusterAccess
 from loglake.spark.lake import tier_app_id
 from loglake.spark.options import parse_read_options
-from loglake.spark.protocol_client import ProtocolClient
 from source_helpers import REPO, job_environment
 
 HOUR_MS = 3_600_000
@@ -159,11 +159,11 @@ def test_offsets_below_an_expired_lake_part_are_read_from_the_log(loglake_spark,
     produced = produce(broker, topic, 0, 200, timestamp=int(time.time() * 1000) - 2 * HOUR_MS)
     produced += produce(broker, topic, 200, 200)
     table = str(lake / topic)
-    with ProtocolClient(broker.bootstrap) as client:
+    with ClusterAccess(broker.bootstrap).connect("test") as cluster:
         # Copied, not yet recorded with the leader (a job between its commit and its report):
         # the broker deletes nothing, and the old rows expire from the lake only.
-        assert copy(loglake_spark, broker.bootstrap, topic, table, plan_topic(client, topic, table)) > 200
-        assert expire(client, topic, table, int(time.time() * 1000)) == 200
+        assert copy(loglake_spark, cluster, topic, table, plan_topic(cluster, topic, table)) > 200
+        assert expire(cluster, topic, table, int(time.time() * 1000)) == 200
     tiered = DeltaTable(table).transaction_version(tier_app_id(topic, 0))
     assert lake_offsets(lake, topic) == list(range(200, tiered))
     assert state(broker, topic)["log_start_offset"] == 0
@@ -203,26 +203,26 @@ def test_two_tier_jobs_at_once_copy_each_range_once(loglake_spark, broker, lake,
     create_topic(broker.bootstrap, topic, config=TIERED)
     produce(broker, topic, 0, 300)
     table = str(lake / topic)
-    with ProtocolClient(broker.bootstrap) as client:
+    with ClusterAccess(broker.bootstrap).connect("test") as cluster:
         # Both plan against no table; the rival creates it and commits first.
-        stale = plan_topic(client, topic, table)
-        assert tier_topic(loglake_spark, client, broker.bootstrap, topic, table) > 0
+        stale = plan_topic(cluster, topic, table)
+        assert tier_topic(loglake_spark, cluster, topic, table) > 0
         with pytest.raises(TierConflict):
-            copy(loglake_spark, broker.bootstrap, topic, table, stale)
+            copy(loglake_spark, cluster, topic, table, stale)
 
         # Both plan against the same version; the rival commits the same app transactions first.
         produce(broker, topic, 300, 200)
-        stale = plan_topic(client, topic, table)
+        stale = plan_topic(cluster, topic, table)
         rival_rows = []
 
         def rival() -> None:
             if not rival_rows:
-                rival_rows.append(tier_topic(loglake_spark, client, broker.bootstrap, topic, table))
+                rival_rows.append(tier_topic(loglake_spark, cluster, topic, table))
 
-        assert tier_topic(loglake_spark, client, broker.bootstrap, topic, table, before_commit=rival) == 0
+        assert tier_topic(loglake_spark, cluster, topic, table, before_commit=rival) == 0
         assert rival_rows[0] > 0
         with pytest.raises(TierConflict):
-            copy(loglake_spark, broker.bootstrap, topic, table, stale)
+            copy(loglake_spark, cluster, topic, table, stale)
 
     tiered = DeltaTable(table).transaction_version(tier_app_id(topic, 0))
     assert lake_offsets(lake, topic) == list(range(tiered))

@@ -132,6 +132,14 @@ def peek_batch_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> int | 
     return _OFFSET_LENGTH.unpack_from(buf, pos)[1] + LOG_OVERHEAD
 
 
+def first_batch_transactional(buf: bytes | bytearray | memoryview | None) -> bool:
+    """Whether the records a client sent start with a transactional batch (what Kafka's
+    RequestUtils.hasTransactionalRecords looks at); False for too short or no records."""
+    if buf is None or len(buf) < HEADER_SIZE:
+        return False
+    return bool(buf[ATTRIBUTES_POS + 1] & TRANSACTIONAL_MASK)
+
+
 def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordBatchHeader:
     """Parse and check one complete batch at `pos`: length, magic, CRC-32C.
 

@@ -234,3 +234,40 @@ class Authorizer:
             return False
         allowing = (operation, AclOperation.ALL, *_IMPLIED_BY.get(operation, ()))
         return any(e.permission == AclPermissionType.ALLOW and e.operation in allowing for e in mine)
+
+    def authorize_by_resource_type(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """Whether some resource of the type may be `operation`-ed by the principal (Kafka's
+        `authorizeByResourceType`, KIP-679: an idempotent producer needs WRITE on any topic):
+        an ALLOW of the operation (or ALL) whose pattern no DENY covers, a LITERAL "*" DENY
+        refusing everything."""
+        # Super users, and allow.everyone.if.no.acl.found for a type without ACLs, as Kafka
+        # checks a made-up name first.
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        allowed: list[ResourcePattern] = []
+        wildcard_allowed = False
+        denied_literal: set[str] = set()
+        denied_prefixes: set[str] = set()
+        for pattern, entries in self._acls.items():
+            if pattern.resource_type != resource_type:
+                continue
+            for e in entries:
+                if not e.applies_to(principal, host) or e.operation not in (operation, AclOperation.ALL):
+                    continue
+                if e.permission == AclPermissionType.DENY:
+                    if pattern.pattern_type == PatternType.LITERAL and pattern.name == WILDCARD:
+                        return False
+                    (denied_prefixes if pattern.pattern_type == PatternType.PREFIXED else denied_literal).add(
+                        pattern.name
+                    )
+                elif pattern.pattern_type == PatternType.LITERAL and pattern.name == WILDCARD:
+                    wildcard_allowed = True
+                else:
+                    allowed.append(pattern)
+        return wildcard_allowed or any(
+            not (p.pattern_type == PatternType.LITERAL and p.name in denied_literal)
+            and not any(p.name.startswith(prefix) for prefix in denied_prefixes)
+            for p in allowed
+        )

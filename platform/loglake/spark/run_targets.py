@@ -23,11 +23,13 @@ from loglake.spark.faults import fault_point
 from loglake.spark.group_runs import Run
 from loglake.spark.offset_ranges import discover_partitions, list_offsets
 from loglake.spark.options import TopicSelection
-from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProtocolClient
+from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from loglake.spark.sink import parse_write_options, produce_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from loglake.spark.job_cluster import ClusterAccess
 
 RUN_HEADER = "loglake.run"
 SEQ_HEADER = "loglake.seq"
@@ -92,7 +94,7 @@ class ParquetTarget:
 @dataclass
 class TopicTarget:
     spark: SparkSession
-    bootstrap_servers: str
+    cluster: ClusterAccess
     topic: str
     group_id: str
 
@@ -100,7 +102,7 @@ class TopicTarget:
         return 0  # a run's records are found from the target offsets in its plan
 
     def _end_offsets(self, timestamp: int) -> dict[int, int]:
-        with ProtocolClient(self.bootstrap_servers) as client:
+        with self.cluster.client() as client:
             partitions = discover_partitions(client, TopicSelection("topic", topics=(self.topic,)))
             return {tp.partition: o for tp, o in list_offsets(client, dict.fromkeys(partitions, timestamp)).items()}
 
@@ -112,7 +114,7 @@ class TopicTarget:
         from pyspark.sql import functions as F
 
         options = parse_write_options(
-            {"kafka.bootstrap.servers": self.bootstrap_servers, "topic": self.topic}, output.schema, streaming=False
+            {**self.cluster.source_options(), "topic": self.topic}, output.schema, streaming=False
         )
         columns = [c for c in _SINK_COLUMNS if c in output.columns]
         # Numbered in the order of all the columns: the same input gives the same numbers
@@ -142,7 +144,7 @@ class TopicTarget:
         starts = {str(p): run.target_starts.get(p, EARLIEST_TIMESTAMP) for p in partitions}
         records = (
             self.spark.read.format("loglake")
-            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+            .options(**self.cluster.source_options())
             .option("subscribe", self.topic)
             .option("startingOffsets", json.dumps({self.topic: starts}))
             .option("includeHeaders", "true")
