@@ -28,7 +28,8 @@ from loglake.security.acls import (
 from ingest_gateway.http_errors import BadRequest, json_object
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.acl_apis import AclApis
+    from ingest_gateway.authorization import RequestAuthorization
 
 _TYPES = {v.lower(): k for k, v in RESOURCE_NAMES.items()}
 _OPERATIONS = {v.lower(): k for k, v in OPERATION_NAMES.items()}
@@ -66,18 +67,18 @@ def _filter(params: dict[str, str]) -> AclBindingFilter:
     )
 
 
-def acl_routes(broker: Broker) -> APIRouter:
+def acl_routes(acl_apis: AclApis, authorization: RequestAuthorization) -> APIRouter:
     router = APIRouter()
 
     def require_authorizer() -> None:
-        if not broker.authorization.enabled:
+        if not authorization.enabled:
             raise KafkaError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
 
     @router.get("/acls")
     async def list_acls(request: Request) -> list[dict[str, str]]:
         """The ACLs matching the query's filter (resource_type, resource_name, ...)."""
         require_authorizer()
-        return [binding_json(b) for b in broker.acl_apis.bindings(_filter(dict(request.query_params)))]
+        return [binding_json(b) for b in acl_apis.bindings(_filter(dict(request.query_params)))]
 
     @router.post("/acls", status_code=201)
     async def add_acl(request: Request) -> dict[str, str]:
@@ -99,7 +100,7 @@ def acl_routes(broker: Broker) -> APIRouter:
         problem = validate_binding(binding)
         if problem is not None:
             raise BadRequest(422, problem, 2)
-        await broker.acl_apis.change([binding], [])
+        await acl_apis.change([binding], [])
         return binding_json(binding)
 
     @router.delete("/acls")
@@ -109,9 +110,9 @@ def acl_routes(broker: Broker) -> APIRouter:
         params = dict(request.query_params)
         if "resource_type" not in params:
             raise BadRequest(422, "say which ACLs to remove: resource_type (and more) in the query", 2)
-        doomed = broker.acl_apis.bindings(_filter(params))
+        doomed = acl_apis.bindings(_filter(params))
         if doomed:
-            await broker.acl_apis.change([], doomed)
+            await acl_apis.change([], doomed)
         return Response(status_code=204)
 
     return router

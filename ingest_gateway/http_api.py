@@ -115,12 +115,16 @@ def create_app(broker: Broker) -> FastAPI:
         return error_response(exc.status, exc.message, sub=exc.sub)
 
     app.include_router(group_routes(broker))
-    app.include_router(tiering_routes(broker))
-    app.include_router(transaction_routes(broker))
-    app.include_router(reassignment_routes(broker))
-    app.include_router(broker_config_routes(broker))
-    app.include_router(user_routes(broker))
-    app.include_router(acl_routes(broker))
+    app.include_router(tiering_routes(broker.replica_manager, broker.store))
+    app.include_router(
+        transaction_routes(
+            broker.config.broker_id, broker.transaction_coordinator, broker.replica_manager, broker.marker_writer
+        )
+    )
+    app.include_router(reassignment_routes(broker.admin))
+    app.include_router(broker_config_routes(broker.dynamic_config, broker.metadata_cache, broker.store))
+    app.include_router(user_routes(broker.store))
+    app.include_router(acl_routes(broker.acl_apis, broker.authorization))
     app.include_router(console_routes(broker))
 
     @app.get("/healthz")

@@ -15,16 +15,19 @@ from loglake.broker_configs import DEFAULT_ENTITY, sensitive_broker_config
 from ingest_gateway.http_errors import BadRequest, json_object
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.coordination.store import MetadataStore
+
+    from ingest_gateway.dynamic_config import DynamicConfigManager
+    from ingest_gateway.metadata_cache import MetadataCache
 
 
-def broker_config_routes(broker: Broker) -> APIRouter:
+def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCache, store: MetadataStore) -> APIRouter:
     router = APIRouter()
 
     def entity_of(name: str) -> str:
         if name == DEFAULT_ENTITY:
             return name
-        if not name.isdigit() or int(name) not in broker.image.brokers:
+        if not name.isdigit() or int(name) not in cache.image.brokers:
             raise BadRequest(404, f"no broker {name!r} is registered (or use {DEFAULT_ENTITY!r})", 3)
         return name
 
@@ -37,7 +40,7 @@ def broker_config_routes(broker: Broker) -> APIRouter:
         """The dynamic configs stored for one broker (or the cluster-wide default); the values
         of sensitive ones are null."""
         entity = entity_of(name)
-        return {"broker": name, "configs": shown(broker.store.broker_configs().get(entity, {}))}
+        return {"broker": name, "configs": shown(store.broker_configs().get(entity, {}))}
 
     @router.patch("/brokers/{name}/configs")
     async def alter(name: str, request: Request) -> dict[str, Any]:
@@ -46,8 +49,8 @@ def broker_config_routes(broker: Broker) -> APIRouter:
         changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
-        manager = broker.dynamic_config
-        stored = dict(broker.store.broker_configs().get(entity, {}))
+        manager = dynamic_config
+        stored = dict(store.broker_configs().get(entity, {}))
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
         manager.config.validate({k: v for k, v in changes.items() if v != ""})
         manager.write(entity, wanted)

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request
 from ingest_gateway.http_errors import BadRequest
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.admin_manager import AdminManager
 
 
 def _plan_targets(doc: Any) -> dict[tuple[str, int], tuple[int, ...] | None]:
@@ -39,12 +39,12 @@ def _plan_targets(doc: Any) -> dict[tuple[str, int], tuple[int, ...] | None]:
     return targets
 
 
-def reassignment_routes(broker: Broker) -> APIRouter:
+def reassignment_routes(admin: AdminManager) -> APIRouter:
     router = APIRouter()
 
     @router.get("/reassignments")
     async def list_reassignments() -> dict[str, Any]:
-        ongoing = broker.controller.list_partition_reassignments(None)
+        ongoing = admin.list_partition_reassignments(None)
         return {
             "partitions": [
                 {
@@ -66,7 +66,7 @@ def reassignment_routes(broker: Broker) -> APIRouter:
             doc = await request.json()
         except ValueError:
             raise BadRequest(422, "the body must be a JSON reassignment plan", 2) from None
-        results = await broker.admin.alter_partition_reassignments(_plan_targets(doc))
+        results = await admin.alter_partition_reassignments(_plan_targets(doc))
         return {
             "partitions": [
                 {

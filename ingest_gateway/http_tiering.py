@@ -16,14 +16,16 @@ from ingest_gateway.http_errors import BadRequest
 from loglake.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.coordination.store import MetadataStore
+
+    from ingest_gateway.replica_manager import ReplicaManager
 
 
-def tiering_routes(broker: Broker) -> APIRouter:
+def tiering_routes(replica_manager: ReplicaManager, store: MetadataStore) -> APIRouter:
     router = APIRouter()
 
     def leader_with_remote_storage(topic: str, partition: int):
-        p = broker.replica_manager.leader_partition(topic, partition)
+        p = replica_manager.leader_partition(topic, partition)
         if not p.log.config.remote_storage_enable:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"topic {topic} does not have remote.storage.enable=true")
         return p
@@ -36,7 +38,7 @@ def tiering_routes(broker: Broker) -> APIRouter:
         log's bytes, is the log's part of the history that retention.bytes bounds."""
         p = leader_with_remote_storage(topic, partition)
         log = p.log
-        tiered = await asyncio.to_thread(broker.store.tiered_offset, topic, partition)
+        tiered = await asyncio.to_thread(store.tiered_offset, topic, partition)
         log_start, size = log.start_and_size()
         return {
             "log_start_offset": log_start,
@@ -61,7 +63,7 @@ def tiering_routes(broker: Broker) -> APIRouter:
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"tiered offset {offset} of {topic}-{partition} is outside [0, {p.high_watermark}] (the high watermark)",
             )
-        stored = await asyncio.to_thread(broker.store.record_tiered_offset, topic, partition, offset)
+        stored = await asyncio.to_thread(store.record_tiered_offset, topic, partition, offset)
         return {"tiered_offset": stored}
 
     return router

@@ -16,12 +16,16 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import TopicPartition
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.transactions import TransactionCoordinator
+
+    from ingest_gateway.replica_manager import ReplicaManager
+    from ingest_gateway.txn_apis import MarkerWriter
 
 
-def transaction_routes(broker: Broker) -> APIRouter:
+def transaction_routes(
+    broker_id: int, coordinator: TransactionCoordinator, replica_manager: ReplicaManager, marker_writer: MarkerWriter
+) -> APIRouter:
     router = APIRouter()
-    coordinator = broker.transaction_coordinator
 
     @router.get("/transactions")
     async def list_transactions(
@@ -33,7 +37,7 @@ def transaction_routes(broker: Broker) -> APIRouter:
         if error is not ErrorCode.NONE:
             raise KafkaError(error, "the coordinator is loading its transactions; retry")
         return {
-            "broker_id": broker.config.broker_id,
+            "broker_id": broker_id,
             "transactions": [
                 {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "state": t.state}
                 for t in sorted(listings, key=lambda t: t.transactional_id)
@@ -48,7 +52,7 @@ def transaction_routes(broker: Broker) -> APIRouter:
             raise KafkaError(d.error, f"transactional id {transactional_id!r}: {d.error.name}")
         return {
             "transactional_id": d.transactional_id,
-            "coordinator": broker.config.broker_id,
+            "coordinator": broker_id,
             "state": d.state,
             "producer_id": d.producer_id,
             "producer_epoch": d.producer_epoch,
@@ -62,7 +66,7 @@ def transaction_routes(broker: Broker) -> APIRouter:
         """The producers of a partition this broker leads, as DescribeProducers answers:
         current_txn_start_offset is the first offset of the producer's open transaction, -1
         if none."""
-        leader = broker.replica_manager.leader_partition(topic, partition)
+        leader = replica_manager.leader_partition(topic, partition)
         producers = list(leader.log.producer_state.producers.values())
         return {
             "topic": topic,
@@ -90,7 +94,7 @@ def transaction_routes(broker: Broker) -> APIRouter:
             raise BadRequest(422, 'body must be {"start_offset": <int>}', 2) from None
         if not isinstance(start_offset, int) or isinstance(start_offset, bool):
             raise BadRequest(422, "'start_offset' must be an integer", 2)
-        log = broker.replica_manager.leader_partition(topic, partition).log
+        log = replica_manager.leader_partition(topic, partition).log
         entry = next(
             (e for e in list(log.producer_state.producers.values()) if e.current_txn_first_offset == start_offset),
             None,
@@ -98,7 +102,7 @@ def transaction_routes(broker: Broker) -> APIRouter:
         if entry is None:
             raise BadRequest(404, f"no open transaction of {topic}-{partition} starts at offset {start_offset}", 4)
         tp = TopicPartition(topic, partition)
-        errors = await broker.marker_writer.write(entry.producer_id, entry.producer_epoch, False, -1, [tp])
+        errors = await marker_writer.write(entry.producer_id, entry.producer_epoch, False, -1, [tp])
         if errors[tp] is not ErrorCode.NONE:
             raise KafkaError(errors[tp], f"writing the ABORT marker on {topic}-{partition} failed")
         return {"producer_id": entry.producer_id, "producer_epoch": entry.producer_epoch, "aborted": True}

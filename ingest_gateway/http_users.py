@@ -23,7 +23,7 @@ from loglake.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, 
 from ingest_gateway.http_errors import BadRequest, json_object
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.coordination.store import MetadataStore
 
 
 def _describe(user: str, credentials: dict[str, str]) -> dict[str, Any]:
@@ -36,9 +36,8 @@ def _describe(user: str, credentials: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def user_routes(broker: Broker) -> APIRouter:
+def user_routes(store: MetadataStore) -> APIRouter:
     router = APIRouter()
-    store = broker.store
 
     @router.get("/users")
     async def list_users() -> list[dict[str, Any]]:
