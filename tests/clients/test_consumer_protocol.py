@@ -12,20 +12,19 @@ import httpx
 import pytest
 
 from bench.rebalance import Member, compare, wait_until
-from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
+from client_helpers import (
+    CONSUMER_GROUP_OVERRIDES,
+    CONSUMER_GROUP_SESSION_TIMEOUT_MS,
+    create_topic,
+    make_broker,
+    produce_values,
+    raw_request,
+    serve,
+    unique_name,
+)
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
-
-SESSION_TIMEOUT_MS = 3000
-# Short consumer-group timeouts, below Kafka's minimums (which the broker checks, hence the
-# lowered bounds), so that fencing and reconciliation happen within a test's time.
-CONSUMER_GROUP_OVERRIDES = {
-    "group.consumer.session.timeout.ms": str(SESSION_TIMEOUT_MS),
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.heartbeat.interval.ms": "300",
-    "group.consumer.min.heartbeat.interval.ms": "100",
-}
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +111,12 @@ def test_killed_member_partitions_move_after_session_timeout(broker: BrokerProce
         killed_at = time.monotonic()
         values = [b"v%d" % i for i in range(40)]
         produce_values(broker.bootstrap, topic, values)
-        wait_until(lambda: len(survivor.partitions()) == 4, timeout=SESSION_TIMEOUT_MS / 1000 + 8, what="takeover")
-        assert time.monotonic() - killed_at >= SESSION_TIMEOUT_MS / 1000 - 1.0
+        wait_until(
+            lambda: len(survivor.partitions()) == 4,
+            timeout=CONSUMER_GROUP_SESSION_TIMEOUT_MS / 1000 + 8,
+            what="takeover",
+        )
+        assert time.monotonic() - killed_at >= CONSUMER_GROUP_SESSION_TIMEOUT_MS / 1000 - 1.0
         wait_until(lambda: len(survivor.received) >= len(values), what="every record consumed")
         assert sorted(v for _, _, v in survivor.received) == sorted(values)
     finally:
