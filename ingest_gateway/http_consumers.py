@@ -353,7 +353,8 @@ class ConsumerManager:
 
     async def _consumer_membership(self, instance: ConsumerInstance) -> None:
         """Heartbeat, reconcile, acknowledge; rejoin (epoch 0) after being fenced."""
-        instance.generation_id = 0
+        # Its own member id (as Kafka's consumers make theirs): leaving needs no answer first.
+        instance.member_id, instance.generation_id = str(uuid.uuid4()), 0
         loop = asyncio.get_running_loop()
         while True:
             joining = instance.generation_id == 0
@@ -391,7 +392,6 @@ class ConsumerManager:
     ) -> float:
         """Applies a heartbeat's answer; the seconds until the next heartbeat."""
         if result.error == ErrorCode.NONE:
-            instance.member_id = result.member_id or instance.member_id
             instance.generation_id = result.member_epoch
             if result.assignment is not None:
                 await self._reconcile(instance, result.assignment)
