@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import os
 import random
 import threading
 import time
@@ -390,6 +391,7 @@ def main() -> None:
         "group.consumer.min.heartbeat.interval.ms": str(min(args.heartbeat_ms, 5000)),
     }
     sizes = [*range(args.low, args.high + 1), *range(args.high - 1, args.low - 1, -1)]
+    load_before = os.getloadavg()[0]
     with loglake_broker(overrides) as broker:
         results = compare(
             broker.bootstrap,
@@ -402,7 +404,9 @@ def main() -> None:
         )
     print(
         f"{args.low} -> {args.high} -> {args.low} members one at a time ({len(sizes) - 1} steps), {PARTITIONS} "
-        f"partitions, a record every {PRODUCE_INTERVAL_S * 1000:g} ms, heartbeats every {args.heartbeat_ms} ms"
+        f"partitions, a record every {PRODUCE_INTERVAL_S * 1000:g} ms, heartbeats every {args.heartbeat_ms} ms; "
+        # Eager rebalances wait for every member: they stretch with the machine's load.
+        f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
     )
     print(
         f"{'protocol':12} {'change s':>8} {'revoked':>7} {'not consuming s':>15} {'ratio':>5} "
