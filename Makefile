@@ -35,3 +35,4 @@ bench: setup
 	$(PY) -m bench.retention
 	$(PY) -m bench.spark_read
 	$(PY) -m bench.delta_sink
+	$(PY) -m bench.rebalance

@@ -115,8 +115,9 @@ class Broker:
         self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
         self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
+        group_config = GroupConfig.from_properties(config.raw)
         self.group_coordinator = GroupCoordinator(
-            GroupConfig.from_properties(config.raw),
+            group_config,
             ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC),
             # The image is replaced whole on each update: read the current one every time.
             topics=lambda: self.image.topic_snapshot(),
@@ -147,7 +148,7 @@ class Broker:
         self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
         self.dynamic_config = DynamicConfigManager(self)
-        self.consumer_manager = ConsumerManager(self, self.group_coordinator)
+        self.consumer_manager = ConsumerManager(self, self.group_coordinator, assignors=group_config.consumer.assignors)
         self.coordinators = CoordinatorLocator(
             config,
             self.metadata_cache,

@@ -67,8 +67,19 @@ def group_routes(broker: Broker) -> APIRouter:
     @router.post("/consumers/{group_id}")
     async def create_consumer(group_id: str, request: Request) -> dict[str, Any]:
         """Create a consumer instance: {"name", "format": "binary"|"json", "auto.offset.reset",
-        "auto.commit.enable", "isolation.level": "read_committed" (default)|"read_uncommitted"}."""
+        "auto.commit.enable", "isolation.level": "read_committed" (default)|"read_uncommitted",
+        "group.protocol": "classic" (default)|"consumer", "group.remote.assignor" (consumer)}."""
         doc = await _optional_json(request)
+        protocol = doc.get("group.protocol", CLASSIC_GROUP_TYPE)
+        # Case-insensitive, as Kafka's consumers take it.
+        if not isinstance(protocol, str) or protocol.lower() not in (CLASSIC_GROUP_TYPE, CONSUMER_GROUP_TYPE):
+            raise BadRequest(422, "group.protocol must be 'classic' or 'consumer'", 2)
+        protocol = protocol.lower()
+        assignor = doc.get("group.remote.assignor")
+        if assignor is not None and protocol != CONSUMER_GROUP_TYPE:
+            raise BadRequest(422, "group.remote.assignor is only taken with group.protocol 'consumer'", 2)
+        if assignor is not None and assignor not in consumers.assignors:
+            raise BadRequest(422, f"group.remote.assignor must be one of {', '.join(consumers.assignors)}", 2)
         fmt = doc.get("format", "binary")
         if fmt not in ("binary", "json"):
             raise BadRequest(422, "format must be 'binary' or 'json'", 2)
@@ -78,7 +89,9 @@ def group_routes(broker: Broker) -> APIRouter:
         auto_commit = str(doc.get("auto.commit.enable", "true")).lower() == "true"
         read_committed = parse_isolation(doc.get("isolation.level", "read_committed"), "isolation.level")
         broker.coordinators.group_coordinator(group_id)
-        instance = consumers.create(group_id, doc.get("name"), fmt, reset, auto_commit, read_committed)
+        instance = consumers.create(
+            group_id, doc.get("name"), fmt, reset, auto_commit, read_committed, protocol, assignor
+        )
         base = str(request.base_url).rstrip("/")
         return {"instance_id": instance.name, "base_uri": f"{base}/consumers/{group_id}/instances/{instance.name}"}
 
@@ -224,11 +237,15 @@ def group_routes(broker: Broker) -> APIRouter:
             raise BadRequest(422, "'offset' must be an integer with to=offset", 2)
         partitions = doc.get("partitions") or list(range(broker.image.partition_count(topic)))
         broker.coordinators.group_coordinator(group_id)
-        (described,) = await coordinator.describe_groups([group_id])
-        if described.members:
+        (consumer_group,) = await coordinator.consumer_group_describe([group_id])
+        members = consumer_group.members
+        if consumer_group.error is not ErrorCode.NONE:  # not a consumer-protocol group
+            (described,) = await coordinator.describe_groups([group_id])
+            members = described.members
+        if members:
             raise KafkaError(
                 ErrorCode.NON_EMPTY_GROUP,
-                f"group {group_id!r} has {len(described.members)} active members; stop them before resetting offsets",
+                f"group {group_id!r} has {len(members)} active members; stop them before resetting offsets",
             )
         offsets = {}
         for p in partitions:

@@ -30,6 +30,16 @@ BROKER_OVERRIDES = {
     "auto.create.topics.enable": "true",
 }
 
+# Short consumer-group (KIP-848) timeouts, below Kafka's minimums (which the broker checks,
+# hence the lowered bounds), so that fencing and reconciliation happen within a test's time.
+CONSUMER_GROUP_SESSION_TIMEOUT_MS = 3000
+CONSUMER_GROUP_OVERRIDES = {
+    "group.consumer.session.timeout.ms": str(CONSUMER_GROUP_SESSION_TIMEOUT_MS),
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.heartbeat.interval.ms": "300",
+    "group.consumer.min.heartbeat.interval.ms": "100",
+}
+
 
 def make_broker(log_dir: Path, **overrides: str) -> BrokerProcess:
     return BrokerProcess(log_dir, config=ROOT / "conf/server.properties", overrides={**BROKER_OVERRIDES, **overrides})

@@ -9,16 +9,18 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from client_helpers import create_topic, make_broker, produce_values, raw_request, serve, unique_name
-from console_helpers import cli_describe_group
-from consumer_helpers import (
+from bench.rebalance import Member, SteadyProducer, wait_until
+from client_helpers import (
     CONSUMER_GROUP_OVERRIDES,
-    Member,
-    SteadyProducer,
-    consumer_config,
-    heartbeat,
-    wait_until,
+    create_topic,
+    make_broker,
+    produce_values,
+    raw_request,
+    serve,
+    unique_name,
 )
+from console_helpers import cli_describe_group
+from consumer_helpers import consumer_config, heartbeat
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -80,7 +82,7 @@ def test_upgrade_then_downgrade_consumes_every_record_once(broker: BrokerProcess
     bootstrap = broker.bootstrap
     create_topic(bootstrap, topic, partitions=6)
     group = unique_name("migrating")
-    producer = SteadyProducer(bootstrap, topic)
+    producer = SteadyProducer(bootstrap, topic, 6)
     producer.start()
     classic = [Member(classic_config(bootstrap, group, strategy), topic) for _ in range(2)]
     for m in classic:
