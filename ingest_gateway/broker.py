@@ -148,7 +148,9 @@ class Broker:
         self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
         self.dynamic_config = DynamicConfigManager(self)
-        self.consumer_manager = ConsumerManager(self, self.group_coordinator, assignors=group_config.consumer.assignors)
+        self.consumer_manager = ConsumerManager(
+            self.metadata_cache, self.replica_manager, self.group_coordinator, assignors=group_config.consumer.assignors
+        )
         self.coordinators = CoordinatorLocator(
             config,
             self.metadata_cache,

@@ -114,7 +114,17 @@ def create_app(broker: Broker) -> FastAPI:
     async def _bad_request(request: Request, exc: BadRequest) -> Response:
         return error_response(exc.status, exc.message, sub=exc.sub)
 
-    app.include_router(group_routes(broker))
+    app.include_router(
+        group_routes(
+            broker_id=broker.config.broker_id,
+            coordinator=broker.group_coordinator,
+            consumers=broker.consumer_manager,
+            locator=broker.coordinators,
+            authorization=broker.authorization,
+            cache=broker.metadata_cache,
+            replica_manager=broker.replica_manager,
+        )
+    )
     app.include_router(tiering_routes(broker.replica_manager, broker.store))
     app.include_router(
         transaction_routes(
@@ -125,7 +135,9 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(broker_config_routes(broker.dynamic_config, broker.metadata_cache, broker.store))
     app.include_router(user_routes(broker.store))
     app.include_router(acl_routes(broker.acl_apis, broker.authorization))
-    app.include_router(console_routes(broker))
+    app.include_router(
+        console_routes(broker.config, broker.admin, broker.metadata_cache, broker.metrics, broker.cluster_status)
+    )
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:

@@ -55,7 +55,8 @@ from loglake.record.batch import Record
 from ingest_gateway.rest_records import read_records, visible_end
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,14 @@ class ConsumerInstance:
 class ConsumerManager:
     def __init__(
         self,
-        broker: Broker,
+        cache: MetadataCache,
+        replica_manager: ReplicaManager,
         coordinator: GroupCoordinator,
         instance_timeout_ms: int = INSTANCE_TIMEOUT_MS,
         assignors: tuple[str, ...] = (),
     ) -> None:
-        self._broker = broker
+        self._cache = cache
+        self._replica_manager = replica_manager
         self._coordinator = coordinator
         # The server assignors the coordinator offers consumer-protocol groups.
         self.assignors = assignors
@@ -137,7 +140,7 @@ class ConsumerManager:
 
     async def subscribe(self, instance: ConsumerInstance, topics: list[str]) -> None:
         for topic in topics:
-            self._broker.image.topic(topic)
+            self._cache.image.topic(topic)
         await self.unsubscribe(instance)
         instance.topics = tuple(topics)
         if instance.group_protocol == CONSUMER_GROUP_TYPE:
@@ -187,7 +190,7 @@ class ConsumerManager:
         if not instance.assigned.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(instance.assigned.wait(), max(0.0, deadline - loop.time()))
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
         while True:
             out: list[tuple[TopicPartition, Record]] = []
             budget = max_bytes
@@ -304,7 +307,7 @@ class ConsumerManager:
             instance.generation_id = join.generation_id
             assignments: dict[str, bytes] = {}
             if join.leader == join.member_id:
-                topics = self._broker.image.topics
+                topics = self._cache.image.topics
                 assignments = assign_group(
                     join.protocol_name or "range",
                     join.members,
@@ -335,7 +338,7 @@ class ConsumerManager:
         """Where newly assigned partitions start: the committed offset, else `auto.offset.reset`."""
         partitions = list(partitions)
         committed = await self.committed(instance, partitions) if partitions else {}
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
         positions = {}
         for tp in partitions:
             offset = committed.get(tp, -1)
@@ -422,7 +425,7 @@ class ConsumerManager:
         """Moves to the assignment the coordinator answered: the partitions that go first
         (their positions committed with auto-commit), then the new ones, which the
         coordinator hands out only once their previous owner gave them up."""
-        names = {topic_id: name for name, (topic_id, _) in self._broker.image.topic_snapshot().items()}
+        names = {topic_id: name for name, (topic_id, _) in self._cache.image.topic_snapshot().items()}
         target = {
             TopicPartition(names[tp.topic_id], p) for tp in assignment if tp.topic_id in names for p in tp.partitions
         }
@@ -439,7 +442,7 @@ class ConsumerManager:
         instance.assigned.set()
 
     def _owned(self, instance: ConsumerInstance) -> tuple[TopicPartitions, ...]:
-        ids = self._broker.image.topic_snapshot()
+        ids = self._cache.image.topic_snapshot()
         by_topic: dict[str, list[int]] = {}
         for tp in instance.assignment:
             by_topic.setdefault(tp.topic, []).append(tp.partition)

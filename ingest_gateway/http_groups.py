@@ -12,6 +12,7 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import (
+    GroupCoordinator,
     CONSUMER_PROTOCOL_TYPE,
     GroupDescription,
     GroupState,
@@ -27,7 +28,11 @@ from ingest_gateway.http_errors import BadRequest, JSONBytesResponse
 from ingest_gateway.rest_records import BINARY_V2, JSON_V2, parse_isolation, render_records
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from ingest_gateway.authorization import RequestAuthorization
+    from ingest_gateway.coordinator_locator import CoordinatorLocator
+    from ingest_gateway.http_consumers import ConsumerManager
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.replica_manager import ReplicaManager
 
 
 async def _optional_json(request: Request) -> dict[str, Any]:
@@ -57,10 +62,17 @@ def _check(error: ErrorCode, what: str) -> None:
         raise KafkaError(error, what)
 
 
-def group_routes(broker: Broker) -> APIRouter:
+def group_routes(
+    *,
+    broker_id: int,
+    coordinator: GroupCoordinator,
+    consumers: ConsumerManager,
+    locator: CoordinatorLocator,
+    authorization: RequestAuthorization,
+    cache: MetadataCache,
+    replica_manager: ReplicaManager,
+) -> APIRouter:
     router = APIRouter()
-    coordinator = broker.group_coordinator
-    consumers = broker.consumer_manager
 
     # Consumer instances (REST Proxy v2) --------------------------------------------------
 
@@ -88,7 +100,7 @@ def group_routes(broker: Broker) -> APIRouter:
             raise BadRequest(422, "auto.offset.reset must be 'earliest' or 'latest'", 2)
         auto_commit = str(doc.get("auto.commit.enable", "true")).lower() == "true"
         read_committed = parse_isolation(doc.get("isolation.level", "read_committed"), "isolation.level")
-        broker.coordinators.group_coordinator(group_id)
+        locator.group_coordinator(group_id)
         instance = consumers.create(
             group_id, doc.get("name"), fmt, reset, auto_commit, read_committed, protocol, assignor
         )
@@ -107,9 +119,7 @@ def group_routes(broker: Broker) -> APIRouter:
         if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
             raise BadRequest(422, "'topics' must be a non-empty list of topic names", 2)
         for topic in topics:  # the instance reads them inside the broker: check Read here
-            broker.authorization.require(
-                AclOperation.READ, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            )
+            authorization.require(AclOperation.READ, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
         await consumers.subscribe(consumers.get(group_id, name), topics)
         return Response(status_code=204)
 
@@ -188,7 +198,7 @@ def group_routes(broker: Broker) -> APIRouter:
     async def describe_group(group_id: str) -> dict[str, Any]:
         """Members and their assignment; per partition the committed offset, the log end
         offset and the lag (kafka-consumer-groups.sh --describe)."""
-        broker.coordinators.group_coordinator(group_id)
+        locator.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
         if consumer_group.error is ErrorCode.NONE:
             summary = _consumer_group_summary(consumer_group)
@@ -207,7 +217,7 @@ def group_routes(broker: Broker) -> APIRouter:
         }
         rows = []
         partitions = sorted(set(fetched.partitions) | set(owner))
-        ends = await _log_ends(broker, partitions)
+        ends = await _log_ends(broker_id, replica_manager, cache, partitions)
         for tp in partitions:
             po = fetched.partitions.get(tp)
             committed_offset = po.offset if po is not None and po.offset >= 0 else None
@@ -235,8 +245,8 @@ def group_routes(broker: Broker) -> APIRouter:
             raise BadRequest(422, "need 'topic' and 'to' (earliest, latest or offset)", 2)
         if to == "offset" and not isinstance(doc.get("offset"), int):
             raise BadRequest(422, "'offset' must be an integer with to=offset", 2)
-        partitions = doc.get("partitions") or list(range(broker.image.partition_count(topic)))
-        broker.coordinators.group_coordinator(group_id)
+        partitions = doc.get("partitions") or list(range(cache.image.partition_count(topic)))
+        locator.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
         members = consumer_group.members
         if consumer_group.error is not ErrorCode.NONE:  # not a consumer-protocol group
@@ -249,7 +259,7 @@ def group_routes(broker: Broker) -> APIRouter:
             )
         offsets = {}
         for p in partitions:
-            leader = broker.replica_manager.leader_partition(topic, p)
+            leader = replica_manager.leader_partition(topic, p)
             if to == "earliest":
                 target = leader.log_start_offset
             elif to == "latest":
@@ -266,7 +276,7 @@ def group_routes(broker: Broker) -> APIRouter:
 
     @router.delete("/groups/{group_id}", status_code=204)
     async def delete_group(group_id: str) -> Response:
-        broker.coordinators.group_coordinator(group_id)
+        locator.group_coordinator(group_id)
         errors = await coordinator.delete_groups([group_id])
         _check(errors[group_id], f"cannot delete group {group_id!r}")
         return Response(status_code=204)
@@ -339,23 +349,26 @@ def _consumer_group_summary(described: ConsumerGroupDescription) -> dict[str, An
 LEADER_TIMEOUT_S = 5.0
 
 
-async def _log_ends(broker: Broker, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+async def _log_ends(
+    broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int | None]:
     """Each partition's high watermark: read here for the partitions this broker leads, asked
     of the leader's HTTP API for the others (None where there is no answer)."""
     ends: dict[TopicPartition, int | None] = {}
     remote = []
     for tp in partitions:
         try:
-            ends[tp] = broker.replica_manager.leader_partition(tp.topic, tp.partition).high_watermark
+            ends[tp] = replica_manager.leader_partition(tp.topic, tp.partition).high_watermark
         except KafkaError:
             remote.append(tp)
     if not remote:
         return ends
-    urls = {b.broker_id: f"http://{b.http_host}:{b.http_port}" for b in broker.store.brokers().values()}
-    urls.pop(broker.config.broker_id, None)
+    image = cache.image
+    urls = {b.broker_id: f"http://{b.http_host}:{b.http_port}" for b in image.brokers.values()}
+    urls.pop(broker_id, None)
 
     async def ask(client: httpx.AsyncClient, tp: TopicPartition) -> int | None:
-        state = broker.image.partition_states.get(tp.topic, {}).get(tp.partition)
+        state = image.partition_states.get(tp.topic, {}).get(tp.partition)
         url = urls.get(state.leader) if state is not None else None
         if url is None:
             return None

@@ -24,7 +24,7 @@ from ingest_gateway.rest_records import BINARY_V2
 from loglake.cluster.leader_offsets import leaders_without_offsets, merge_leader_offsets
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from loglake.config import BrokerConfig
 
 # Other brokers answer within this or are shown as unreachable.
 REMOTE_TIMEOUT_S = 5.0
@@ -72,14 +72,17 @@ def _unb64(text: str | None) -> bytes | None:
 
 
 class Cluster:
-    """One console request's view of the cluster: use as `async with Cluster(broker, app)`."""
+    """One console request's view of the cluster: use as `async with Cluster(config, status, app)`."""
 
-    def __init__(self, broker: Broker, app: FastAPI, authorization: str | None = None) -> None:
-        """`authorization`: the console request's Authorization header, passed on so that
-        every broker authenticates and authorizes the same user."""
-        self.broker = broker
-        self.status = broker.cluster_status()
-        self.self_id = broker.config.broker_id
+    def __init__(
+        self, config: BrokerConfig, status: dict[str, Any], app: FastAPI, authorization: str | None = None
+    ) -> None:
+        """`status`: this broker's cluster status; `authorization`: the console request's
+        Authorization header, passed on so that every broker authenticates and authorizes
+        the same user."""
+        self._config = config
+        self.status = status
+        self.self_id = config.broker_id
         self._urls = {b["broker_id"]: b["http"] for b in self.status["brokers"]}
         self._headers = {"authorization": authorization} if authorization else {}
         self._local = httpx.AsyncClient(
@@ -110,7 +113,7 @@ class Cluster:
                 raise ConsoleError(503, f"broker {broker_id} is not alive")
             if self._remote is None:
                 # https:// brokers present certificates of the CAs in the broker's truststore.
-                truststore = self.broker.config.raw.get("ssl.truststore.location")
+                truststore = self._config.raw.get("ssl.truststore.location")
                 self._remote = httpx.AsyncClient(
                     timeout=REMOTE_TIMEOUT_S, headers=self._headers, verify=truststore or True
                 )

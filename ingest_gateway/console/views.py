@@ -27,7 +27,13 @@ from loglake.config import LogConfig, parse_overrides
 from loglake.errors import KafkaError
 
 if TYPE_CHECKING:
-    from ingest_gateway.broker import Broker
+    from collections.abc import Callable
+
+    from loglake.config import BrokerConfig
+
+    from ingest_gateway.admin_manager import AdminManager
+    from ingest_gateway.metadata_cache import MetadataCache
+    from ingest_gateway.metrics import BrokerMetrics
 
 HERE = Path(__file__).parent
 STATIC = {p.name: p for p in (HERE / "static").iterdir() if p.is_file()}
@@ -104,16 +110,22 @@ def _configs(raw: str) -> dict[str, str]:
     return configs
 
 
-def console_routes(broker: Broker) -> APIRouter:
+def console_routes(
+    config: BrokerConfig,
+    admin: AdminManager,
+    cache: MetadataCache,
+    broker_metrics: BrokerMetrics | None,
+    cluster_status: Callable[[], dict[str, Any]],
+) -> APIRouter:
     router = APIRouter(prefix="/ui", route_class=_ConsoleRoute, include_in_schema=False)
     traffic = TrafficHistory()
     lag_history = LagHistory()
 
     def page(request: Request, name: str, **context: Any) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"broker_id": broker.config.broker_id, **context})
+        return templates.TemplateResponse(request, name, {"broker_id": config.broker_id, **context})
 
     def cluster(request: Request) -> Cluster:
-        return Cluster(broker, request.app, request.headers.get("authorization"))
+        return Cluster(config, cluster_status(), request.app, request.headers.get("authorization"))
 
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
@@ -152,8 +164,8 @@ def console_routes(broker: Broker) -> APIRouter:
                 topics=list(rows.values()),
                 internal=internal,
                 defaults={
-                    "partitions": broker.config.num_partitions,
-                    "replication_factor": broker.config.default_replication_factor,
+                    "partitions": config.num_partitions,
+                    "replication_factor": config.default_replication_factor,
                 },
             )
 
@@ -166,7 +178,7 @@ def console_routes(broker: Broker) -> APIRouter:
         partitions = _int("partitions", form.get("partitions"), 1)
         rf = _int("replication factor", form.get("replication_factor"), 1)
         configs = _configs(form.get("configs", ""))
-        broker.admin.create_topic(name, partitions, rf, configs, validate_only=True)
+        admin.create_topic(name, partitions, rf, configs, validate_only=True)
         if form.get("confirm") != "yes":
             return page(
                 request,
@@ -192,14 +204,14 @@ def console_routes(broker: Broker) -> APIRouter:
 
     @router.post("/topics/{topic}/config")
     async def alter_config(request: Request, topic: str) -> Response:
-        broker.image.topic(topic)
+        cache.image.topic(topic)
         form = await _form(request)
         name = form.get("name", "").strip()
         if not name:
             raise ConsoleError(422, "name: a config name is required")
         # An empty value removes the override (back to the broker default).
         configs = _configs(f"{name}={form.get('value', '').strip()}")
-        await broker.admin.alter_topic_config(topic, configs, validate_only=True)
+        await admin.alter_topic_config(topic, configs, validate_only=True)
         if form.get("confirm") != "yes":
             value = configs[name]
             return page(
@@ -217,9 +229,9 @@ def console_routes(broker: Broker) -> APIRouter:
 
     @router.post("/topics/{topic}/delete")
     async def delete_topic(request: Request, topic: str) -> Response:
-        broker.image.topic(topic)
+        cache.image.topic(topic)
         form = await _form(request)
-        if not broker.config.delete_topic_enable:
+        if not config.delete_topic_enable:
             raise ConsoleError(403, "topic deletion is disabled on this broker (delete.topic.enable=false)")
         if form.get("confirm") != "yes":
             return page(
@@ -321,14 +333,14 @@ def console_routes(broker: Broker) -> APIRouter:
 
     @router.get("/metrics")
     async def metrics(request: Request) -> HTMLResponse:
-        return page(request, "metrics.html", enabled=broker.metrics is not None)
+        return page(request, "metrics.html", enabled=broker_metrics is not None)
 
     @router.get("/metrics/charts")
     async def metric_charts(request: Request) -> HTMLResponse:
         """Bytes in/out and produce latency of this broker, polled by the metrics page."""
-        if broker.metrics is None:
+        if broker_metrics is None:
             raise ConsoleError(404, "metrics are disabled on this broker (metrics.enabled=false)")
-        traffic.add(broker.metrics.exposition())
+        traffic.add(broker_metrics.exposition())
         return page(request, "metric_charts.html", charts=traffic.charts())
 
     return router
