@@ -12,6 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's Python workers must run this interpreter (it has pyarrow and loglake).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Every JVM Spark starts here (this session's, the jobs' and spark-submit's) is short-lived:
+# the C1 compiler alone and the serial collector start them a third to a half faster on a
+# 2-core machine. Production jobs keep the JVM's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture
