@@ -16,7 +16,7 @@ from ingest_gateway.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-ROUNDS = 15
+ROUNDS = 10  # five of each kind of victim
 PARTITIONS = 6
 ACCEPT_WITHIN_S = 15.0
 

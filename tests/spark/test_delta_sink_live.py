@@ -92,10 +92,10 @@ def test_killed_sink_over_a_live_broker_writes_every_record_once(spark, broker, 
     job = SinkJob(tmp_path, broker.bootstrap, topic)
 
     # Dies right after a Delta commit, before Spark records the batch: the batch is replayed.
-    for fault in (f"{FAULT_AFTER_DELTA_COMMIT}:0", f"{FAULT_AFTER_DELTA_COMMIT}:2"):
-        crashed = job.run(fault=fault)
-        assert crashed.returncode == 137, crashed.stdout + crashed.stderr
-        records.burst()
+    # (test_delta_sink_crashes.py injects this at more batches, without a live broker.)
+    crashed = job.run(fault=f"{FAULT_AFTER_DELTA_COMMIT}:0")
+    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    records.burst()
     # One random kill (the exact crash points are injected above): the suite's time.
     job.kill_while_producing(records, rng)
     records.burst()  # so that there is a next batch
