@@ -119,7 +119,14 @@ class LocalCluster:
         broker.start(timeout)
 
     def pause(self, broker_id: int) -> None:
-        os.kill(self._pid(broker_id), signal.SIGSTOP)
+        """SIGSTOP the broker; returns once the kernel reports it stopped."""
+        pid = self._pid(broker_id)
+        os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while _process_state(pid) != "T":
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {broker_id} (pid {pid}) did not stop: state {_process_state(pid)!r}")
+            time.sleep(0.01)
 
     def resume(self, broker_id: int) -> None:
         os.kill(self._pid(broker_id), signal.SIGCONT)
@@ -177,3 +184,9 @@ class LocalCluster:
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"cluster did not reach the expected state; last status: {status}")
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat (T: stopped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import FAST, call
+from ingest_gateway.kafka_client import KafkaConnectionError
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.groups.coordinator import offsets_partition_for
@@ -86,29 +87,57 @@ def test_consumer_group_converges_on_the_new_coordinator(cluster: LocalCluster) 
     assert producer.flush(30) == 0
 
     a = Tracked(cluster.bootstrap)
-    poll_until([a], lambda: len(a.owned) == PARTITIONS, 60, "the first member's assignment")
-    offsets_partition = offsets_partition_for(GROUP, 3)
-    coordinator = cluster.partition("__consumer_offsets", offsets_partition)["leader"]
-    b = Tracked(cluster.bootstrap)
-    # Mid-reconciliation: the first member is giving partitions up, the second has not got them all.
-    poll_until([a, b], lambda: len(a.owned) < PARTITIONS, 60, "a revocation")
-    cluster.kill(coordinator)
+    b: Tracked | None = None
+    try:
+        poll_until([a], lambda: len(a.owned) == PARTITIONS, 60, "the first member's assignment")
+        offsets_partition = offsets_partition_for(GROUP, 3)
+        coordinator = cluster.partition("__consumer_offsets", offsets_partition)["leader"]
+        b = Tracked(cluster.bootstrap)
+        # Mid-reconciliation: the first member is giving partitions up, the second has not got them all.
+        poll_until([a, b], lambda: len(a.owned) < PARTITIONS, 60, "a revocation")
+        cluster.kill(coordinator)
 
-    poll_until(
-        [a, b],
-        lambda: len(a.owned) == len(b.owned) == PARTITIONS // 2 and a.owned | b.owned == set(range(PARTITIONS)),
-        90,
-        "both members to own half the partitions",
-    )
-    poll_until([a, b], lambda: set(a.values + b.values) == set(values), 60, "every record consumed")
-    # The new coordinator describes the group as converged: every member at the group epoch.
-    body = {"group_ids": [GROUP], "include_authorized_operations": False}
-    answers = {
-        broker: call(cluster.brokers[broker].bootstrap, ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"][0]
-        for broker in cluster.live()
-    }
-    (group,) = [g for g in answers.values() if g["error_code"] != ErrorCode.NOT_COORDINATOR]
-    assert group["error_code"] == 0 and group["group_state"] == "Stable", group
-    assert {m["member_epoch"] for m in group["members"]} == {group["group_epoch"]}
-    for m in (a, b):
-        m.consumer.close()
+        poll_until(
+            [a, b],
+            lambda: len(a.owned) == len(b.owned) == PARTITIONS // 2 and a.owned | b.owned == set(range(PARTITIONS)),
+            90,
+            "both members to own half the partitions",
+        )
+        poll_until([a, b], lambda: set(a.values + b.values) == set(values), 60, "every record consumed")
+        # The new coordinator describes the group as converged: every member at the group epoch.
+        group = describe_on_coordinator(cluster, GROUP)
+        assert group["error_code"] == 0 and group["group_state"] == "Stable", group
+        assert {m["member_epoch"] for m in group["members"]} == {group["group_epoch"]}
+    finally:
+        for m in (a, b):
+            if m is not None:
+                m.consumer.close()
+
+
+# What a client does on these answers: find the coordinator again and retry. The members may
+# have converged before the kill took effect, so the partition's new leader (hence the
+# group's new coordinator) comes only once ZooKeeper expired the killed broker's session.
+_COORDINATOR_MOVING = {
+    ErrorCode.NOT_COORDINATOR,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+}
+
+
+def describe_on_coordinator(cluster: LocalCluster, group_id: str, timeout: float = 60.0) -> dict:
+    """ConsumerGroupDescribe of `group_id`, sent to its coordinator as FindCoordinator names it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        live = cluster.live()[0]
+        find = {"key_type": 0, "coordinator_keys": [group_id]}
+        node = call(cluster.brokers[live].bootstrap, ApiKey.FIND_COORDINATOR, 4, find)["coordinators"][0]
+        if node["error_code"] == 0:
+            body = {"group_ids": [group_id], "include_authorized_operations": False}
+            try:
+                group = call(f"{node['host']}:{node['port']}", ApiKey.CONSUMER_GROUP_DESCRIBE, 0, body)["groups"][0]
+            except KafkaConnectionError:
+                group = {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE}  # the killed broker, still named
+            if group["error_code"] not in _COORDINATOR_MOVING:
+                return group
+        assert time.monotonic() < deadline, f"no coordinator answered for {group_id}: {node}"
+        time.sleep(0.2)

@@ -99,7 +99,7 @@ def test_an_election_request_that_fails_whole_answers_every_partition() -> None:
 
     body = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 1]}], "timeout_ms": 1000}
     header = RequestHeader(request_api_key=43, request_api_version=2, correlation_id=1, client_id="c")
-    answer = asyncio.run(AdminApis(NoController()).elect_leaders(header, body))  # type: ignore[arg-type]
+    answer = asyncio.run(AdminApis(NoController(), None, None).elect_leaders(header, body))  # type: ignore[arg-type]
     assert answer["error_code"] == ErrorCode.NOT_CONTROLLER
     parts = answer["replica_election_results"][0]["partition_result"]
     assert [(p["partition_id"], p["error_code"]) for p in parts] == [
