@@ -256,6 +256,7 @@ def maintenance_dag(name: str, job: str, *, required: Mapping[str, str], fixed: 
     """
     settings = load_settings(name)
     arguments, missing = job_arguments(settings, required, fixed)
+    security = settings.prefixed(OPTION_PREFIX)
     python = REPOSITORY / settings.get("loglake.python")
     deadline = settings.minutes("deadline.minutes")
     dag_id = f"loglake_{name}"
@@ -291,8 +292,8 @@ def maintenance_dag(name: str, job: str, *, required: Mapping[str, str], fixed: 
             python=str(python),
             missing_settings=missing,
             security_conn_id=settings.get("security.conn.id"),
-            security_protocol=settings.prefixed(OPTION_PREFIX).get("kafka.security.protocol", ""),
-            sasl_mechanism=settings.prefixed(OPTION_PREFIX).get("kafka.sasl.mechanism", ""),
+            security_protocol=security.get("kafka.security.protocol", ""),
+            sasl_mechanism=security.get("kafka.sasl.mechanism", ""),
             conf={"spark.pyspark.python": str(python), "spark.pyspark.driver.python": str(python)},
             name=dag_id,
             doc_md=doc_md,

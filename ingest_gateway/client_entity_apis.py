@@ -141,9 +141,8 @@ class ClientEntityApis:
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         requested = [u["name"] for u in body["users"] or ()]
         if not requested:
-            users = await asyncio.to_thread(self._store.users)
-            credentials = [(u, await asyncio.to_thread(self._store.user_credentials, u)) for u in users]
-            response["results"] = [self._described(u, c) for u, c in credentials]
+            credentials = await asyncio.to_thread(self._store.all_user_credentials)
+            response["results"] = [self._described(u, c) for u, c in credentials.items()]
             return response
         counts = Counter(requested)
         for user in dict.fromkeys(requested):  # each user once, in the request's order

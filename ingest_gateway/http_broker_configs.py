@@ -49,11 +49,10 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
         changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
-        manager = dynamic_config
         stored = dict(store.broker_configs().get(entity, {}))
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
-        manager.config.validate({k: v for k, v in changes.items() if v != ""})
-        manager.write(entity, wanted)
+        dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""})
+        dynamic_config.write(entity, wanted)
         return {"broker": name, "configs": shown(wanted)}
 
     return router

@@ -41,7 +41,8 @@ def user_routes(store: MetadataStore) -> APIRouter:
 
     @router.get("/users")
     async def list_users() -> list[dict[str, Any]]:
-        return [_describe(user, store.user_credentials(user)) for user in store.users()]
+        credentials = await asyncio.to_thread(store.all_user_credentials)
+        return [_describe(user, c) for user, c in credentials.items()]
 
     @router.put("/users/{user}")
     async def upsert(user: str, request: Request) -> dict[str, Any]:

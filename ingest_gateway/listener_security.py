@@ -5,7 +5,6 @@ ones, checking the SCRAM credentials of the metadata store."""
 from __future__ import annotations
 
 import logging
-import ssl
 from typing import Any
 
 from loglake.config import BrokerConfig, Listener
@@ -82,7 +81,8 @@ def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]
     `ssl.client.auth`, and the protocol that puts the client certificate in the ASGI scope."""
     if listener.scheme.lower() != "https":
         return {}
-    server_context(config.raw, listener.scheme)  # the same checks, with the same messages
+    # The same checks and messages as a Kafka listener's; its verify mode is ssl.client.auth's.
+    context = server_context(config.raw, listener.scheme)
 
     def get(name: str, default: str | None = None) -> str | None:
         return listener_config(config.raw, listener.scheme, name, default)
@@ -93,10 +93,7 @@ def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]
         options["ssl_keyfile_password"] = get("ssl.key.password")
     if get("ssl.truststore.location"):
         options["ssl_ca_certs"] = get("ssl.truststore.location")
-    client_auth = (get("ssl.client.auth") or "none").lower()
-    options["ssl_cert_reqs"] = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}[
-        client_auth
-    ]
+    options["ssl_cert_reqs"] = context.verify_mode
     # The protocol that tells the app about the verified client certificate (its principal).
     options["http"] = TlsHttpProtocol
     return options

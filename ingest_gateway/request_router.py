@@ -99,7 +99,7 @@ class RequestRouter:
         """One request frame's payload to its response frame (None: send nothing)."""
         header, _ = decode_request_header(payload)
         key, version = header.request_api_key, header.request_api_version
-        inter_broker = current_request().listener_name == self._inter_broker_listener
+        inter_broker = self._on_inter_broker_listener()
         api = self._apis.get(key)
         if not self._served(api, version, inter_broker):
             if key == ApiKey.API_VERSIONS:
@@ -123,6 +123,8 @@ class RequestRouter:
             self._metrics.count_errors(key, response)
         return encode_response(key, version, header.correlation_id, response)
 
+    def _on_inter_broker_listener(self) -> bool:
+        return current_request().listener_name == self._inter_broker_listener
+
     async def _api_versions(self, header: RequestHeader, body: Body) -> Body:
-        inter_broker = current_request().listener_name == self._inter_broker_listener
-        return {"error_code": 0, "api_keys": self.api_keys(inter_broker), "throttle_time_ms": 0}
+        return {"error_code": 0, "api_keys": self.api_keys(self._on_inter_broker_listener()), "throttle_time_ms": 0}

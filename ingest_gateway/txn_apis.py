@@ -419,11 +419,17 @@ class TxnApis:
         topics = []
         for t in body["topics"]:
             partitions = []
+            try:  # once per topic: one check, one audit line
+                self._auth.require(
+                    AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
+                denied = None
+            except KafkaError as exc:
+                denied = exc
             for index in t["partition_indexes"]:
                 try:
-                    self._auth.require(
-                        AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    )
+                    if denied is not None:
+                        raise denied
                     log_ = self._replica_manager.leader_partition(t["name"], index).log
                 except KafkaError as exc:
                     partitions.append(

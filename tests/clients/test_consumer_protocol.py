@@ -22,6 +22,7 @@ from client_helpers import (
     serve,
     unique_name,
 )
+from console_helpers import cli_describe_group
 from consumer_helpers import consumer_config, heartbeat
 from ingest_gateway.process import BrokerProcess
 from loglake.errors import ErrorCode
@@ -226,23 +227,7 @@ def test_group_describe_and_list(broker: BrokerProcess, topic: str) -> None:
         assert member_http["member_epoch"] == described_http["group_epoch"]
         expected = [{"topic": topic, "partition": p} for p in (0, 1)]
         assert member_http["assignment"] == member_http["target_assignment"] == expected
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "loglake.cli",
-                "groups",
-                "describe",
-                "--group",
-                group,
-                "--bootstrap-http",
-                broker.http_url,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        out = cli_describe_group(broker.http_url, group)
         assert "consumer protocol, assignor uniform" in out
         assert f"{topic}-0,{topic}-1  {topic}-0,{topic}-1" in out
     finally:

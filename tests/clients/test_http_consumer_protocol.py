@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
-from bench.rebalance import Member, SteadyProducer, protocol_config, wait_until
+from bench.rebalance import Member, SteadyProducer, wait_until
 from client_helpers import CONSUMER_GROUP_OVERRIDES, create_topic, make_broker, serve, unique_name
+from consumer_helpers import consumer_config
 from ingest_gateway.process import BrokerProcess
 
-HEARTBEAT_MS = int(CONSUMER_GROUP_OVERRIDES["group.consumer.heartbeat.interval.ms"])
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 
 
@@ -86,7 +86,7 @@ def test_http_and_kafka_members_share_the_partitions_and_delete_hands_them_over(
 ) -> None:
     create_topic(broker.bootstrap, topic, partitions=4)
     group = unique_name("mixed")
-    kafka = Member(protocol_config(broker.bootstrap, group, "consumer", HEARTBEAT_MS), topic)
+    kafka = Member(consumer_config(broker.bootstrap, group), topic)
     kafka.start()
     producer = SteadyProducer(broker.bootstrap, topic, 4)
     try:
@@ -134,7 +134,7 @@ def test_http_member_gives_up_only_the_partitions_that_move(
             lambda: len(rest.partitions()) == 4 and len(rest.received) > 20, "the REST instance owns all"
         )
         rest.assignments.clear()
-        kafka = Member(protocol_config(broker.bootstrap, group, "consumer", HEARTBEAT_MS), topic)
+        kafka = Member(consumer_config(broker.bootstrap, group), topic)
         joined_at = time.monotonic()
         kafka.start()
         rest.polling_until(

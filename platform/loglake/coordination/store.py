@@ -181,13 +181,14 @@ class MetadataStore(ABC):
         others = {k: v for k, v in self.entity_config(f"users/{user}").items() if k not in SCRAM_MECHANISMS}
         self.set_entity_config(f"users/{user}", {**others, **credentials})
 
-    def users(self) -> list[str]:
-        """Users with credentials, sorted."""
-        return sorted(
-            entity.split("/")[1]
-            for entity, config in self.entity_configs().items()
-            if entity.count("/") == 1 and entity.startswith("users/") and SCRAM_MECHANISMS & config.keys()
-        )
+    def all_user_credentials(self) -> dict[str, dict[str, str]]:
+        """Every user with SCRAM credentials, sorted, with them (one read of the entity configs)."""
+        out = {}
+        for entity, config in sorted(self.entity_configs().items()):
+            credentials = {k: v for k, v in config.items() if k in SCRAM_MECHANISMS}
+            if entity.count("/") == 1 and entity.startswith("users/") and credentials:
+                out[entity.split("/")[1]] = credentials
+        return out
 
     @abstractmethod
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:

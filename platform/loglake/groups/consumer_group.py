@@ -304,11 +304,6 @@ class ConsumerGroupMember:
     pending_revocation: Partitions = field(default_factory=dict)
     classic: ClassicMemberMetadata | None = None  # set while it uses the classic protocol
 
-    @property
-    def session_timeout_ms(self) -> int | None:
-        """A classic member's own session timeout (None: the group's)."""
-        return None if self.classic is None else self.classic.session_timeout_ms
-
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == epoch
 
@@ -580,11 +575,14 @@ class _Deadlines:
     join_ms: int | None = None  # a classic member told to rejoin must have rejoined by then
     sync_ms: int | None = None  # a classic member that joined must have sent SyncGroup by then
 
+    def _times(self) -> list[int]:
+        rebalance = None if self.rebalance is None else self.rebalance[0]
+        return [t for t in (self.session_ms, self.join_ms, self.sync_ms, rebalance) if t is not None]
+
     def due(self, now_ms: int, member_epoch: int) -> bool:
         if self.rebalance is not None and self.rebalance[1] != member_epoch:
             self.rebalance = None  # it moved on from that epoch in time
-        times = (self.session_ms, self.join_ms, self.sync_ms, None if self.rebalance is None else self.rebalance[0])
-        return any(t is not None and t <= now_ms for t in times)
+        return any(t <= now_ms for t in self._times())
 
     def must_rejoin(self, deadline_ms: int) -> None:
         """A classic member told to rejoin: by `deadline_ms`, or the deadline it was first given."""
@@ -592,8 +590,7 @@ class _Deadlines:
             self.join_ms = deadline_ms
 
     def next_ms(self) -> int:
-        rebalance = None if self.rebalance is None else self.rebalance[0]
-        return min(t for t in (self.session_ms, self.join_ms, self.sync_ms, rebalance) if t is not None)
+        return min(self._times())
 
 
 def _updated(
