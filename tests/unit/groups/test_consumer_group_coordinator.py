@@ -159,11 +159,15 @@ def test_consumer_group_settings_are_bounded_as_in_kafka() -> None:
     }
     config = GroupConfig.from_properties(low)
     assert (config.consumer.session_timeout_ms, config.consumer.heartbeat_interval_ms) == (2000, 500)
+    assert config.consumer.unreleased_heartbeat_interval_ms == 50  # loglake's, below Kafka's bounds
+    shorter = GroupConfig.from_properties({**low, "loglake.group.consumer.unreleased.heartbeat.interval.ms": "20"})
+    assert shorter.consumer.unreleased_heartbeat_interval_ms == 20
     for props in (
         {"group.consumer.session.timeout.ms": "2000"},  # below Kafka's 45 s minimum
         {"group.consumer.heartbeat.interval.ms": "1000"},
         {**low, "group.consumer.heartbeat.interval.ms": "2000"},  # not below the session timeout
         {"group.consumer.assignors": "sticky"},
+        {"loglake.group.consumer.unreleased.heartbeat.interval.ms": "0"},
     ):
         try:
             GroupConfig.from_properties(props)

@@ -202,3 +202,31 @@ def test_server_assignor_choice() -> None:
     cluster2 = Cluster(t=4)
     Client(cluster2).join()
     assert cluster2.groups.describe(GROUP, cluster2.topics).assignor_name == "uniform"  # the default
+
+
+def test_a_member_waiting_for_partitions_heartbeats_sooner_and_heartbeats_are_spread() -> None:
+    cluster = Cluster(t=4)  # heartbeats every 5 s, 50 ms while waiting for partitions
+    a, b, c = Client(cluster), Client(cluster), Client(cluster)
+    assert a.join().heartbeat_interval_ms == 5_000  # its heartbeats' phase: 0 ms
+    cluster.now_ms = 1_000
+    assert b.join().heartbeat_interval_ms == 50  # its partitions are a's until a heartbeats
+    assert b.beat().heartbeat_interval_ms == 50
+    assert a.beat().heartbeat_interval_ms == 4_000  # told to revoke; keeps its phase
+    assert a.beat().heartbeat_interval_ms == 4_000  # the acknowledgement, expedited
+    # Released: b heartbeats every 5 s from now on, at 2.5 s past a's.
+    assert b.beat().assignment == (TopicPartitions(T, (2, 3)),)
+    assert b.last.heartbeat_interval_ms == 1_500
+    cluster.now_ms = 2_510  # b a little late, a a little early: both kept at their phase
+    assert b.beat().heartbeat_interval_ms == 4_990
+    cluster.now_ms = 4_990
+    assert a.beat().heartbeat_interval_ms == 5_010
+    # c goes into the middle of the widest gap (3.75 s), and its partition comes from the
+    # member heartbeating soonest: b (next at 7.5 s), not a (next at 10 s).
+    cluster.now_ms = 5_000
+    assert c.join().heartbeat_interval_ms == 50
+    assert cluster.group().target[a.member_id] == {T: frozenset({0, 1})}
+    assert len(cluster.group().target[b.member_id][T]) == 1
+    cluster.now_ms = 7_500
+    b.beat()
+    b.beat()
+    assert c.beat().assignment is not None and c.last.heartbeat_interval_ms == 1_250
