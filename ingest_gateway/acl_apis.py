@@ -117,14 +117,14 @@ class AclApis:
 
     async def change(self, additions: list[AclBinding], removals: list[AclBinding]) -> None:
         """Add and remove ACLs, by resource pattern, in the store."""
-        store = self._store
-        touched = {b.pattern for b in additions} | {b.pattern for b in removals}
-        current = await asyncio.to_thread(store.acls)
-        for pattern in touched:
-            entries = set(current.get(pattern, []))
-            entries |= {b.entry for b in additions if b.pattern == pattern}
-            entries -= {b.entry for b in removals if b.pattern == pattern}
-            await asyncio.to_thread(store.set_acls, pattern, sorted(entries, key=repr))
+        for pattern in {b.pattern for b in additions} | {b.pattern for b in removals}:
+            added = {b.entry for b in additions if b.pattern == pattern}
+            removed = {b.entry for b in removals if b.pattern == pattern}
+            await asyncio.to_thread(
+                self._store.update_acls,
+                pattern,
+                lambda entries, added=added, removed=removed: entries - removed | added,
+            )
         await self._reload()
 
     async def create_acls(self, header: RequestHeader, body: Body) -> Body:

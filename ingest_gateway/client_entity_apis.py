@@ -200,20 +200,27 @@ class ClientEntityApis:
         for user in users:
             if user in failed:
                 continue
-            credentials = await asyncio.to_thread(self._store.user_credentials, user)
             gone = [MECHANISM_TYPES[d["mechanism"]] for d in deletions if d["name"] == user]
-            if any(m not in credentials for m in gone):
-                failed[user] = (ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist")
-                continue
-            for m in gone:
-                del credentials[m]
+            upserted = {}
             for u in (u for u in upsertions if u["name"] == user):
                 mechanism = MECHANISM_TYPES[u["mechanism"]]
                 credential = credential_from_salted_password(
                     mechanism, u["salted_password"], u["salt"], u["iterations"]
                 )
-                credentials[mechanism] = credential.to_config()
-            await asyncio.to_thread(self._store.set_user_credentials, user, credentials)
+                upserted[mechanism] = credential.to_config()
+
+            def altered(credentials: dict[str, str], gone: list[str] = gone, upserted: dict = upserted) -> dict:
+                if any(m not in credentials for m in gone):
+                    raise KafkaError(
+                        ErrorCode.RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"
+                    )
+                return {m: c for m, c in credentials.items() if m not in gone} | upserted
+
+            try:
+                await asyncio.to_thread(self._store.update_user_credentials, user, altered)
+            except KafkaError as exc:
+                failed[user] = (exc.code, exc.message)
+                continue
             changed.append(user)
         log.info("SCRAM credentials altered for %s", ", ".join(changed) or "no user")
         results = [_user_error(u, *failed[u]) if u in failed else _user_error(u, ErrorCode.NONE, None) for u in users]
@@ -256,14 +263,18 @@ class ClientEntityApis:
         return {"throttle_time_ms": 0, "entries": results}
 
     async def _alter_quotas(self, path: str, ops: list[Body], validate_only: bool) -> None:
-        config = await asyncio.to_thread(self._store.entity_config, path)
-        for op in ops:
-            if op["remove"]:
-                config.pop(op["key"], None)
-            else:
-                config[op["key"]] = _quota_value(op["key"], op["value"])
-        if not validate_only:
-            await asyncio.to_thread(self._store.set_entity_config, path, config)
+        def altered(config: dict[str, str]) -> dict[str, str]:
+            for op in ops:
+                if op["remove"]:
+                    config.pop(op["key"], None)
+                else:
+                    config[op["key"]] = _quota_value(op["key"], op["value"])
+            return config
+
+        if validate_only:
+            altered(await asyncio.to_thread(self._store.entity_config, path))
+        else:
+            await asyncio.to_thread(self._store.update_entity_config, path, altered)
 
 
 def _filter_components(components: list[Body]) -> dict[str, _Component]:

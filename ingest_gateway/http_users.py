@@ -63,19 +63,22 @@ def user_routes(store: MetadataStore) -> APIRouter:
             raise BadRequest(422, "salt and salted_password must be base64", 2) from None
         if not salt or not salted:
             raise BadRequest(422, "salt and salted_password are required", 2)
-        credentials = store.user_credentials(user)
-        credentials[mechanism] = credential_from_salted_password(mechanism, salted, salt, iterations).to_config()
-        store.set_user_credentials(user, credentials)
+        credential = credential_from_salted_password(mechanism, salted, salt, iterations).to_config()
+        credentials = await asyncio.to_thread(
+            store.update_user_credentials, user, lambda current: current | {mechanism: credential}
+        )
         return _describe(user, credentials)
 
     @router.delete("/users/{user}", status_code=204)
     async def delete(user: str, mechanism: str | None = None) -> Response:
         """Remove one mechanism's credential, or the user altogether."""
-        credentials = store.user_credentials(user)
-        if not credentials or (mechanism is not None and mechanism not in credentials):
-            raise BadRequest(404, f"user {user!r} has no {mechanism or 'SCRAM'} credential", 3)
-        remaining = {} if mechanism is None else {m: c for m, c in credentials.items() if m != mechanism}
-        store.set_user_credentials(user, remaining)
+
+        def remaining(credentials: dict[str, str]) -> dict[str, str]:
+            if not credentials or (mechanism is not None and mechanism not in credentials):
+                raise BadRequest(404, f"user {user!r} has no {mechanism or 'SCRAM'} credential", 3)
+            return {} if mechanism is None else {m: c for m, c in credentials.items() if m != mechanism}
+
+        await asyncio.to_thread(store.update_user_credentials, user, remaining)
         return Response(status_code=204)
 
     @router.get("/quotas")
@@ -102,9 +105,11 @@ def user_routes(store: MetadataStore) -> APIRouter:
                 raise BadRequest(422, f"{key!r} is not a quota: {', '.join(QUOTA_KEYS)}", 2)
             if value != "" and not _positive_number(value):
                 raise BadRequest(422, f"{key} must be a positive number, not {value!r}", 2)
-        config = await asyncio.to_thread(store.entity_config, entity)
-        config = {k: v for k, v in {**config, **changes}.items() if v != ""}
-        await asyncio.to_thread(store.set_entity_config, entity, config)
+        config = await asyncio.to_thread(
+            store.update_entity_config,
+            entity,
+            lambda current: {k: v for k, v in {**current, **changes}.items() if v != ""},
+        )
         return {"entity": entity, "configs": {k: v for k, v in config.items() if k in QUOTA_KEYS}}
 
     return router

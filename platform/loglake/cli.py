@@ -878,8 +878,7 @@ def _add_user_in_zookeeper(args: argparse.Namespace, password: str) -> int:
         raise CliError(str(exc)) from None
     store = ZooKeeperMetadataStore(args.zookeeper_connect)
     try:
-        credentials = store.user_credentials(args.user)
-        store.set_user_credentials(args.user, {**credentials, args.mechanism: credential.to_config()})
+        store.update_user_credentials(args.user, lambda current: current | {args.mechanism: credential.to_config()})
     finally:
         store.close()
     print(f"Completed updating config for user {args.user}.")

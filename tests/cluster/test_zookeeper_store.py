@@ -21,6 +21,14 @@ from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDesc
 from loglake.coordination import zookeeper
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.errors import ErrorCode, KafkaError
+from loglake.security.acls import (
+    AccessControlEntry,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]
 
@@ -209,6 +217,41 @@ def test_partition_state_updates_are_compare_and_set(make_store) -> None:
     assert two.update_partition_state("t", 0, PartitionState(1, 2, (1, 2), 2), expected_version=1).version == 2
     assert one.update_partition_state("t", 5, PartitionState(1, 0, (1,), 1), expected_version=0) is None
     assert one.update_partition_state("missing", 0, PartitionState(1, 0, (1,), 1), expected_version=0) is None
+
+
+def test_acl_and_entity_config_updates_lose_nothing_to_concurrent_ones(make_store) -> None:
+    """Two brokers adding ACLs to one pattern, and SCRAM credentials and quotas to one user,
+    at the same time: every update is kept (each is conditional on the znode's version)."""
+    stores = [make_store(), make_store()]
+    pattern = ResourcePattern(ResourceType.TOPIC, "orders", PatternType.LITERAL)
+
+    def entry(i: int) -> AccessControlEntry:
+        return AccessControlEntry(f"User:u{i}", "*", AclOperation.READ, AclPermissionType.ALLOW)
+
+    def add(store: ZooKeeperMetadataStore, first: int) -> None:
+        for i in range(first, 40, 2):
+            store.update_acls(pattern, lambda entries, i=i: entries | {entry(i)})
+            key = "producer_byte_rate" if first == 0 else "SCRAM-SHA-256"
+            store.update_entity_config("users/alice", lambda config, i=i, key=key: config | {f"{key}{i}": str(i)})
+
+    threads = [threading.Thread(target=add, args=(s, first)) for first, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(stores[1].acls()[pattern]) == {entry(i) for i in range(40)}
+    assert len(stores[0].entity_config("users/alice")) == 40
+    # An exception from the change writes nothing; an empty result removes the znode, except
+    # a user's node holding its clients' nodes, which stays, emptied.
+    with pytest.raises(KeyError):
+        stores[0].update_acls(pattern, lambda entries: {}["nothing"])
+    assert len(stores[0].acls()[pattern]) == 40
+    stores[0].update_acls(pattern, lambda entries: ())
+    assert pattern not in stores[1].acls() and not stores[1].client.exists("/kafka-acl/Topic/orders")
+    stores[0].update_entity_config("users/alice/clients/app", lambda config: {"consumer_byte_rate": "10"})
+    assert stores[1].update_entity_config("users/alice", lambda config: {}) == {}
+    assert raw(stores[0], "/config/users/alice") == {"version": 1, "config": {}}
+    assert stores[0].entity_configs() == {"users/alice/clients/app": {"consumer_byte_rate": "10"}}
 
 
 def test_deletion_requests_and_topic_watches(make_store) -> None:

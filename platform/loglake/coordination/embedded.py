@@ -17,6 +17,7 @@ import os
 import threading
 from dataclasses import asdict, replace
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
@@ -209,14 +210,16 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             return dict(self._entity_configs.get(entity, {}))
 
-    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
+    def update_entity_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         with self._lock:
+            config = dict(change(dict(self._entity_configs.get(entity, {}))))
             if config:
-                self._entity_configs[entity] = dict(config)
+                self._entity_configs[entity] = config
             else:
                 self._entity_configs.pop(entity, None)
             self._save()
         self._notify("entity_configs")
+        return dict(config)
 
     def entity_configs(self) -> dict[str, dict[str, str]]:
         return self._current("entity_configs")
@@ -227,10 +230,13 @@ class EmbeddedMetadataStore(MetadataStore):
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
         return self._current("acls")
 
-    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
+    def update_acls(
+        self, pattern: ResourcePattern, change: Callable[[frozenset[AccessControlEntry]], Iterable[AccessControlEntry]]
+    ) -> None:
         with self._lock:
+            entries = sorted(change(frozenset(self._acls.get(pattern, []))), key=repr)
             if entries:
-                self._acls[pattern] = list(entries)
+                self._acls[pattern] = entries
             else:
                 self._acls.pop(pattern, None)
             self._save()

@@ -16,6 +16,7 @@ the `watch_*` call), then every change, one call at a time per watch; it should 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
@@ -161,8 +162,11 @@ class MetadataStore(ABC):
         default; SCRAM credentials and quotas live there side by side, as in Kafka."""
 
     @abstractmethod
-    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
-        """Replace an entity's config (empty: remove it) and notify the brokers."""
+    def update_entity_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace an entity's config with `change(current)` (empty: remove it) and notify the
+        brokers; returns the new config. Atomic: an update made meanwhile by another broker
+        or client is not lost (ZooKeeper: conditional on the znode's version, `change` called
+        again on a conflict, so it must be pure). An exception from `change` writes nothing."""
 
     @abstractmethod
     def entity_configs(self) -> dict[str, dict[str, str]]:
@@ -176,10 +180,15 @@ class MetadataStore(ABC):
         """A user's SCRAM credentials by mechanism, in Kafka's stored form; empty if none."""
         return {k: v for k, v in self.entity_config(f"users/{user}").items() if k in SCRAM_MECHANISMS}
 
-    def set_user_credentials(self, user: str, credentials: dict[str, str]) -> None:
-        """Replace a user's SCRAM credentials, keeping the user's other configs (quotas)."""
-        others = {k: v for k, v in self.entity_config(f"users/{user}").items() if k not in SCRAM_MECHANISMS}
-        self.set_entity_config(f"users/{user}", {**others, **credentials})
+    def update_user_credentials(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace a user's SCRAM credentials with `change(current)`, keeping the user's other
+        configs (quotas); atomic as `update_entity_config`. Returns the new credentials."""
+
+        def entity(config: dict[str, str]) -> dict[str, str]:
+            others = {k: v for k, v in config.items() if k not in SCRAM_MECHANISMS}
+            return {**others, **change({k: v for k, v in config.items() if k in SCRAM_MECHANISMS})}
+
+        return {k: v for k, v in self.update_entity_config(f"users/{user}", entity).items() if k in SCRAM_MECHANISMS}
 
     def all_user_credentials(self) -> dict[str, dict[str, str]]:
         """Every user with SCRAM credentials, sorted, with them (one read of the entity configs)."""
@@ -195,8 +204,12 @@ class MetadataStore(ABC):
         """Every ACL, by resource pattern (ZooKeeper: /kafka-acl and /kafka-acl-extended)."""
 
     @abstractmethod
-    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
-        """Replace one resource pattern's ACLs (empty: remove them) and notify the brokers."""
+    def update_acls(
+        self, pattern: ResourcePattern, change: Callable[[frozenset[AccessControlEntry]], Iterable[AccessControlEntry]]
+    ) -> None:
+        """Replace one resource pattern's ACLs with `change(current)` (none: remove them) and
+        notify the brokers; atomic as `update_entity_config` (Kafka's authorizer, too,
+        updates a pattern's znode conditionally on its version)."""
 
     @abstractmethod
     def watch_acls(self, callback: Callable[[dict[ResourcePattern, list[AccessControlEntry]]], None]) -> None:

@@ -38,6 +38,7 @@ import threading
 import time
 import warnings
 from dataclasses import replace
+from collections.abc import Iterable
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -922,23 +923,49 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         return self._retry(read)
 
-    def set_entity_config(self, entity: str, config: dict[str, str]) -> None:
+    def update_entity_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         """/config/<entity> in Kafka's form, then its change notification."""
-        path = f"{CONFIG_ROOT}/{entity}"
-        if config:
-            self._retry(self._write_or_delete, path, config_document(config))
-        else:
-            # A user's node may hold its clients' nodes: then it stays, emptied.
-            self._retry(self._empty_or_delete, path)
-        self._notify_config_change(entity)
+        updated: dict[str, str] = {}
 
-    def _empty_or_delete(self, path: str) -> None:
-        try:
-            self._client.delete(path)
-        except NoNodeError:
-            pass
-        except NotEmptyError:
-            self._client.set(path, config_document({}))
+        def document(data: bytes | None) -> bytes | None:
+            nonlocal updated
+            current = json.loads(data or b"{}").get("config", {})
+            updated = dict(change({str(k): str(v) for k, v in current.items()}))
+            return config_document(updated) if updated else None
+
+        # A user's node may hold its clients' nodes: then it stays, emptied.
+        self._retry(self._compare_and_set, f"{CONFIG_ROOT}/{entity}", document, emptied=config_document({}))
+        self._notify_config_change(entity)
+        return updated
+
+    def _compare_and_set(
+        self, path: str, change: Callable[[bytes | None], bytes | None], emptied: bytes | None = None
+    ) -> None:
+        """Replace a znode's data with `change(data)` (None in: there is no znode; None out:
+        delete it, or write `emptied` if it has children), conditionally on the version read:
+        on a concurrent change, read and change again."""
+        while True:
+            try:
+                data, stat = self._client.get(path)
+            except NoNodeError:
+                data, stat = None, None
+            doc = change(data)
+            try:
+                if stat is None:
+                    if doc is not None:
+                        self._client.create(path, doc, makepath=True)
+                elif doc is not None:
+                    self._client.set(path, doc, version=stat.version)
+                else:
+                    try:
+                        self._client.delete(path, version=stat.version)
+                    except NotEmptyError:
+                        if emptied is None:
+                            raise
+                        self._client.set(path, emptied, version=stat.version)
+                return
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # changed (or created, or deleted) since the read
 
     def entity_configs(self) -> dict[str, dict[str, str]]:
         return self._retry(self._read_entity_configs)
@@ -980,19 +1007,6 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         self._add_watch(read, lambda configs: configs, callback)
 
-    def _write_or_delete(self, path: str, doc: bytes | None) -> None:
-        """Set (creating it if need be) or, with no document, delete a znode."""
-        if doc is None:
-            try:
-                self._client.delete(path)
-            except NoNodeError:
-                pass
-            return
-        try:
-            self._client.set(path, doc)
-        except NoNodeError:
-            self._client.create(path, doc, makepath=True)
-
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
         return self._retry(self._read_acls)
 
@@ -1021,11 +1035,18 @@ class ZooKeeperMetadataStore(MetadataStore):
                 out[pattern] = entries
         return out
 
-    def set_acls(self, pattern: ResourcePattern, entries: list[AccessControlEntry]) -> None:
+    def update_acls(
+        self, pattern: ResourcePattern, change: Callable[[frozenset[AccessControlEntry]], Iterable[AccessControlEntry]]
+    ) -> None:
         literal = pattern.pattern_type == PatternType.LITERAL
         path = f"{ACL_LITERAL if literal else ACL_EXTENDED}/{RESOURCE_NAMES[pattern.resource_type]}/{pattern.name}"
-        doc = _dumps({"version": 1, "acls": [e.to_document() for e in entries]}) if entries else None
-        self._retry(self._write_or_delete, path, doc)
+
+        def document(data: bytes | None) -> bytes | None:
+            current = frozenset(AccessControlEntry.from_document(a) for a in json.loads(data or b"{}").get("acls", []))
+            entries = sorted(change(current), key=repr)
+            return _dumps({"version": 1, "acls": [e.to_document() for e in entries]}) if entries else None
+
+        self._retry(self._compare_and_set, path, document)
         # Kafka's notifications: "Type:name" for literal patterns, JSON for prefixed ones.
         if literal:
             notification = f"{RESOURCE_NAMES[pattern.resource_type]}:{pattern.name}".encode()
