@@ -155,9 +155,10 @@ class MigrationPolicy(str, enum.Enum):
 class ConsumerGroupConfig:
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
-    # loglake's: the interval for a member waiting for partitions other members still hold
-    # (see ConsumerGroups._interval_ms).
+    # loglake's (see ConsumerGroups._interval_ms): the interval of a member waiting for
+    # partitions other members still hold, and of the member a new one takes from first.
     unreleased_heartbeat_interval_ms: int = 50
+    first_giver_heartbeat_interval_ms: int = 625
     assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     max_size: int = 2**31 - 1
     migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
@@ -179,6 +180,13 @@ class ConsumerGroupConfig:
                     "loglake.group.consumer.unreleased.heartbeat.interval.ms", base.unreleased_heartbeat_interval_ms
                 )
             ),
+            # By default an eighth of the interval (its default: 625 ms of 5 s).
+            first_giver_heartbeat_interval_ms=int(
+                props.get(
+                    "loglake.group.consumer.first.giver.heartbeat.interval.ms",
+                    int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)) // 8,
+                )
+            ),
             assignors=assignors,
             max_size=int(props.get("group.consumer.max.size", base.max_size)),
             migration_policy=_migration_policy(props.get("group.consumer.migration.policy", base.migration_policy)),
@@ -193,8 +201,12 @@ class ConsumerGroupConfig:
             high = int(props.get(f"group.consumer.max.{name}.ms", high))
             if not low <= value <= high:
                 raise ValueError(f"group.consumer.{name}.ms={value} is outside [{low}, {high}]")
-        if config.unreleased_heartbeat_interval_ms < 1:
-            raise ValueError("loglake.group.consumer.unreleased.heartbeat.interval.ms must be at least 1")
+        for name, value in (
+            ("unreleased", config.unreleased_heartbeat_interval_ms),
+            ("first.giver", config.first_giver_heartbeat_interval_ms),
+        ):
+            if value < 1:
+                raise ValueError(f"loglake.group.consumer.{name}.heartbeat.interval.ms must be at least 1")
         if config.heartbeat_interval_ms >= config.session_timeout_ms:
             raise ValueError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
         return config
@@ -380,6 +392,14 @@ class ConsumerGroup:
             return False
         classic = [{name for name, _ in m.classic.protocols} for m in self.members.values() if m.classic]
         return any(all(name in supported for supported in classic) for name in names)
+
+    def first_giver(self) -> str | None:
+        """The member a new member's first partition would come from: of those with the most
+        partitions in the target assignment, the lowest member id (the uniform assignor
+        takes from them in that order); None while no member has any."""
+        loads = {mid: sum(map(len, self.target.get(mid, {}).values())) for mid in self.members}
+        most = max(loads.values(), default=0)
+        return min(mid for mid, n in loads.items() if n == most) if most else None
 
     def waits_on_unreleased(self, member: ConsumerGroupMember) -> bool:
         """Whether partitions of its target it lacks are still held by other members."""
@@ -584,11 +604,6 @@ class _Deadlines:
     rebalance: tuple[int, int] | None = None  # (deadline, the member epoch it must have left by then)
     join_ms: int | None = None  # a classic member told to rejoin must have rejoined by then
     sync_ms: int | None = None  # a classic member that joined must have sent SyncGroup by then
-    # Not deadlines: when a consumer-protocol member is expected to heartbeat next (unknown for
-    # classic members), the order in which the uniform assignor moves partitions; and the
-    # phase of its heartbeats (their time modulo the interval; see ConsumerGroups._interval_ms).
-    next_heartbeat_ms: int | None = None
-    phase_ms: int | None = None
 
     def _times(self) -> list[int]:
         rebalance = None if self.rebalance is None else self.rebalance[0]
@@ -606,14 +621,6 @@ class _Deadlines:
 
     def next_ms(self) -> int:
         return min(self._times())
-
-
-def _widest_gap_middle(phases: Sequence[int], interval_ms: int) -> int:
-    """The middle of the widest gap between `phases` on a circle of `interval_ms`."""
-    points = sorted(phases)
-    gaps = [((points[(i + 1) % len(points)] - p) % interval_ms or interval_ms, p) for i, p in enumerate(points)]
-    width, start = max(gaps)
-    return (start + width // 2) % interval_ms
 
 
 def _updated(
@@ -950,9 +957,8 @@ class ConsumerGroups:
             else member.subscribed_topic_regex,
             classic=None,  # it speaks the consumer protocol now
         )
-        deadlines = self._deadlines.setdefault((gid, member_id), _Deadlines(0))
-        deadlines.next_heartbeat_ms = now_ms  # it is heartbeating: it would give up partitions first
         before, current = self._update_member(group, member, updated, topics, request.owned_partitions)
+        deadlines = self._deadlines.setdefault((gid, member_id), _Deadlines(0))
         deadlines.session_ms = now_ms + self.config.session_timeout_ms
         deadlines.join_ms = deadlines.sync_ms = None
         if current.state is MemberState.UNREVOKED_PARTITIONS:
@@ -967,44 +973,30 @@ class ConsumerGroups:
             and request.owned_partitions is not None
         )
         changed = current.assigned != member.assigned
-        interval_ms = self._interval_ms(group, current, deadlines, now_ms)
-        deadlines.next_heartbeat_ms = now_ms + interval_ms
         return HeartbeatResult(
             ErrorCode.NONE,
             member_id=member_id,
             member_epoch=current.member_epoch,
-            heartbeat_interval_ms=interval_ms,
+            heartbeat_interval_ms=self._interval_ms(group, current),
             assignment=_to_topic_partitions(current.assigned) if full or changed else None,
         )
 
-    def _interval_ms(
-        self, group: ConsumerGroup, member: ConsumerGroupMember, deadlines: _Deadlines, now_ms: int
-    ) -> int:
-        """The heartbeat interval to answer `member` with, now. A hand-over of a partition waits
-        for its owner's next heartbeat (to revoke it) and then the new owner's (to assign it):
-        - a member waiting for partitions that other members still hold gets the shorter
-          loglake.group.consumer.unreleased.heartbeat.interval.ms, so that it learns of their
-          release almost at once;
-        - otherwise each member heartbeats every group.consumer.heartbeat.interval.ms at a
-          phase of its own, the coordinator placing each new one in the middle of the widest
-          gap between the others' (and keeping it through expedited and shorter heartbeats):
-          heartbeats spread over the interval, so that some owner is always about to
-          heartbeat, and the uniform assignor moves partitions from the soonest ones first."""
-        interval, short = self.config.heartbeat_interval_ms, self.config.unreleased_heartbeat_interval_ms
-        short = min(short, interval)
+    def _interval_ms(self, group: ConsumerGroup, member: ConsumerGroupMember) -> int:
+        """The heartbeat interval to answer `member` with. A partition that moves waits for
+        its owner's next heartbeat (to be revoked) and then for its new owner's (to be
+        assigned); two loglake rules, beyond Kafka's, shorten both waits for a new member:
+        - a member waiting for partitions that other members still hold heartbeats every
+          loglake.group.consumer.unreleased.heartbeat.interval.ms, so that it picks each
+          up almost as soon as it is released;
+        - the member a new member would take its first partition from (`first_giver`)
+          heartbeats every loglake.group.consumer.first.giver.heartbeat.interval.ms, so
+          that it gives it up within a fraction of the interval."""
+        interval = self.config.heartbeat_interval_ms
         if member.state is MemberState.UNRELEASED_PARTITIONS and group.waits_on_unreleased(member):
-            return short
-        if deadlines.phase_ms is None:
-            phases = [
-                d.phase_ms
-                for mid in group.members
-                if mid != member.member_id
-                and (d := self._deadlines.get((group.group_id, mid))) is not None
-                and d.phase_ms is not None
-            ]
-            deadlines.phase_ms = _widest_gap_middle(phases, interval) if phases else now_ms % interval
-        wait = (deadlines.phase_ms - now_ms) % interval
-        return wait if wait >= short else wait + interval
+            return min(self.config.unreleased_heartbeat_interval_ms, interval)
+        if member.member_id == group.first_giver():
+            return min(self.config.first_giver_heartbeat_interval_ms, interval)
+        return interval
 
     def _update_member(
         self,
@@ -1182,20 +1174,11 @@ class ConsumerGroups:
         }
         counts = {t.topic_id: t.num_partitions for t in group.subscription_metadata.values()}
         assignor = SERVER_ASSIGNORS[group.preferred_assignor(self.config.assignors[0])]
-        new_target = assignor.assign(specs, counts, group.target, self._heartbeat_order(group))
+        new_target = assignor.assign(specs, counts, group.target)
         for member_id in sorted(new_target):
             if new_target[member_id] != group.target.get(member_id, {}):
                 self._write(group.group_id, TargetAssignmentMemberValue(new_target[member_id]), member_id)
         self._write(group.group_id, TargetAssignmentMetadataValue(group.group_epoch))
-
-    def _heartbeat_order(self, group: ConsumerGroup) -> list[str]:
-        """Its members whose next heartbeat is known, soonest first."""
-        expected = {
-            mid: d.next_heartbeat_ms
-            for mid in group.members
-            if (d := self._deadlines.get((group.group_id, mid))) is not None and d.next_heartbeat_ms is not None
-        }
-        return sorted(expected, key=lambda mid: (expected[mid], mid))
 
     # ---- classic members (JoinGroup, SyncGroup, Heartbeat, LeaveGroup to a consumer group) ----
 

@@ -219,6 +219,8 @@ class GroupCoordinator:
         self._expiry_task: asyncio.Task[None] | None = None
         # Producer id -> group id -> offsets of its open transaction (TxnOffsetCommit).
         self._pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetCommitData]]] = {}
+        # Notified whenever an offset commit's write ends: a stable OffsetFetch waits for them.
+        self._commit_writes = asyncio.Condition()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -675,8 +677,12 @@ class GroupCoordinator:
         """OffsetFetch: the given partitions, or every committed one when `partitions` is None.
 
         Answered whatever the group's state (groups may use Kafka only to store offsets);
-        a partition with no commit gets offset -1. `require_stable` (v7+) answers
-        UNSTABLE_OFFSET_COMMIT for a partition whose commit is still being written.
+        a partition with no commit gets offset -1. With `require_stable` (v7+; clients
+        reading committed data set it) it answers once the commits being written to those
+        partitions are done, and UNSTABLE_OFFSET_COMMIT for a partition with offsets of an
+        open transaction, as Kafka 4's coordinator. (Kafka's earlier one also answered
+        UNSTABLE_OFFSET_COMMIT during a plain commit's write; librdkafka can then start the
+        partition from auto.offset.reset instead of the committed offset.)
         `member` is v9's (member id, member epoch): a consumer group's member must be at its
         current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID otherwise).
         """
@@ -688,6 +694,9 @@ class GroupCoordinator:
             member_error = validate_offset_fetch(consumer_group, *member)
             if member_error is not ErrorCode.NONE:
                 return OffsetFetchResult(member_error)
+        if require_stable:
+            async with self._commit_writes:
+                await self._commit_writes.wait_for(lambda: not self._commits_being_written(group_id, partitions))
         group = self._groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return OffsetFetchResult(ErrorCode.NONE, {tp: PartitionOffset(-1, -1, "") for tp in partitions or ()})
@@ -695,13 +704,20 @@ class GroupCoordinator:
         result = {}
         for tp in wanted:
             committed = group.offsets.get(tp)
-            if require_stable and (group.pending_offset_commits[tp] or self._has_pending_txn_offset(group_id, tp)):
+            if require_stable and self._has_pending_txn_offset(group_id, tp):
                 result[tp] = PartitionOffset(-1, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
             elif committed is None:
                 result[tp] = PartitionOffset(-1, -1, "")
             else:
                 result[tp] = PartitionOffset(committed.offset, committed.leader_epoch, committed.metadata)
         return OffsetFetchResult(ErrorCode.NONE, result)
+
+    def _commits_being_written(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> bool:
+        group = self._groups.get(group_id)
+        if group is None:
+            return False
+        pending = group.pending_offset_commits
+        return bool(pending) if partitions is None else any(pending[tp] > 0 for tp in partitions)
 
     def _has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn_offsets.values())
@@ -1507,6 +1523,7 @@ class GroupCoordinator:
             for tp, o in valid.items()
         ]
         group.pending_offset_commits.update(valid.keys())
+        error: ErrorCode | None = None  # still None if the write raised (cancelled)
         try:
             error = await self._append(self.partition_for(group.group_id), records, for_offsets=True)
         finally:
@@ -1514,10 +1531,12 @@ class GroupCoordinator:
             for tp in valid:
                 if group.pending_offset_commits[tp] <= 0:
                     del group.pending_offset_commits[tp]
-        live = self._groups.get(group.group_id)
-        # Not for a group deleted or unloaded meanwhile; a group converted meanwhile shares its offsets.
-        if error is ErrorCode.NONE and live is not None and live.offsets is group.offsets:
-            live.offsets.update(valid)
+            live = self._groups.get(group.group_id)
+            # Not for a group deleted or unloaded meanwhile; a group converted meanwhile shares its offsets.
+            if error is ErrorCode.NONE and live is not None and live.offsets is group.offsets:
+                live.offsets.update(valid)
+            async with self._commit_writes:
+                self._commit_writes.notify_all()
         return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
     async def _cleanup_groups(

@@ -6,7 +6,6 @@ whenever the group epoch moves past the assignment epoch:
     members:  member id -> AssignmentSpec (instance id, subscribed topic ids)
     topics:   topic id -> partition count, for the subscribed topics that exist
     previous: member id -> the current target assignment (what stickiness keeps)
-    heartbeat_order: member ids by when their next heartbeat is expected, soonest first
 
 and gets member id -> {topic id: partitions} for every member (empty dicts included).
 """
@@ -14,9 +13,8 @@ and gets member id -> {topic id: partitions} for every member (empty dicts inclu
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from loglake.groups.consumer_records import Partitions
 
@@ -31,11 +29,7 @@ class ServerAssignor(Protocol):
     name: str
 
     def assign(
-        self,
-        members: Mapping[str, AssignmentSpec],
-        topics: Mapping[uuid.UUID, int],
-        previous: Mapping[str, Partitions],
-        heartbeat_order: Sequence[str] = (),
+        self, members: Mapping[str, AssignmentSpec], topics: Mapping[uuid.UUID, int], previous: Mapping[str, Partitions]
     ) -> dict[str, Partitions]: ...
 
 
@@ -47,17 +41,12 @@ class RangeAssignor:
     """Kafka's server-side range: per topic, contiguous ranges handed out in member order
     (static members by instance id first, then the others by member id); the first
     `partitions % members` of each topic's subscribers get one partition more. Members
-    subscribed to the same topics thus get the same partition numbers of each (co-partitioning);
-    the heartbeat order plays no part."""
+    subscribed to the same topics thus get the same partition numbers of each (co-partitioning)."""
 
     name = "range"
 
     def assign(
-        self,
-        members: Mapping[str, AssignmentSpec],
-        topics: Mapping[uuid.UUID, int],
-        previous: Mapping[str, Partitions],
-        heartbeat_order: Sequence[str] = (),
+        self, members: Mapping[str, AssignmentSpec], topics: Mapping[uuid.UUID, int], previous: Mapping[str, Partitions]
     ) -> dict[str, Partitions]:
         order = sorted(members, key=lambda m: (0, members[m].instance_id, "") if members[m].instance_id else (1, "", m))
         subscribers: dict[uuid.UUID, int] = {}
@@ -89,10 +78,6 @@ class UniformAssignor:
     3. while a member has at least two more partitions than some other member subscribed
        to one of its topics, one such partition moves, always from the most loaded member.
 
-    Between equally loaded members, the one whose heartbeat comes sooner gives a partition
-    away (or takes an unowned one) first: a partition moves once its owner heartbeats and
-    releases it, and reaches its new owner at that member's heartbeat.
-
     With identical subscriptions this ends with member loads differing by at most one and
     moves only what the balance needs; with different subscriptions it balances as far as
     the subscriptions allow.
@@ -101,15 +86,8 @@ class UniformAssignor:
     name = "uniform"
 
     def assign(
-        self,
-        members: Mapping[str, AssignmentSpec],
-        topics: Mapping[uuid.UUID, int],
-        previous: Mapping[str, Partitions],
-        heartbeat_order: Sequence[str] = (),
+        self, members: Mapping[str, AssignmentSpec], topics: Mapping[uuid.UUID, int], previous: Mapping[str, Partitions]
     ) -> dict[str, Partitions]:
-        rank = {m: i for i, m in enumerate(heartbeat_order)}
-        # Sorts equally loaded members: soonest heartbeat first, then by member id.
-        order = {m: (rank.get(m, len(rank)), m) for m in members}
         assignment: dict[str, dict[uuid.UUID, set[int]]] = {m: {} for m in members}
         owner: dict[tuple[uuid.UUID, int], str] = {}
         for m in sorted(members):
@@ -126,14 +104,14 @@ class UniformAssignor:
         unowned = [(t, p) for t in sorted(topics) for p in range(topics[t]) if (t, p) not in owner and candidates[t]]
         unowned.sort(key=lambda tp: len(candidates[tp[0]]))
         for t, p in unowned:
-            m = min(candidates[t], key=lambda c: (load[c], order[c]))
+            m = min(candidates[t], key=lambda c: (load[c], c))
             owner[(t, p)] = m
             assignment[m].setdefault(t, set()).add(p)
             load[m] += 1
 
         # One partition at a time from the most loaded member that can give one away, so
         # that every member above the average gives, not just the first one looked at.
-        while (move := self._next_move(order, assignment, candidates, load)) is not None:
+        while (move := self._next_move(members, assignment, candidates, load)) is not None:
             giver, t, taker = move
             p = max(assignment[giver][t])
             assignment[giver][t].discard(p)
@@ -144,15 +122,15 @@ class UniformAssignor:
 
     @staticmethod
     def _next_move(
-        order: Mapping[str, tuple[int, str]],
+        members: Mapping[str, AssignmentSpec],
         assignment: dict[str, dict[uuid.UUID, set[int]]],
         candidates: dict[uuid.UUID, list[str]],
         load: dict[str, int],
     ) -> tuple[str, uuid.UUID, str] | None:
-        for m in sorted(order, key=lambda c: (-load[c], order[c])):
+        for m in sorted(members, key=lambda c: (-load[c], c)):
             for t in sorted(assignment[m]):
                 if assignment[m][t]:
-                    taker = min(candidates[t], key=lambda c: (load[c], order[c]))
+                    taker = min(candidates[t], key=lambda c: (load[c], c))
                     if load[m] - load[taker] >= 2:
                         return m, t, taker
         return None

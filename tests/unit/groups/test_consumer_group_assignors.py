@@ -89,25 +89,3 @@ def test_uniform_drops_partitions_of_unsubscribed_or_shrunk_topics() -> None:
     previous = {"a": {T: frozenset({0, 1, 2, 3}), U: frozenset({0})}}
     out = uniform.assign({"a": _spec(T)}, {T: 2, U: 1}, previous)
     assert out == {"a": {T: frozenset({0, 1})}}
-
-
-def test_uniform_moves_partitions_of_the_members_heartbeating_soonest() -> None:
-    previous = {m: {T: frozenset({3 * i, 3 * i + 1, 3 * i + 2})} for i, m in enumerate("abc")}
-    members = {m: _spec(T) for m in "abcd"}
-    # d joins: 9 partitions over 4 members, so two of a, b and c give one away: the two
-    # whose next heartbeat comes first (a partition moves once its owner heartbeats).
-    out = uniform.assign(members, {T: 9}, previous, heartbeat_order=["d", "c", "a", "b"])
-    assert out["b"] == previous["b"] and len(out["a"][T]) == len(out["c"][T]) == len(out["d"][T]) == 2
-    out = uniform.assign(members, {T: 9}, previous, heartbeat_order=["d", "b", "a", "c"])
-    assert out["c"] == previous["c"] and len(out["a"][T]) == len(out["b"][T]) == 2
-    # Without an order, member ids break the tie.
-    assert uniform.assign(members, {T: 9}, previous)["c"] == previous["c"]
-
-
-def test_uniform_hands_unowned_partitions_to_the_members_heartbeating_soonest() -> None:
-    previous = {"a": {T: frozenset({0, 1})}, "b": {T: frozenset({2})}, "c": {T: frozenset({3, 4})}}
-    members = {"a": _spec(T), "c": _spec(T)}  # b left: its partition goes to a or c
-    assert uniform.assign(members, {T: 5}, previous, heartbeat_order=["c", "a"])["c"] == {T: frozenset({2, 3, 4})}
-    assert uniform.assign(members, {T: 5}, previous, heartbeat_order=["a", "c"])["a"] == {T: frozenset({0, 1, 2})}
-    # The range assignor's layout does not depend on it.
-    assert range_.assign(members, {T: 5}, {}, ["c", "a"]) == range_.assign(members, {T: 5}, {}, ["a", "c"])

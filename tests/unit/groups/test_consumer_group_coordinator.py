@@ -159,15 +159,29 @@ def test_consumer_group_settings_are_bounded_as_in_kafka() -> None:
     }
     config = GroupConfig.from_properties(low)
     assert (config.consumer.session_timeout_ms, config.consumer.heartbeat_interval_ms) == (2000, 500)
-    assert config.consumer.unreleased_heartbeat_interval_ms == 50  # loglake's, below Kafka's bounds
-    shorter = GroupConfig.from_properties({**low, "loglake.group.consumer.unreleased.heartbeat.interval.ms": "20"})
-    assert shorter.consumer.unreleased_heartbeat_interval_ms == 20
+    # loglake's own, below Kafka's bounds: 50 ms, and an eighth of the interval by default.
+    assert (config.consumer.unreleased_heartbeat_interval_ms, config.consumer.first_giver_heartbeat_interval_ms) == (
+        50,
+        62,
+    )
+    shorter = GroupConfig.from_properties(
+        {
+            **low,
+            "loglake.group.consumer.unreleased.heartbeat.interval.ms": "20",
+            "loglake.group.consumer.first.giver.heartbeat.interval.ms": "100",
+        }
+    )
+    assert (shorter.consumer.unreleased_heartbeat_interval_ms, shorter.consumer.first_giver_heartbeat_interval_ms) == (
+        20,
+        100,
+    )
     for props in (
         {"group.consumer.session.timeout.ms": "2000"},  # below Kafka's 45 s minimum
         {"group.consumer.heartbeat.interval.ms": "1000"},
         {**low, "group.consumer.heartbeat.interval.ms": "2000"},  # not below the session timeout
         {"group.consumer.assignors": "sticky"},
         {"loglake.group.consumer.unreleased.heartbeat.interval.ms": "0"},
+        {"loglake.group.consumer.first.giver.heartbeat.interval.ms": "-1"},
     ):
         try:
             GroupConfig.from_properties(props)
