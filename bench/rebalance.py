@@ -5,10 +5,7 @@ Scenario: one 24-partition topic gets a steady stream of records (one every 5 ms
 robin over the partitions: one every 120 ms per partition). Three groups, one per
 protocol, consume it side by side, so that they share the machine's load: each starts
 with 6 members, grows to 12 one member at a time, and shrinks back to 6 one member at a
-time (the newest closed first), 12 steps. The first 6 start spread over one heartbeat
-interval, as the members of a group deployed one by one would (`--start-together` starts
-them at once: librdkafka's classic members then heartbeat in step, and learn of each
-rebalance together). Every member commits each record synchronously
+time (the newest closed first), 12 steps. Every member commits each record synchronously
 before taking the next. A step starts when a member is started or closed and ends once
 the assignment is balanced again and every member has received a record on each partition
 it owns since its assignment last changed; between steps each group idles a random time
@@ -41,7 +38,7 @@ commit succeeded; one whose commit a rebalance refused is read again from the co
 offset). The figures are printed with their ratio to classic eager (the baseline); target:
 KIP-848 <= 0.2 x eager for the time members spend not consuming.
 
-    python -m bench.rebalance [--heartbeat-ms 1000] [--low 6] [--high 12] [--start-together]
+    python -m bench.rebalance [--heartbeat-ms 1000] [--low 6] [--high 12]
 """
 
 from __future__ import annotations
@@ -271,16 +268,14 @@ class ScalingGroup:
     everyone: list[Member] = field(default_factory=list)  # every member it ever had
     steps: list[Step] = field(default_factory=list)
 
-    def resize(self, size: int, timeout: float = 60.0, record: bool = True, stagger_s: float = 0.0) -> None:
-        """Start or close members (the newest first, new ones `stagger_s` apart) until it has
-        `size`, then wait until it settles: balanced, and consuming every partition it owns."""
+    def resize(self, size: int, timeout: float = 60.0, record: bool = True) -> None:
+        """Start or close members (the newest first) until it has `size`, then wait until
+        it settles: balanced, and consuming every partition it owns."""
         before = {m: m.owned for m in self.members}
         started = time.monotonic()
         while len(self.members) > size:
             self.members.pop().stop()
         while len(self.members) < size:
-            if len(self.members) > len(before):
-                time.sleep(stagger_s)
             member = Member(self.config, self.topic)
             member.start()
             self.members.append(member)
@@ -383,12 +378,10 @@ def compare(
     sizes: Sequence[int],
     heartbeat_ms: int,
     spacing_s: float = 0.0,
-    start_together: bool = False,
 ) -> dict[str, Pauses]:
     """One group per protocol on `topic` (created with `partitions`) under one steady
-    producer, side by side: each starts with sizes[0] members (at once, or spread over
-    `spacing_s`) and goes through the other sizes one step each, `spacing_s` apart at most.
-    Checks that every group consumed every record exactly once."""
+    producer, side by side: each starts with sizes[0] members and goes through the other
+    sizes one step each. Checks that every group consumed every record exactly once."""
     from bench.kafka_common import create_topic
 
     create_topic(bootstrap, topic, partitions)
@@ -400,8 +393,7 @@ def compare(
     producer.start()
     try:
         with ThreadPoolExecutor(len(groups)) as pool:
-            stagger_s = 0.0 if start_together else spacing_s / sizes[0]
-            for done in [pool.submit(g.resize, sizes[0], record=False, stagger_s=stagger_s) for g in groups.values()]:
+            for done in [pool.submit(g.resize, sizes[0], record=False) for g in groups.values()]:
                 done.result()
             scaling = [pool.submit(g.scale, sizes[1:], spacing_s, seed) for seed, g in enumerate(groups.values())]
             for done in scaling:
@@ -421,11 +413,6 @@ def main() -> None:
     parser.add_argument("--heartbeat-ms", type=int, default=1000)
     parser.add_argument("--low", type=int, default=6)
     parser.add_argument("--high", type=int, default=12)
-    parser.add_argument(
-        "--start-together",
-        action="store_true",
-        help="start the first members at once (by default spread over a heartbeat interval)",
-    )
     args = parser.parse_args()
     overrides = {
         "group.initial.rebalance.delay.ms": "0",
@@ -444,12 +431,10 @@ def main() -> None:
             sizes,
             args.heartbeat_ms,
             args.heartbeat_ms / 1000,
-            args.start_together,
         )
     print(
         f"{args.low} -> {args.high} -> {args.low} members one at a time ({len(sizes) - 1} steps), {PARTITIONS} "
-        f"partitions, a record every {PRODUCE_INTERVAL_S * 1000:g} ms, heartbeats every {args.heartbeat_ms} ms, "
-        f"first members started {'together' if args.start_together else 'spread over an interval'}; "
+        f"partitions, a record every {PRODUCE_INTERVAL_S * 1000:g} ms, heartbeats every {args.heartbeat_ms} ms; "
         # Eager rebalances wait for every member: they stretch with the machine's load.
         f"load average {load_before:.1f} -> {os.getloadavg()[0]:.1f}"
     )
