@@ -1,9 +1,12 @@
 """Authorizer.authorize_by_resource_type: Kafka's answer to "may this principal WRITE some
-topic?" (an idempotent producer's InitProducerId, KIP-679)."""
+topic?" (an idempotent producer's InitProducerId, KIP-679); and the index `authorize` looks
+patterns up in."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loglake.security.acls import (
     AccessControlEntry,
@@ -60,3 +63,28 @@ def test_super_users_and_allow_if_no_acl_found() -> None:
     assert denied_everything.authorize_by_resource_type("User:admin", "10.0.0.1", WRITE, TOPIC)
     assert authorizer(allow_if_no_acl_found=True).authorize_by_resource_type("User:alice", "h", WRITE, TOPIC)
     assert not authorizer().authorize_by_resource_type("User:alice", "h", WRITE, TOPIC)
+
+
+NAMES = ("orders", "orders-eu", "ord", "o", "*", "payments", "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    acls=st.lists(
+        st.tuples(
+            st.sampled_from(NAMES[:-1]),
+            st.sampled_from((LITERAL, PREFIXED)),
+            st.sampled_from(("User:alice", "User:*")),
+            st.sampled_from((WRITE, AclOperation.READ, AclOperation.ALL)),
+            st.sampled_from((ALLOW, DENY)),
+        ),
+        max_size=6,
+    ),
+    name=st.sampled_from(NAMES),
+)
+def test_authorize_looks_up_the_same_patterns_as_a_scan(acls, name: str) -> None:
+    """The authorizer's index (the name, "*", each prefix) finds exactly the patterns that match."""
+    a = authorizer(*acls)
+    scanned = sorted((e for b in a.bindings() if b.pattern.matches(TOPIC, name) for e in [b.entry]), key=repr)
+    assert sorted(a._matching(TOPIC, name), key=repr) == scanned
+    assert a._matching(ResourceType.GROUP, name) == []

@@ -214,19 +214,33 @@ class Authorizer:
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl_found = allow_if_no_acl_found
         self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        # By (resource type, name) and pattern type, so that a check looks up the patterns that
+        # can match (the name, "*", each prefix of the name) instead of scanning every ACL.
+        self._index: dict[tuple[ResourceType, str, PatternType], frozenset[AccessControlEntry]] = {}
 
     def replace_acls(self, acls: Mapping[ResourcePattern, Iterable[AccessControlEntry]]) -> None:
         self._acls = {p: frozenset(entries) for p, entries in acls.items() if entries}
+        self._index = {(p.resource_type, p.name, p.pattern_type): entries for p, entries in self._acls.items()}
 
     def bindings(self) -> list[AclBinding]:
         return [AclBinding(p, e) for p, entries in self._acls.items() for e in entries]
+
+    def _matching(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
+        """The entries of every pattern matching the resource (`ResourcePattern.matches`)."""
+        index, empty = self._index, frozenset[AccessControlEntry]()
+        found = [*index.get((resource_type, name, PatternType.LITERAL), empty)]
+        if name != WILDCARD:
+            found += index.get((resource_type, WILDCARD, PatternType.LITERAL), empty)
+        for end in range(len(name) + 1):
+            found += index.get((resource_type, name[:end], PatternType.PREFIXED), empty)
+        return found
 
     def authorize(
         self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType, name: str
     ) -> bool:
         if principal in self.super_users:
             return True
-        entries = [e for p, es in self._acls.items() if p.matches(resource_type, name) for e in es]
+        entries = self._matching(resource_type, name)
         if not entries:
             return self.allow_if_no_acl_found
         mine = [e for e in entries if e.applies_to(principal, host)]
