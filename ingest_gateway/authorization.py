@@ -45,6 +45,14 @@ AUTHORIZER_CLASSES = (
 Body = dict[str, Any]
 _OP, _RT = AclOperation, ResourceType
 
+# The error a denial on a resource of each type answers.
+AUTHORIZATION_ERRORS = {
+    _RT.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    _RT.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    _RT.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+    _RT.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
 
 def authorizer_from_config(props: Mapping[str, str]) -> Authorizer | None:
     name = (props.get("authorizer.class.name") or "").strip()

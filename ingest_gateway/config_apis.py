@@ -30,6 +30,8 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
+from ingest_gateway.authorization import AUTHORIZATION_ERRORS
+
 if TYPE_CHECKING:
     from loglake.config import BrokerConfig
 
@@ -43,13 +45,13 @@ Body = dict[str, Any]
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-# Config resource types -> the ACL resource their configs are authorized on, and the error.
+# Config resource types -> the ACL resource their configs are authorized on.
 _CONFIG_RESOURCE_ACLS = {
-    RESOURCE_TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-    RESOURCE_BROKER: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
-    8: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),  # BROKER_LOGGER
-    16: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),  # CLIENT_METRICS
-    32: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED),  # GROUP
+    RESOURCE_TOPIC: ResourceType.TOPIC,
+    RESOURCE_BROKER: ResourceType.CLUSTER,
+    8: ResourceType.CLUSTER,  # BROKER_LOGGER
+    16: ResourceType.CLUSTER,  # CLIENT_METRICS
+    32: ResourceType.GROUP,  # GROUP
 }
 
 
@@ -250,11 +252,10 @@ class ConfigApis:
         """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group, or the cluster for broker
         (and broker logger, client metrics) configs, as Kafka checks them before anything
         else; loglake serves topic and broker configs only (INVALID_REQUEST for the others)."""
-        checked = _CONFIG_RESOURCE_ACLS.get(resource_type)
-        if checked is not None:
-            acl_type, error = checked
+        acl_type = _CONFIG_RESOURCE_ACLS.get(resource_type)
+        if acl_type is not None:
             name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else name
-            self._auth.require(operation, acl_type, name, error)
+            self._auth.require(operation, acl_type, name, AUTHORIZATION_ERRORS[acl_type])
 
     def _describe(self, resource_type: int, name: str) -> list[ConfigEntry]:
         self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)

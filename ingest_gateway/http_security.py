@@ -31,13 +31,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from loglake.errors import ErrorCode
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 from loglake.security.sasl import CredentialsOf, PlainServer, SaslError
 
-from ingest_gateway.authorization import RequestAuthorization
+from ingest_gateway.authorization import AUTHORIZATION_ERRORS, RequestAuthorization
 from ingest_gateway.http_errors import error_response
 from ingest_gateway.kafka_server import RequestContext, bind_request
 
@@ -167,16 +166,10 @@ class HttpSecurity:
         if self._authorization.enabled:
             check, name = route_check(method, path)
             if not self._authorization.allowed(check.operation, check.resource_type, name):
-                error = (
-                    ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                    if check.resource_type == _RT.TOPIC
-                    else ErrorCode.GROUP_AUTHORIZATION_FAILED
-                    if check.resource_type == _RT.GROUP
-                    else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-                )
                 message = (
                     f"Forbidden: {context.principal} may not {check.operation.name} {check.resource_type.name} {name}"
                 )
+                error = AUTHORIZATION_ERRORS[check.resource_type]
                 await error_response(403, message, error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -9,7 +9,7 @@ from typing import Any
 
 from loglake.config import BrokerConfig, Listener
 from loglake.coordination.store import MetadataStore
-from loglake.security.client import ClientSecurity, jaas_credentials
+from loglake.security.client import ClientSecurity, sasl_security
 from loglake.security.listeners import listener_config
 from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
 from loglake.security.scram import ScramCredential
@@ -109,18 +109,10 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     tls = client_context(config.raw, name) if protocol.uses_tls else None
     if not protocol.uses_sasl:
         return ClientSecurity(tls)
-    mechanism = (config.raw.get("sasl.mechanism.inter.broker.protocol") or "GSSAPI").strip().upper()
-    if mechanism not in SUPPORTED_MECHANISMS:
-        raise ValueError(
-            f"sasl.mechanism.inter.broker.protocol={mechanism}: loglake offers {', '.join(SUPPORTED_MECHANISMS)}"
-        )
-    jaas = config.raw.get(f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config") or config.raw.get(
-        "sasl.jaas.config", ""
-    )
-    credentials = jaas_credentials(jaas)
-    if credentials is None:
-        raise ValueError(
-            f"the inter-broker listener {name} uses SASL/{mechanism}: set "
-            f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config with username and password"
-        )
-    return ClientSecurity(tls, mechanism, *credentials)
+
+    def jaas(mechanism: str) -> tuple[str, str]:
+        listener_jaas = f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        return listener_jaas, config.raw.get(listener_jaas) or config.raw.get("sasl.jaas.config", "")
+
+    mechanism = "sasl.mechanism.inter.broker.protocol"
+    return sasl_security(tls, (mechanism, config.raw.get(mechanism)), jaas)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from loglake.security.listeners import SecurityProtocol
@@ -51,14 +51,34 @@ def jaas_credentials(jaas: str) -> tuple[str, str] | None:
     return options["username"], options["password"]
 
 
-def tls_client_context(
-    truststore: str | None, keystore: str | None, key_password: str | None, verify_host: bool
-) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=truststore)
-    if keystore:
-        context.load_cert_chain(keystore, password=key_password)
-    context.check_hostname = verify_host
+def tls_client_context(props: Mapping[str, str | None]) -> ssl.SSLContext:
+    """A client SSLContext from `ssl.truststore.location`, `ssl.keystore.location`,
+    `ssl.key.password` and `ssl.endpoint.identification.algorithm` (host names are checked
+    unless it is empty)."""
+    context = ssl.create_default_context(cafile=props.get("ssl.truststore.location"))
+    if props.get("ssl.keystore.location"):
+        context.load_cert_chain(props["ssl.keystore.location"], password=props.get("ssl.key.password"))
+    context.check_hostname = bool(props.get("ssl.endpoint.identification.algorithm", "https"))
     return context
+
+
+def sasl_security(
+    tls: ssl.SSLContext | None,
+    mechanism_setting: tuple[str, str | None],
+    jaas_setting: Callable[[str], tuple[str, str]],
+) -> ClientSecurity:
+    """SASL over `tls` (or plaintext): `mechanism_setting` is the (property, value) naming the
+    mechanism (Kafka's default GSSAPI when unset); `jaas_setting(mechanism)` the (property,
+    JAAS line) holding the username and password. ValueError naming the property at fault."""
+    name, value = mechanism_setting
+    mechanism = (value or "GSSAPI").strip().upper()
+    if mechanism not in SUPPORTED_MECHANISMS:
+        raise ValueError(f"{name}={mechanism}: one of {', '.join(SUPPORTED_MECHANISMS)}")
+    jaas_name, jaas = jaas_setting(mechanism)
+    credentials = jaas_credentials(jaas)
+    if credentials is None:
+        raise ValueError(f'{jaas_name} needs username="..." and password="..."')
+    return ClientSecurity(tls, mechanism, *credentials)
 
 
 def client_security(props: Mapping[str, str]) -> ClientSecurity:
@@ -75,23 +95,16 @@ def client_security(props: Mapping[str, str]) -> ClientSecurity:
     tls = None
     if protocol.uses_tls:
         try:
-            tls = tls_client_context(
-                props.get("ssl.truststore.location"),
-                props.get("ssl.keystore.location"),
-                props.get("ssl.key.password"),
-                bool(props.get("ssl.endpoint.identification.algorithm", "https")),
-            )
+            tls = tls_client_context(props)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"cannot load the truststore/keystore: {exc}") from None
     if not protocol.uses_sasl:
         return ClientSecurity(tls)
-    mechanism = (props.get("sasl.mechanism") or "GSSAPI").strip().upper()
-    if mechanism not in SUPPORTED_MECHANISMS:
-        raise ValueError(f"sasl.mechanism={mechanism}: one of {', '.join(SUPPORTED_MECHANISMS)}")
-    credentials = jaas_credentials(props.get("sasl.jaas.config", ""))
-    if credentials is None:
-        raise ValueError('sasl.jaas.config needs username="..." and password="..."')
-    return ClientSecurity(tls, mechanism, *credentials)
+    return sasl_security(
+        tls,
+        ("sasl.mechanism", props.get("sasl.mechanism")),
+        lambda mechanism: ("sasl.jaas.config", props.get("sasl.jaas.config", "")),
+    )
 
 
 def librdkafka_properties(props: Mapping[str, str]) -> dict[str, str]:

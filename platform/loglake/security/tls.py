@@ -107,15 +107,12 @@ def client_context(props: Mapping[str, str], listener: str) -> ssl.SSLContext:
     `ssl.endpoint.identification.algorithm` is empty), the keystore is this broker's
     certificate for listeners that ask for one."""
 
-    def get(name: str, default: str | None = None) -> str | None:
-        return listener_config(props, listener, name, default)
-
+    names = ("ssl.truststore.location", "ssl.keystore.location", "ssl.key.password")
+    settings = {n: listener_config(props, listener, n) for n in names}
+    settings["ssl.endpoint.identification.algorithm"] = listener_config(
+        props, listener, "ssl.endpoint.identification.algorithm", "https"
+    )
     try:
-        return tls_client_context(
-            get("ssl.truststore.location"),
-            get("ssl.keystore.location"),
-            get("ssl.key.password"),
-            bool(get("ssl.endpoint.identification.algorithm", "https")),
-        )
+        return tls_client_context(settings)
     except (OSError, ssl.SSLError) as exc:
         raise TlsConfigError(f"listener {listener}: cannot load the client keystore/truststore: {exc}") from None

@@ -58,15 +58,12 @@ class ClusterAccess:
     def http_client(self, timeout_s: float = 30.0) -> httpx.Client:
         """An HTTP client of the brokers' HTTP API with the same TLS and credentials."""
         props = dict(self.security)
-        verify: ssl.SSLContext | bool = True
-        if props.get("ssl.truststore.location") or props.get("ssl.keystore.location"):
-            verify = tls_client_context(
-                props.get("ssl.truststore.location"),
-                props.get("ssl.keystore.location"),
-                props.get("ssl.key.password"),
-                bool(props.get("ssl.endpoint.identification.algorithm", "https")),
-            )
         security = client_security(props)
+        verify: ssl.SSLContext | bool = True
+        if security.tls is not None:
+            verify = security.tls
+        elif props.get("ssl.truststore.location") or props.get("ssl.keystore.location"):
+            verify = tls_client_context(props)  # HTTPS to brokers reached over plaintext Kafka
         auth = None
         if security.mechanism is not None:
             plaintext = SecurityProtocol(props["security.protocol"].strip().upper()) == SecurityProtocol.SASL_PLAINTEXT
