@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Union
 
-from loglake.protocol.types import read_unsigned_varint
+from loglake.protocol.types import read_unsigned_varint, write_tagged_fields
 from loglake.record.struct_codec import StructReader, StructWriter
 from loglake.record.varint import encode_unsigned_varint
 
@@ -183,7 +183,13 @@ class _FlexWriter:
         return self.raw(v.bytes)
 
     def no_tags(self) -> _FlexWriter:
-        return self.raw(b"\x00")
+        return self.tags({})
+
+    def tags(self, fields: dict[int, bytes]) -> _FlexWriter:
+        """The tagged field section: tag -> the field's bytes (written in ascending tag order)."""
+        out: list[bytes] = []
+        write_tagged_fields(out, sorted(fields.items()))
+        return self.raw(b"".join(out))
 
     def partitions(self, value: Partitions) -> _FlexWriter:
         # Sorted so that the same assignment always encodes to the same bytes.
@@ -310,9 +316,7 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
             w.string(name)
         w.string(value.subscribed_topic_regex).int32(value.rebalance_timeout_ms).string(value.server_assignor)
         if value.classic is not None:
-            classic = _encode_classic(value.classic)
-            tag, size = encode_unsigned_varint(_CLASSIC_MEMBER_METADATA_TAG), encode_unsigned_varint(len(classic))
-            return w.raw(b"\x01" + tag + size + classic).getvalue()  # a tagged section of one field
+            return w.tags({_CLASSIC_MEMBER_METADATA_TAG: _encode_classic(value.classic)}).getvalue()
     elif isinstance(value, TargetAssignmentMetadataValue):
         w.int32(value.assignment_epoch)
     elif isinstance(value, TargetAssignmentMemberValue):
