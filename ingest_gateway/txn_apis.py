@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
@@ -51,9 +51,9 @@ def _topic_partitions(topics: list[Body]) -> list[TopicPartition]:
     return [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
 
 
-def _results_by_topic(partitions: Collection[TopicPartition], error: ErrorCode, name_key: str = "name") -> list[Body]:
+def _results_by_topic(errors: Mapping[TopicPartition, ErrorCode], name_key: str = "name") -> list[Body]:
     by_topic: dict[str, list[Body]] = defaultdict(list)
-    for tp in partitions:
+    for tp, error in errors.items():
         by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": error})
     return [{name_key: topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
 
@@ -222,7 +222,7 @@ class TxnApis:
     async def add_partitions_to_txn(self, header: RequestHeader, body: Body) -> Body:
         if header.request_api_version < _ADD_PARTITIONS_BATCHED_VERSION:
             partitions = _topic_partitions(body["v3_and_below_topics"])
-            error = await self._add_partitions(
+            errors = await self._add_partitions(
                 body["v3_and_below_transactional_id"],
                 body["v3_and_below_producer_id"],
                 body["v3_and_below_producer_epoch"],
@@ -230,12 +230,12 @@ class TxnApis:
                 verify_only=False,
                 from_client=True,
             )
-            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(partitions, error)}
+            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(errors)}
         results = []
         for txn in body["transactions"]:
             partitions = _topic_partitions(txn["topics"])
             # The brokers' form: CLUSTER_ACTION was checked for the whole request (REQUEST_CHECKS).
-            error = await self._add_partitions(
+            errors = await self._add_partitions(
                 txn["transactional_id"],
                 txn["producer_id"],
                 txn["producer_epoch"],
@@ -243,9 +243,7 @@ class TxnApis:
                 txn["verify_only"],
                 from_client=False,
             )
-            results.append(
-                {"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(partitions, error)}
-            )
+            results.append({"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(errors)})
         return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": results}
 
     async def _add_partitions(
@@ -256,26 +254,38 @@ class TxnApis:
         partitions: list[TopicPartition],
         verify_only: bool,
         from_client: bool,
-    ) -> ErrorCode:
-        image = self._cache.image
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's checks, then the coordinator's answer for all the partitions. A client must
+        be allowed WRITE on the transactional id and on each topic (internal topics join
+        only through AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
+        partition is refused or unknown, the others answer OPERATION_NOT_ATTEMPTED."""
         auth = self._auth
+        if from_client and not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = set()
         if from_client:
-            if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-                return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            if auth.denied_topics(AclOperation.WRITE, (tp.topic for tp in partitions)):
-                return ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        for tp in partitions:
-            if tp.topic in INTERNAL_TOPICS:
-                return ErrorCode.INVALID_REQUEST  # internal topics join only through AddOffsetsToTxn
-            if tp.partition not in image.partition_states.get(tp.topic, {}):
-                return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            denied = auth.denied_topics(AclOperation.WRITE, {tp.topic for tp in partitions} - INTERNAL_TOPICS)
+            denied |= {tp.topic for tp in partitions} & INTERNAL_TOPICS
+        refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in partitions if tp.topic in denied}
+        refused |= dict.fromkeys(
+            self._unknown(p for p in partitions if p not in refused), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        if refused:
+            return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
         if verify_only:
-            descriptions = self.coordinator.describe_transactions([transactional_id])
-            d = descriptions[0]
-            if d.error is not ErrorCode.NONE:
-                return d.error
-            return ErrorCode.NONE if set(partitions) <= set(d.partitions) else ErrorCode.INVALID_TXN_STATE
-        return await self.coordinator.add_partitions_to_txn(transactional_id, producer_id, producer_epoch, partitions)
+            d = self.coordinator.describe_transactions([transactional_id])[0]
+            error = d.error
+            if error is ErrorCode.NONE and not set(partitions) <= set(d.partitions):
+                error = ErrorCode.INVALID_TXN_STATE
+        else:
+            error = await self.coordinator.add_partitions_to_txn(
+                transactional_id, producer_id, producer_epoch, partitions
+            )
+        return dict.fromkeys(partitions, error)
+
+    def _unknown(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+        states = self._cache.image.partition_states
+        return [tp for tp in partitions if tp.partition not in states.get(tp.topic, {})]
 
     async def add_offsets_to_txn(self, header: RequestHeader, body: Body) -> Body:
         error = await self.coordinator.add_offsets_to_txn(
@@ -297,35 +307,46 @@ class TxnApis:
             for t in body["topics"]
             for p in t["partitions"]
         }
-        error = self._check_txn_offset_commit(body)
-        if error is not ErrorCode.NONE:
-            errors = dict.fromkeys(offsets, error)
-        else:
-            errors = await self._group_coordinator.commit_txn_offsets(
-                body["group_id"],
-                body["producer_id"],
-                body["producer_epoch"],
-                body.get("member_id", ""),
-                body.get("generation_id", -1),
-                offsets,
-                group_instance_id=body.get("group_instance_id"),
-            )
+        errors = self._refused_txn_offsets(body, offsets)
+        valid = {tp: o for tp, o in offsets.items() if tp not in errors}
+        if valid:
+            error = self._check_txn_offset_commit(body)
+            if error is not ErrorCode.NONE:
+                errors |= dict.fromkeys(valid, error)
+            else:
+                errors |= await self._group_coordinator.commit_txn_offsets(
+                    body["group_id"],
+                    body["producer_id"],
+                    body["producer_epoch"],
+                    body.get("member_id", ""),
+                    body.get("generation_id", -1),
+                    valid,
+                    group_instance_id=body.get("group_instance_id"),
+                )
         by_topic: dict[str, list[Body]] = defaultdict(list)
         for tp, code in errors.items():
             by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
         return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
-    def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
-        """WRITE on the transactional id, READ on the group and the topics; the producer must
-        own the transaction, which must hold the group's offsets partition (AddOffsetsToTxn
-        first), as Kafka's producer state on that partition checks."""
+    def _refused_txn_offsets(
+        self, body: Body, offsets: Mapping[TopicPartition, OffsetCommitData]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's checks of a TxnOffsetCommit: WRITE on the transactional id and READ on the
+        group (else every partition fails), READ on each topic and the partition's existence
+        (else that partition fails and the others are committed)."""
         auth = self._auth
         if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
-            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return dict.fromkeys(offsets, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
-            return ErrorCode.GROUP_AUTHORIZATION_FAILED
-        if auth.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"])):
-            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        denied = auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets})
+        refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp.topic in denied}
+        unknown = self._unknown(tp for tp in offsets if tp not in refused)
+        return refused | dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+
+    def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
+        """The producer must own the transaction, which must hold the group's offsets
+        partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
         described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
         if described.error is ErrorCode.NOT_COORDINATOR:
             # The transaction coordinator may be another broker: the group's check stands.

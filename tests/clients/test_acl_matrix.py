@@ -611,3 +611,44 @@ def test_describe_configs_never_shows_sensitive_values(broker, admin, names: Nam
     # The HTTP API's view of the stored broker configs hides them too.
     stored = httpx.get(f"{broker.http_url}/brokers/0/configs", auth=("admin", USERS["admin"])).json()["configs"]
     assert dynamic["name"] in stored and stored[dynamic["name"]] is None
+
+
+def test_transactions_answer_refused_topics_per_partition(admin, alice, names: Names) -> None:
+    """As Kafka: AddPartitionsToTxn refuses the denied, internal or unknown partitions and
+    answers OPERATION_NOT_ATTEMPTED for the others; TxnOffsetCommit refuses the denied topics
+    and commits the others."""
+    prepare(admin, names, ("txn-topic",))
+    other = f"{names.prefix}other"
+    created = admin.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": other, "num_partitions": 1,
+                                                                  "replication_factor": 1}], "timeout_ms": 10000})  # fmt: skip
+    assert created["topics"][0]["error_code"] == 0, created
+    for acl in (_WRITE_TXN, _WRITE_TOPIC, _READ_TOPIC, _READ_GROUP):
+        grant(admin, acl, names, ALICE, AclPermissionType.ALLOW)
+
+    def add(conn: BrokerConnection, *topics: str) -> dict[str, int]:
+        body = _add_partitions(names) | {"v3_and_below_topics": [{"name": t, "partitions": [0]} for t in topics]}
+        results = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, body)["results_by_topic_v3_and_below"]
+        return {r["name"]: r["results_by_partition"][0]["partition_error_code"] for r in results}
+
+    assert add(alice, names.topic, other) == {names.topic: _E.OPERATION_NOT_ATTEMPTED, other: _TOPIC_DENIED}
+    assert add(admin, names.topic, "__consumer_offsets") == {
+        names.topic: _E.OPERATION_NOT_ATTEMPTED, "__consumer_offsets": _TOPIC_DENIED}  # fmt: skip
+    assert add(admin, names.topic, f"{names.prefix}missing") == {
+        names.topic: _E.OPERATION_NOT_ATTEMPTED, f"{names.prefix}missing": _E.UNKNOWN_TOPIC_OR_PARTITION}  # fmt: skip
+    assert add(alice, names.topic) == {names.topic: 0}
+
+    deadline = time.monotonic() + 30  # the group coordinator's topic: FindCoordinator creates it
+    while admin.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [names.group]})["coordinators"][
+        0
+    ]["error_code"]:
+        assert time.monotonic() < deadline, "no group coordinator"
+        time.sleep(0.05)
+    offsets = alice.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": names.txn, "producer_id": names.producer[0],
+                                                         "producer_epoch": names.producer[1], "group_id": names.group})  # fmt: skip
+    assert offsets["error_code"] == 0, offsets
+    partition = {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}
+    body = _txn_offset_commit(names) | {
+        "topics": [{"name": t, "partitions": [partition]} for t in (names.topic, other)]
+    }
+    answer = alice.request(ApiKey.TXN_OFFSET_COMMIT, 3, body)["topics"]
+    assert {t["name"]: t["partitions"][0]["error_code"] for t in answer} == {names.topic: 0, other: _TOPIC_DENIED}
