@@ -76,27 +76,20 @@ def http_authenticator(config: BrokerConfig, store: MetadataStore) -> BasicAuthe
 
 
 def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:
-    """uvicorn's TLS settings for an `https://` HTTP listener, from the same ssl.* configs
-    (prefix `listener.name.https.`) as the Kafka listeners: PEM keystore and truststore,
-    `ssl.client.auth`, and the protocol that puts the client certificate in the ASGI scope."""
+    """uvicorn's TLS settings for an `https://` HTTP listener: the server context of a Kafka
+    listener, from the same ssl.* configs (prefix `listener.name.https.`: PEM keystore and
+    truststore, `ssl.client.auth`, `ssl.enabled.protocols`, `ssl.cipher.suites`), and the
+    protocol that puts the client certificate in the ASGI scope."""
     if listener.scheme.lower() != "https":
         return {}
-    # The same checks and messages as a Kafka listener's; its verify mode is ssl.client.auth's.
     context = server_context(config.raw, listener.scheme)
-
-    def get(name: str, default: str | None = None) -> str | None:
-        return listener_config(config.raw, listener.scheme, name, default)
-
-    keystore = get("ssl.keystore.location")
-    options: dict[str, Any] = {"ssl_certfile": keystore, "ssl_keyfile": keystore}
-    if get("ssl.key.password"):
-        options["ssl_keyfile_password"] = get("ssl.key.password")
-    if get("ssl.truststore.location"):
-        options["ssl_ca_certs"] = get("ssl.truststore.location")
-    options["ssl_cert_reqs"] = context.verify_mode
-    # The protocol that tells the app about the verified client certificate (its principal).
-    options["http"] = TlsHttpProtocol
-    return options
+    return {
+        # uvicorn calls it with its config and its own factory, which is not used.
+        "ssl_context_factory": lambda uvicorn_config, default_factory: context,
+        # Only for uvicorn to say https:// in its start-up line; the context above serves.
+        "ssl_certfile": listener_config(config.raw, listener.scheme, "ssl.keystore.location"),
+        "http": TlsHttpProtocol,
+    }
 
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity:

@@ -79,6 +79,7 @@ def broker(
             "ssl.keystore.location": str(pki.server),
             "ssl.truststore.location": str(pki.ca),
             "listener.name.https.ssl.client.auth": "required",
+            "listener.name.https.ssl.enabled.protocols": "TLSv1.3",
         }
     )
     yield from serve(process)
@@ -341,6 +342,11 @@ def test_the_https_api_takes_a_client_certificate_as_the_principal(admin, broker
     for certificate in (None, (pki.stranger_cert, pki.stranger_key)):
         with pytest.raises(httpx.HTTPError):
             httpx.get(records, params={"offset": 0}, auth=("admin", USERS["admin"]), verify=tls(pki, certificate))
+    # Nor over TLS 1.2: the listener's ssl.enabled.protocols is TLSv1.3.
+    old_tls = tls(pki, (pki.client_cert, pki.client_key))
+    old_tls.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(records, params={"offset": 0}, verify=old_tls)
 
 
 def test_the_acls_cli_adds_lists_and_removes(admin, broker) -> None:
