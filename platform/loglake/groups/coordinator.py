@@ -57,6 +57,7 @@ consumer group of classic members until its next conversion).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -219,7 +220,10 @@ class GroupCoordinator:
         self._expiry_task: asyncio.Task[None] | None = None
         # Producer id -> group id -> offsets of its open transaction (TxnOffsetCommit).
         self._pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetCommitData]]] = {}
-        # Notified whenever an offset commit's write ends: a stable OffsetFetch waits for them.
+        # Offset commits being written (write id -> group id and partitions), and a condition
+        # notified as each ends: a stable OffsetFetch waits for those in flight when it came.
+        self._commits_in_flight: dict[int, tuple[str, frozenset[TopicPartition]]] = {}
+        self._commit_write_ids = itertools.count()
         self._commit_writes = asyncio.Condition()
 
     # ---------------------------------------------------------------- lifecycle
@@ -695,8 +699,14 @@ class GroupCoordinator:
             if member_error is not ErrorCode.NONE:
                 return OffsetFetchResult(member_error)
         if require_stable:
+            wanted_set = None if partitions is None else frozenset(partitions)
+            in_flight = {
+                write_id
+                for write_id, (written_group, written) in self._commits_in_flight.items()
+                if written_group == group_id and (wanted_set is None or written & wanted_set)
+            }
             async with self._commit_writes:
-                await self._commit_writes.wait_for(lambda: not self._commits_being_written(group_id, partitions))
+                await self._commit_writes.wait_for(lambda: not in_flight & self._commits_in_flight.keys())
         group = self._groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             return OffsetFetchResult(ErrorCode.NONE, {tp: PartitionOffset(-1, -1, "") for tp in partitions or ()})
@@ -711,13 +721,6 @@ class GroupCoordinator:
             else:
                 result[tp] = PartitionOffset(committed.offset, committed.leader_epoch, committed.metadata)
         return OffsetFetchResult(ErrorCode.NONE, result)
-
-    def _commits_being_written(self, group_id: str, partitions: Iterable[TopicPartition] | None) -> bool:
-        group = self._groups.get(group_id)
-        if group is None:
-            return False
-        pending = group.pending_offset_commits
-        return bool(pending) if partitions is None else any(pending[tp] > 0 for tp in partitions)
 
     def _has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
         return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn_offsets.values())
@@ -1523,6 +1526,8 @@ class GroupCoordinator:
             for tp, o in valid.items()
         ]
         group.pending_offset_commits.update(valid.keys())
+        write_id = next(self._commit_write_ids)
+        self._commits_in_flight[write_id] = (group.group_id, frozenset(valid))
         error: ErrorCode | None = None  # still None if the write raised (cancelled)
         try:
             error = await self._append(self.partition_for(group.group_id), records, for_offsets=True)
@@ -1535,6 +1540,7 @@ class GroupCoordinator:
             # Not for a group deleted or unloaded meanwhile; a group converted meanwhile shares its offsets.
             if error is ErrorCode.NONE and live is not None and live.offsets is group.offsets:
                 live.offsets.update(valid)
+            del self._commits_in_flight[write_id]
             async with self._commit_writes:
                 self._commit_writes.notify_all()
         return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}

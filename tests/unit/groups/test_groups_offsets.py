@@ -204,6 +204,19 @@ async def test_require_stable_waits_for_a_commit_in_flight() -> None:
     assert await commit == {T0: ErrorCode.NONE}
     assert (await stable).partitions[T0] == PartitionOffset(4, -1, "")
     assert (await everything).partitions == {T0: PartitionOffset(4, -1, "")}
+    # It waits only for the commits in flight when it came, not for later ones.
+    release.clear()
+    first = asyncio.ensure_future(coordinator.commit_offsets(GROUP, "", -1, commits(t0=5)))
+    await asyncio.sleep(0.01)
+    stable = asyncio.ensure_future(coordinator.fetch_offsets(GROUP, [T0], require_stable=True))
+    await asyncio.sleep(0.01)
+    release.set()
+    await first
+    release.clear()
+    later = asyncio.ensure_future(coordinator.commit_offsets(GROUP, "", -1, commits(t0=6)))
+    assert (await asyncio.wait_for(stable, 5)).partitions[T0] == PartitionOffset(5, -1, "")
+    release.set()
+    await later
 
 
 # ------------------------------------------------------------------ reload
