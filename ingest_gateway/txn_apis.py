@@ -266,10 +266,7 @@ class TxnApis:
         if from_client:
             denied = auth.denied_topics(AclOperation.WRITE, {tp.topic for tp in partitions} - INTERNAL_TOPICS)
             denied |= {tp.topic for tp in partitions} & INTERNAL_TOPICS
-        refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in partitions if tp.topic in denied}
-        refused |= dict.fromkeys(
-            self._unknown(p for p in partitions if p not in refused), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        )
+        refused = self._refused(partitions, denied)
         if refused:
             return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
         if verify_only:
@@ -283,9 +280,17 @@ class TxnApis:
             )
         return dict.fromkeys(partitions, error)
 
-    def _unknown(self, partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+    def _refused(self, partitions: Iterable[TopicPartition], denied: set[str]) -> dict[TopicPartition, ErrorCode]:
+        """TOPIC_AUTHORIZATION_FAILED for the partitions of `denied` topics, then
+        UNKNOWN_TOPIC_OR_PARTITION for those of the others that do not exist."""
         states = self._cache.image.partition_states
-        return [tp for tp in partitions if tp.partition not in states.get(tp.topic, {})]
+        refused = {}
+        for tp in partitions:
+            if tp.topic in denied:
+                refused[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif tp.partition not in states.get(tp.topic, {}):
+                refused[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return refused
 
     async def add_offsets_to_txn(self, header: RequestHeader, body: Body) -> Body:
         error = await self.coordinator.add_offsets_to_txn(
@@ -339,10 +344,7 @@ class TxnApis:
             return dict.fromkeys(offsets, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
             return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        denied = auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets})
-        refused = {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED for tp in offsets if tp.topic in denied}
-        unknown = self._unknown(tp for tp in offsets if tp not in refused)
-        return refused | dict.fromkeys(unknown, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return self._refused(offsets, auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets}))
 
     def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
         """The producer must own the transaction, which must hold the group's offsets

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any, Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription

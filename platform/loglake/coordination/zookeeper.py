@@ -37,8 +37,8 @@ import queue
 import threading
 import time
 import warnings
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Callable
 from urllib.parse import urlsplit
 

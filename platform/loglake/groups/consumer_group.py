@@ -172,9 +172,10 @@ class ConsumerGroupConfig:
             unknown = [a for a in assignors if a not in SERVER_ASSIGNORS]
             if unknown or not assignors:
                 raise ValueError(f"group.consumer.assignors: unknown assignors {unknown}")
+        heartbeat_interval_ms = int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms))
         config = cls(
             session_timeout_ms=int(props.get("group.consumer.session.timeout.ms", base.session_timeout_ms)),
-            heartbeat_interval_ms=int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)),
+            heartbeat_interval_ms=heartbeat_interval_ms,
             unreleased_heartbeat_interval_ms=int(
                 props.get(
                     "loglake.group.consumer.unreleased.heartbeat.interval.ms", base.unreleased_heartbeat_interval_ms
@@ -182,10 +183,7 @@ class ConsumerGroupConfig:
             ),
             # By default an eighth of the interval (its default: 625 ms of 5 s).
             first_giver_heartbeat_interval_ms=int(
-                props.get(
-                    "loglake.group.consumer.first.giver.heartbeat.interval.ms",
-                    int(props.get("group.consumer.heartbeat.interval.ms", base.heartbeat_interval_ms)) // 8,
-                )
+                props.get("loglake.group.consumer.first.giver.heartbeat.interval.ms", heartbeat_interval_ms // 8)
             ),
             assignors=assignors,
             max_size=int(props.get("group.consumer.max.size", base.max_size)),
