@@ -70,7 +70,9 @@ from loglake.groups.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from loglake.groups.coordinator import GroupConfig, GroupCoordinator, OffsetsLog
+from loglake.groups.config import GroupConfig
+from loglake.groups.coordinator import GroupCoordinator
+from loglake.groups.runtime import OffsetsLog
 from loglake.internal_topics import OFFSETS_TOPIC, java_string_hash
 
 __all__ = [
