@@ -22,7 +22,18 @@ from typing import Iterable, Mapping, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE
-from loglake.groups.consumer_records import ClassicMemberMetadata, Partitions, TopicMetadata
+from loglake.groups.consumer_records import (
+    ClassicMemberMetadata,
+    ConsumerGroupKey,
+    ConsumerGroupValue,
+    CurrentMemberAssignmentValue,
+    MemberMetadataValue,
+    Partitions,
+    TopicMetadata,
+    encode_key,
+    encode_value,
+    kind_of,
+)
 from loglake.groups.server_assignors import SERVER_ASSIGNORS
 from loglake.internal_topics import INTERNAL_TOPICS
 
@@ -392,3 +403,28 @@ def validate_offset_fetch(group: ConsumerGroup | None, member_id: str | None, me
     if member is None:
         return ErrorCode.UNKNOWN_MEMBER_ID
     return ErrorCode.NONE if member.member_epoch == member_epoch else _epoch_error(member)
+
+
+def consumer_record(group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> Record:
+    """A consumer group record (key version 3-8, by the value's kind)."""
+    return encode_key(ConsumerGroupKey(kind_of(value), group_id, member_id)), encode_value(value)
+
+
+def member_metadata_value(m: ConsumerGroupMember) -> MemberMetadataValue:
+    return MemberMetadataValue(
+        m.instance_id,
+        m.rack_id,
+        m.client_id,
+        m.client_host,
+        m.subscribed_topic_names,
+        m.subscribed_topic_regex,
+        m.rebalance_timeout_ms,
+        m.server_assignor,
+        m.classic,
+    )
+
+
+def current_assignment_value(m: ConsumerGroupMember) -> CurrentMemberAssignmentValue:
+    return CurrentMemberAssignmentValue(
+        m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation
+    )

@@ -62,21 +62,16 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
-from loglake.groups import records as classic_records
 from loglake.groups.api import (
     JoinResult,
     LeaveGroupResult,
     MemberIdentity,
     MemberLeaveResult,
     SyncResult,
-    TopicPartition,
 )
 from loglake.groups.assignors import (
     CONSUMER_PROTOCOL_TYPE,
-    Assignment,
-    decode_assignment,
     decode_subscription,
-    encode_assignment,
 )
 from loglake.groups.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -95,7 +90,18 @@ from loglake.groups.consumer_group import (
     Record,
     TopicPartitions,
     TopicSnapshot,
+    consumer_record,
+    current_assignment_value,
+    member_metadata_value,
     validate_offset_commit,
+)
+from loglake.groups.consumer_migration import (
+    UpgradeRefused,
+    classic_assignment,
+    downgrade_protocol,
+    downgraded_group_record,
+    partitions_by_id,
+    upgrade_records,
 )
 from loglake.groups.consumer_reconciliation import reconcile
 from loglake.groups.consumer_records import (
@@ -119,10 +125,7 @@ from loglake.groups.consumer_records import (
     decode_key,
     decode_value,
     encode_key,
-    encode_value,
-    kind_of,
 )
-from loglake.groups.group import vote_protocol
 from loglake.groups.server_assignors import SERVER_ASSIGNORS, AssignmentSpec
 
 _T = TypeVar("_T")
@@ -140,13 +143,6 @@ def _new_member_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def _to_partitions(owned: Iterable[TopicPartitions]) -> Partitions:
-    out: dict[uuid.UUID, set[int]] = {}
-    for tp in owned:
-        out.setdefault(tp.topic_id, set()).update(tp.partitions)
-    return {t: frozenset(ps) for t, ps in out.items() if ps}
-
-
 def _to_topic_partitions(parts: Partitions) -> tuple[TopicPartitions, ...]:
     return tuple(TopicPartitions(t, tuple(sorted(parts[t]))) for t in sorted(parts))
 
@@ -155,22 +151,6 @@ def _is_subset(owned: tuple[TopicPartitions, ...] | None, assigned: Partitions) 
     if owned is None:
         return False
     return all(set(tp.partitions) <= assigned.get(tp.topic_id, frozenset()) for tp in owned)
-
-
-def _by_id(partitions: Iterable[TopicPartition], topics: TopicSnapshot) -> Partitions:
-    """Named partitions (a classic Subscription or Assignment) by topic id; unknown topics are dropped."""
-    return _to_partitions(
-        TopicPartitions(topics[tp.topic][0], (tp.partition,)) for tp in partitions if tp.topic in topics
-    )
-
-
-def _classic_assignment(parts: Partitions, topics: TopicSnapshot, metadata: bytes) -> bytes:
-    """`parts` as the ConsumerProtocol Assignment a classic member gets, in the version of its
-    subscription (`metadata`), as Kafka answers; topics not in `topics` are left out."""
-    names = {topic_id: name for name, (topic_id, _) in topics.items()}
-    version = int.from_bytes(metadata[:2], "big", signed=True) if len(metadata) >= 2 else 0
-    named = tuple(TopicPartition(names[t], p) for t in sorted(parts) if t in names for p in sorted(parts[t]))
-    return encode_assignment(Assignment(named), version=min(max(version, 0), 3))
 
 
 @dataclass
@@ -219,30 +199,6 @@ def _updated(
         client_id=client_id,
         client_host=client_host,
         **changes,
-    )
-
-
-def _record(group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> Record:
-    return encode_key(ConsumerGroupKey(kind_of(value), group_id, member_id)), encode_value(value)
-
-
-def _member_value(m: ConsumerGroupMember) -> MemberMetadataValue:
-    return MemberMetadataValue(
-        m.instance_id,
-        m.rack_id,
-        m.client_id,
-        m.client_host,
-        m.subscribed_topic_names,
-        m.subscribed_topic_regex,
-        m.rebalance_timeout_ms,
-        m.server_assignor,
-        m.classic,
-    )
-
-
-def _current_value(m: ConsumerGroupMember) -> CurrentMemberAssignmentValue:
-    return CurrentMemberAssignmentValue(
-        m.member_epoch, m.previous_member_epoch, int(m.state), m.assigned, m.pending_revocation
     )
 
 
@@ -332,16 +288,16 @@ class ConsumerGroups:
         self.replay(*record)
 
     def _write(self, group_id: str, value: ConsumerGroupValue, member_id: str | None = None) -> None:
-        self._emit(_record(group_id, value, member_id))
+        self._emit(consumer_record(group_id, value, member_id))
 
     def _tombstone(self, group_id: str, kind: int, member_id: str | None = None) -> None:
         self._emit((encode_key(ConsumerGroupKey(kind, group_id, member_id)), None))
 
     def _write_member(self, group_id: str, m: ConsumerGroupMember) -> None:
-        self._write(group_id, _member_value(m), m.member_id)
+        self._write(group_id, member_metadata_value(m), m.member_id)
 
     def _write_current(self, group_id: str, m: ConsumerGroupMember) -> None:
-        self._write(group_id, _current_value(m), m.member_id)
+        self._write(group_id, current_assignment_value(m), m.member_id)
 
     def _remove_member(self, group_id: str, member_id: str) -> None:
         # Kafka's order: current assignment, target assignment, then the member itself.
@@ -500,7 +456,10 @@ class ConsumerGroups:
             if classic is None:
                 group = ConsumerGroup(gid)
             else:
-                upgrade = self._upgrade_records(classic, topics)
+                try:
+                    upgrade = upgrade_records(classic, topics, self.config)
+                except UpgradeRefused as refused:
+                    raise _Fail(ErrorCode.GROUP_ID_NOT_FOUND, str(refused)) from None
                 group = self._replayed(gid, upgrade)  # to look the member up before writing anything
         member_id = request.member_id or self._new_member_id()
         self._check_size(group, member_id)
@@ -620,103 +579,14 @@ class ConsumerGroups:
 
     # ---- online migration ----
 
-    def _upgrade_records(self, classic: ClassicGroupSnapshot, topics: TopicSnapshot) -> list[Record]:
-        """Kafka's convertToConsumerGroup: the records of a consumer group holding `classic`'s
-        members, each a classic member, Stable at the classic generation (the group epoch and
-        assignment epoch too), owning and targeted its last classic assignment. Raises
-        GROUP_ID_NOT_FOUND when the policy or the group does not allow the upgrade."""
-        gid = classic.group_id
-
-        def refused(why: str) -> _Fail:
-            return _Fail(ErrorCode.GROUP_ID_NOT_FOUND, f"Cannot upgrade classic group {gid} to consumer group {why}.")
-
-        if not self.config.migration_policy.upgrades:
-            raise refused("because online upgrade is disabled")
-        if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
-            raise refused("because the group does not use the consumer embedded protocol")
-        if len(classic.members) > self.config.max_size:
-            raise refused("because the group size exceeds the consumer group maximum size")
-        if classic.protocol_name is None:
-            raise refused("before its first rebalance completed")
-        epoch = classic.generation
-        members = []
-        try:
-            for m in classic.members:
-                subscription = decode_subscription(dict(m.protocols)[classic.protocol_name])
-                assigned = _by_id(decode_assignment(m.assignment).partitions, topics) if m.assignment else {}
-                members.append(
-                    ConsumerGroupMember(
-                        m.member_id,
-                        instance_id=m.instance_id,
-                        rack_id=subscription.rack_id,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        subscribed_topic_names=subscription.topics,
-                        rebalance_timeout_ms=m.rebalance_timeout_ms,
-                        member_epoch=epoch,
-                        previous_member_epoch=epoch,
-                        assigned=assigned,
-                        classic=ClassicMemberMetadata(m.session_timeout_ms, m.protocols),
-                    )
-                )
-        except (KeyError, ValueError):
-            raise refused("because the embedded consumer protocol is malformed") from None
-        # Kafka's createConsumerGroupRecords order.
-        records = [_record(gid, _member_value(m), m.member_id) for m in members]
-        records.append(_record(gid, GroupMetadataValue(epoch)))
-        records += [_record(gid, TargetAssignmentMemberValue(m.assigned), m.member_id) for m in members]
-        records.append(_record(gid, TargetAssignmentMetadataValue(epoch)))
-        records += [_record(gid, _current_value(m), m.member_id) for m in members]
-        return records
-
-    def _replayed(self, group_id: str, records: Iterable[Record]) -> ConsumerGroup:
-        scratch = ConsumerGroups(self.config)
-        for key, value in records:
-            scratch.replay(key, value)
-        return scratch.groups[group_id]
-
-    def _downgrade_protocol(self, group: ConsumerGroup, leaving_id: str) -> str | None:
-        """The protocol of the classic group `group` becomes when `leaving_id` leaves, or None
-        when it stays a consumer group. Kafka downgrades when a consumer-protocol member leaves
-        (or is fenced) and only classic members remain, if the policy allows it."""
-        if not self.config.migration_policy.downgrades or group.members[leaving_id].classic is not None:
-            return None
-        rest = [m.classic for mid, m in group.members.items() if mid != leaving_id]
-        if not rest or any(c is None for c in rest):
-            return None
-        try:
-            return vote_protocol([[name for name, _ in c.protocols] for c in rest if c is not None])
-        except ValueError:
-            return None  # no protocol common to all (they joined with changing protocols)
-
     def _downgrade(
         self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot, now_ms: int
     ) -> None:
         """Kafka's convertToClassicGroup: tombstones for every record of the group, then the
-        group metadata record of the classic group of the remaining members (Stable at the
-        group epoch, each assigned its target assignment), which the caller hosts and
-        rebalances."""
+        group metadata record of the classic group of the remaining members, which the caller
+        hosts and rebalances."""
         gid = group.group_id
-        members = []
-        for m in group.members.values():
-            if m.member_id != leaving_id and m.classic is not None:
-                metadata = dict(m.classic.protocols)[protocol]
-                assignment = _classic_assignment(group.target.get(m.member_id, {}), topics, metadata)
-                members.append(
-                    classic_records.MemberMetadataValue(
-                        m.member_id,
-                        m.instance_id,
-                        m.client_id,
-                        m.client_host,
-                        m.rebalance_timeout_ms,
-                        m.classic.session_timeout_ms,
-                        metadata,
-                        assignment,
-                    )
-                )
-        value = classic_records.GroupMetadataValue(
-            CONSUMER_PROTOCOL_TYPE, group.group_epoch, protocol, members[0].member_id, now_ms, tuple(members)
-        )
+        record = downgraded_group_record(group, leaving_id, protocol, topics, now_ms)
         ids = list(group.members)
         # Kafka's createGroupTombstoneRecords order.
         for kind in (CURRENT_MEMBER_ASSIGNMENT_KEY, TARGET_ASSIGNMENT_MEMBER_KEY):
@@ -728,12 +598,14 @@ class ConsumerGroups:
             self._deadlines.pop((gid, mid), None)
         self._tombstone(gid, PARTITION_METADATA_KEY)
         self._tombstone(gid, GROUP_METADATA_KEY)
-        record = (
-            classic_records.encode_key(classic_records.GroupMetadataKey(gid)),
-            classic_records.encode_group_metadata_value(value),
-        )
         self._emit(record)  # not a consumer group record: replaying it changes nothing here
         self._downgraded.append(record)
+
+    def _replayed(self, group_id: str, records: Iterable[Record]) -> ConsumerGroup:
+        scratch = ConsumerGroups(self.config)
+        for key, value in records:
+            scratch.replay(key, value)
+        return scratch.groups[group_id]
 
     def _maybe_update_subscription_metadata(self, group: ConsumerGroup, topics: TopicSnapshot) -> bool:
         names = group.subscribed_topics(topics)
@@ -804,7 +676,7 @@ class ConsumerGroups:
             subscribed_topic_names=subscription.topics,
             classic=ClassicMemberMetadata(request.session_timeout_ms, request.protocols),
         )
-        owned = _to_topic_partitions(_by_id(subscription.owned_partitions, topics))
+        owned = _to_topic_partitions(partitions_by_id(subscription.owned_partitions, topics))
         _, current = self._update_member(group, member, updated, topics, owned)
         deadlines = self._deadlines.setdefault((gid, member_id), _Deadlines(0))
         deadlines.session_ms = now_ms + request.session_timeout_ms
@@ -844,7 +716,7 @@ class ConsumerGroups:
         deadlines.sync_ms = None
         deadlines.session_ms = now_ms + self._session_ms(member)
         return SyncResult(
-            ErrorCode.NONE, protocol_type, protocol_name, _classic_assignment(member.assigned, topics, metadata)
+            ErrorCode.NONE, protocol_type, protocol_name, classic_assignment(member.assigned, topics, metadata)
         )
 
     def classic_heartbeat(
@@ -959,7 +831,7 @@ class ConsumerGroups:
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=request.member_epoch)
 
     def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot, now_ms: int) -> None:
-        protocol = self._downgrade_protocol(group, member_id)
+        protocol = downgrade_protocol(group, member_id, self.config.migration_policy)
         if protocol is not None:
             self._downgrade(group, member_id, protocol, topics, now_ms)
             return

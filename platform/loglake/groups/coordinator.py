@@ -65,7 +65,7 @@ from loglake.groups.consumer_group import (
 from loglake.groups.consumer_groups import ConsumerGroups
 from loglake.groups.consumer_manager import ConsumerGroupManager
 from loglake.groups.group import GroupMetadata
-from loglake.groups.offset_manager import LATEST_OFFSET_COMMIT_VERSION, OffsetManager
+from loglake.groups.offset_manager import LATEST_OFFSET_COMMIT_VERSION, Committer, OffsetManager
 from loglake.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -331,7 +331,8 @@ class GroupCoordinator:
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
             return {tp: error for tp in offsets}
-        return await self._offsets.commit(group_id, member_id, generation_id, offsets, group_instance_id, api_version)
+        committer = Committer(member_id, generation_id, group_instance_id, api_version)
+        return await self._offsets.commit(group_id, committer, offsets)
 
     async def commit_txn_offsets(
         self,
@@ -352,9 +353,8 @@ class GroupCoordinator:
         error = self._validate(group_id, allow_empty_id=True)
         if error is not None:
             return {tp: error for tp in offsets}
-        return await self._offsets.commit_txn(
-            group_id, producer_id, producer_epoch, member_id, generation_id, offsets, group_instance_id, api_version
-        )
+        committer = Committer(member_id, generation_id, group_instance_id, api_version)
+        return await self._offsets.commit_txn(group_id, (producer_id, producer_epoch), committer, offsets)
 
     def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
         """The producer's COMMIT/ABORT marker was written on `__consumer_offsets-partition`:

@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import logging
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from loglake.errors import ErrorCode
@@ -84,6 +85,18 @@ def _offset_record(group_id: str, tp: TopicPartition, o: OffsetAndMetadata) -> t
     )
 
 
+@dataclass(frozen=True)
+class Committer:
+    """Who commits offsets: a group's member (its member id, generation id or member epoch,
+    instance id if static) or, with generation -1 and no member id, a client outside group
+    management; `api_version` is its request's (a consumer group checks it)."""
+
+    member_id: str
+    generation_id: int
+    group_instance_id: str | None
+    api_version: int
+
+
 class OffsetManager:
     """The offsets of the groups that `classic` holds. `consumer_group` looks up the
     consumer-protocol group of an id (None for a classic or unknown one), whose members'
@@ -139,29 +152,13 @@ class OffsetManager:
     # ---------------------------------------------------------------- commits
 
     async def commit(
-        self,
-        group_id: str,
-        member_id: str,
-        generation_id: int,
-        offsets: Mapping[TopicPartition, OffsetCommitData],
-        group_instance_id: str | None,
-        api_version: int,
+        self, group_id: str, committer: Committer, offsets: Mapping[TopicPartition, OffsetCommitData]
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetCommit (see `GroupCoordinator.commit_offsets`)."""
-        consumer_group = self._consumer_group(group_id)
-        if consumer_group is not None:
-            error = validate_offset_commit(consumer_group, member_id, generation_id, False, api_version)
-            if error is not ErrorCode.NONE:
-                return {tp: error for tp in offsets}
-            generation_id = -1  # its offsets go to the Empty classic group that holds them
-        group, error = self._group_to_commit(group_id, generation_id)
+        group, error = self._group_to_commit(group_id, committer, transactional=False)
         if group is None:
             return {tp: error for tp in offsets}
-        if consumer_group is None:
-            member_error = group.validate_offset_commit(member_id, group_instance_id, generation_id)
-            if member_error is not None:
-                return {tp: member_error for tp in offsets}
-        self._classic.on_offset_commit(group, member_id)
+        self._classic.on_offset_commit(group, committer.member_id)
         valid = self._valid(offsets)
         if not valid:
             return {tp: ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
@@ -184,36 +181,24 @@ class OffsetManager:
     async def commit_txn(
         self,
         group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        member_id: str,
-        generation_id: int,
+        producer: tuple[int, int],
+        committer: Committer,
         offsets: Mapping[TopicPartition, OffsetCommitData],
-        group_instance_id: str | None,
-        api_version: int,
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit (see `GroupCoordinator.commit_txn_offsets`)."""
-        consumer_group = self._consumer_group(group_id)
-        if consumer_group is not None and (generation_id >= 0 or member_id):
-            error = validate_offset_commit(consumer_group, member_id, generation_id, True, api_version)
-            if error is not ErrorCode.NONE:
-                return {tp: error for tp in offsets}
-        group, error = self._group_to_commit(group_id, -1 if consumer_group is not None else generation_id)
+        """TxnOffsetCommit (see `GroupCoordinator.commit_txn_offsets`); `producer` is its
+        (producer id, producer epoch)."""
+        group, error = self._group_to_commit(group_id, committer, transactional=True)
         if group is None:
             return {tp: error for tp in offsets}
-        if consumer_group is None and (generation_id >= 0 or member_id):
-            member_error = group.validate_offset_commit(member_id, group_instance_id, generation_id)
-            if member_error is not None:
-                return {tp: member_error for tp in offsets}
         valid = self._valid(offsets)
         if valid:
             records = [_offset_record(group_id, tp, o) for tp, o in valid.items()]
             error = await self._log.append(
-                self._log.partition_for(group_id), records, for_offsets=True, producer=(producer_id, producer_epoch)
+                self._log.partition_for(group_id), records, for_offsets=True, producer=producer
             )
             if error is not ErrorCode.NONE:
                 return {tp: error if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
-            self._pending_txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(valid)
+            self._pending_txn_offsets.setdefault(producer[0], {}).setdefault(group_id, {}).update(valid)
         return {tp: ErrorCode.NONE if tp in valid else ErrorCode.OFFSET_METADATA_TOO_LARGE for tp in offsets}
 
     def complete_txn(self, producer_id: int, commit: bool, partition: int) -> None:
@@ -242,15 +227,34 @@ class OffsetManager:
                 )
         return valid
 
-    def _group_to_commit(self, group_id: str, generation_id: int) -> tuple[GroupMetadata | None, ErrorCode]:
+    def _group_to_commit(
+        self, group_id: str, committer: Committer, transactional: bool
+    ) -> tuple[GroupMetadata | None, ErrorCode]:
         """The group an offset commit goes to, created for a "simple" commit (generation
-        -1); or None and why not."""
+        -1), once the committer is checked against it (a consumer group's member against
+        that group); or None and why not. A transactional commit by a producer outside the
+        group (generation -1, no member id: KIP-447's older clients) is not checked."""
+        generation_id = committer.generation_id
+        checked = not transactional or generation_id >= 0 or bool(committer.member_id)
+        consumer_group = self._consumer_group(group_id)
+        if consumer_group is not None:
+            if checked:
+                error = validate_offset_commit(
+                    consumer_group, committer.member_id, generation_id, transactional, committer.api_version
+                )
+                if error is not ErrorCode.NONE:
+                    return None, error
+            generation_id = -1  # its offsets go to the Empty classic group that holds them
         group = self._classic.group(group_id)
         if group is None:
             if generation_id >= 0:
                 # A member of a generation this coordinator never had (e.g. an old one).
                 return None, ErrorCode.ILLEGAL_GENERATION
             group = self._classic.add_empty(group_id)
+        if consumer_group is None and checked:
+            member_error = group.validate_offset_commit(committer.member_id, committer.group_instance_id, generation_id)
+            if member_error is not None:
+                return None, member_error
         return group, ErrorCode.NONE
 
     # ---------------------------------------------------------------- reads
