@@ -50,7 +50,8 @@ last consumer-protocol member leaves or is fenced and classic members remain, ev
 of the group is tombstoned and followed by the group metadata record of the classic group
 that takes its place (each member assigned its target), also handed back on its own
 (`HeartbeatResult.downgraded`, `ExpiryResult.downgraded`) for the coordinator to host the
-group as loading that record would, and rebalance it.
+group as loading that record would, and rebalance it. The conversions themselves (which
+records, which classic group) are `loglake.groups.consumer_migration`'s.
 """
 
 from __future__ import annotations
@@ -62,17 +63,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence, TypeVar
 
 from loglake.errors import ErrorCode
-from loglake.groups.api import (
-    JoinResult,
-    LeaveGroupResult,
-    MemberIdentity,
-    MemberLeaveResult,
-    SyncResult,
-)
-from loglake.groups.assignors import (
-    CONSUMER_PROTOCOL_TYPE,
-    decode_subscription,
-)
+from loglake.groups.api import JoinResult, LeaveGroupResult, MemberIdentity, MemberLeaveResult, SyncResult
+from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE, decode_subscription
 from loglake.groups.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
