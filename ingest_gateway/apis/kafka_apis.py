@@ -18,7 +18,7 @@ from loglake.cluster.assignment import numbered_assignment
 from loglake.config import BrokerConfig, validate_topic_name
 from loglake.coordination.model import topic_uuid
 from loglake.coordination.producer_ids import ProducerIdManager
-from loglake.errors import ErrorCode, KafkaError
+from loglake.errors import ErrorCode, KafkaError, RecordValidationError
 from loglake.internal_topics import INTERNAL_TOPICS
 from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
 from loglake.record.batch import validate_client_records
@@ -335,6 +335,11 @@ class KafkaApis:
                     "base_offset": -1,
                     "error_message": result.error.message,
                 }
+                if isinstance(result.error, RecordValidationError):
+                    entry["record_errors"] = [
+                        {"batch_index": e.batch_index, "batch_index_error_message": e.message}
+                        for e in result.error.record_errors
+                    ]
             by_topic.setdefault(name, []).append(entry)
         for (name, p), (code, message) in errors.items():
             by_topic.setdefault(name, []).append(

@@ -7,6 +7,7 @@ listener and the HTTP API report the same failure the same way.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class ErrorCode(enum.IntEnum):
@@ -151,3 +152,26 @@ class KafkaError(Exception):
 
     def __repr__(self) -> str:
         return f"KafkaError({self.code.name}, {self.message!r})"
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """One rejected record of a produced batch (KIP-467): its index in the batch and why."""
+
+    batch_index: int
+    message: str
+
+
+class RecordValidationError(KafkaError):
+    """INVALID_RECORD naming the records at fault (Kafka's RecordValidationException): the
+    Produce response lists them in `record_errors`, so a producer fails only those records."""
+
+    def __init__(self, record_errors: list[RecordError]) -> None:
+        # Kafka's LogValidator.processRecordErrors wording.
+        shown = ", ".join(f"(batch_index={e.batch_index}: {e.message})" for e in record_errors[:3])
+        super().__init__(
+            ErrorCode.INVALID_RECORD,
+            f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]",
+        )
+        self.record_errors = record_errors

@@ -381,3 +381,19 @@ def test_a_disk_error_midway_undoes_the_whole_append(tmp_path: Path, monkeypatch
     assert log.read(0, 10**6).read_bytes() == b"".join(d for _, d in stored)
     assert log.leader_epoch_cache.latest_epoch == 0  # the epoch of the failed append is gone too
     assert log.append_as_leader(make_batch(1), 5).first_offset == 6
+
+
+def test_keyless_records_on_a_compacted_log_are_named_by_batch_index(tmp_path: Path) -> None:
+    """KIP-467: the refusal names each keyless record, so a producer fails only those."""
+    from loglake.errors import RecordValidationError
+    from loglake.record.batch import encode_batch
+
+    log = open_log(tmp_path, cleanup_policy="compact")
+    rows = [(None if i % 4 == 1 else b"k%d" % i, b"v", [], None) for i in range(12)]
+    err = expect_error(ErrorCode.INVALID_RECORD, log.append_as_leader, encode_batch(rows, 1_000), 0)
+    assert isinstance(err, RecordValidationError)
+    assert [e.batch_index for e in err.record_errors] == [1, 5, 9]
+    assert all("without key in topic partition topic-a-3" in e.message for e in err.record_errors)
+    assert err.message.startswith("One or more records have been rejected due to 3 record errors")
+    assert log.log_end_offset == 0
+    log.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from loglake.errors import ErrorCode, KafkaError
+from loglake.errors import ErrorCode, KafkaError, RecordError, RecordValidationError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, RecordBatchHeader
 from loglake.record.walk import record_starts
@@ -129,7 +129,8 @@ def read_record_columns(data: bytes, section_ends: list[int], counts: list[int])
 
 def check_keyed(buf: bytes | bytearray | memoryview, topic_partition: str) -> None:
     """INVALID_RECORD unless every record of the (validated) batches in `buf` has a key:
-    what a compacted topic requires (Kafka's LogValidator.validateKey)."""
+    what a compacted topic requires (Kafka's LogValidator.validateKey). The error names
+    each keyless record by its index in the produced records (KIP-467)."""
     view = memoryview(buf)
     sections, section_ends, counts = [], [], []
     pos = total = 0
@@ -143,8 +144,7 @@ def check_keyed(buf: bytes | bytearray | memoryview, topic_partition: str) -> No
         counts.append(header.record_count)
         pos += header.size
     sections.append(PADDING)
-    if (read_record_columns(b"".join(sections), section_ends, counts).key_len < 0).any():
-        raise KafkaError(
-            ErrorCode.INVALID_RECORD,
-            f"Compacted topic cannot accept message without key in topic partition {topic_partition}.",
-        )
+    keyless = np.flatnonzero(read_record_columns(b"".join(sections), section_ends, counts).key_len < 0)
+    if len(keyless):
+        message = f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
+        raise RecordValidationError([RecordError(int(i), message) for i in keyless])
