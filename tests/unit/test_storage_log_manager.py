@@ -175,3 +175,15 @@ def test_placement_counts_future_logs_prefers_the_requested_dir_and_skips_offlin
     reopened = LogManager(log_dirs, DEFAULTS)
     assert reopened.get_future_log("orders", 0).dir == future.dir
     assert sorted(log.partition for log in reopened.all_logs()) == [0, 1, 2, 3]
+
+
+def test_a_fresh_dir_is_not_logged_as_an_unclean_shutdown(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log_dirs = dirs(tmp_path, 1)
+    with caplog.at_level("INFO", logger="loglake.storage.log_manager"):
+        manager = LogManager(log_dirs, DEFAULTS)
+    assert "unclean" not in caplog.text and "(no logs)" in caplog.text
+    fill(manager, "orders", 0, 2)
+    caplog.clear()
+    with caplog.at_level("INFO", logger="loglake.storage.log_manager"):
+        LogManager(log_dirs, DEFAULTS)  # no shutdown: a crash with a log to recover
+    assert "(unclean shutdown)" in caplog.text

@@ -150,6 +150,7 @@ class LogManager:
         clean = marker.exists()
         recovery_points = _read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = _read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        loaded = 0
         for child in sorted(log_dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -174,7 +175,10 @@ class LogManager:
                     scheduler=self.scheduler,
                 )
             )
-        logger.info("loaded %s (%s shutdown)", log_dir, "clean" if clean else "unclean")
+            loaded += 1
+        # A dir without logs (a fresh one, above all) had nothing a crash could leave behind.
+        state = "no logs" if not loaded else "clean shutdown" if clean else "unclean shutdown"
+        logger.info("loaded %s (%s)", log_dir, state)
         marker.unlink(missing_ok=True)
 
     def _promote_orphan_futures(self) -> None:
