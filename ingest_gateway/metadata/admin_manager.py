@@ -21,7 +21,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
 from loglake.security.client import ClientSecurity
 
-from ingest_gateway.network.kafka_client import KafkaClient
+from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 
 # How long a forwarded request may take on the controller.
@@ -107,8 +107,13 @@ class AdminManager:
         self._cache.refresh_from_store()
 
     async def elect_leaders(
-        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType
+        self,
+        partitions: list[tuple[str, int]] | None,
+        election_type: ElectionType,
+        timeout_ms: int = FORWARD_TIMEOUT_MS,
     ) -> dict[tuple[str, int], KafkaError | None]:
+        """`timeout_ms` (the request's): how long a forwarded election may wait for the
+        controller's answer; past it, REQUEST_TIMED_OUT."""
         if self._runs_here:
             return self._controller.elect_leaders(partitions, election_type)
         by_topic: dict[str, list[int]] = {}
@@ -119,16 +124,17 @@ class AdminManager:
             "topic_partitions": None
             if partitions is None
             else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "timeout_ms": FORWARD_TIMEOUT_MS,
+            "timeout_ms": timeout_ms,
         }
-        response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body)
+        response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body, timeout_ms)
         _raise_for(response)
         self._cache.refresh_from_store()
         return _partition_errors(response, "replica_election_results", "topic", "partition_result", "partition_id")
 
     async def alter_partition_reassignments(
-        self, targets: dict[tuple[str, int], tuple[int, ...] | None]
+        self, targets: dict[tuple[str, int], tuple[int, ...] | None], timeout_ms: int = FORWARD_TIMEOUT_MS
     ) -> dict[tuple[str, int], KafkaError | None]:
+        """`timeout_ms` as for `elect_leaders`."""
         if self._runs_here:
             return self._controller.alter_partition_reassignments(targets)
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -137,10 +143,10 @@ class AdminManager:
                 {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
             )
         body = {
-            "timeout_ms": FORWARD_TIMEOUT_MS,
+            "timeout_ms": timeout_ms,
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
-        response = await self._forward_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+        response = await self._forward_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_ms)
         _raise_for(response)
         return _partition_errors(response, "responses", "name", "partitions", "partition_index")
 
@@ -168,14 +174,26 @@ class AdminManager:
         _raise_for(response["responses"][0])
         self._cache.refresh_from_store()
 
-    async def _forward_to_controller(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def _forward_to_controller(
+        self, api_key: ApiKey, version: int, body: dict[str, Any], timeout_ms: int | None = None
+    ) -> dict[str, Any]:
+        """The controller's answer; a request that carries its own `timeout_ms` waits that
+        long (else the client's request timeout) and then fails REQUEST_TIMED_OUT, as Kafka's."""
         controller_id = self._store.controller_id()
         endpoint = None if controller_id is None else self._store.brokers().get(controller_id)
         if endpoint is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
         client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
         try:
-            return await client.request(api_key, version, body)
+            return await client.request(api_key, version, body, timeout_ms=timeout_ms)
+        except RequestTimedOut as exc:
+            if timeout_ms is None:
+                raise KafkaError(
+                    ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"
+                ) from exc
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"the controller (broker {controller_id}) did not answer within {timeout_ms} ms"
+            ) from exc
         except (ConnectionError, TimeoutError) as exc:
             raise KafkaError(
                 ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"

@@ -163,3 +163,42 @@ def test_produce_to_a_follower_names_the_current_leader(cluster: LocalCluster) -
     assert [(n["node_id"], n["port"]) for n in answer["node_endpoints"]] == [(a, cluster.brokers[a].kafka_port)]
     answer, part = produce_to_follower(9)  # before KIP-951: no hint
     assert part["current_leader"]["leader_id"] == -1 and not answer["node_endpoints"]
+
+
+@pytest.mark.timeout(180)
+def test_forwarded_elections_and_reassignments_honour_timeout_ms(cluster: LocalCluster) -> None:
+    """The controller does not answer (SIGSTOP, within its ZooKeeper session): a broker
+    forwarding ElectLeaders and AlterPartitionReassignments waits the request's own
+    timeout_ms, not a fixed 30 s, then answers REQUEST_TIMED_OUT."""
+    controller, a, _ = roles(cluster)
+    elect_body = {
+        "election_type": ElectionType.PREFERRED.value,
+        "topic_partitions": [{"topic": "t", "partitions": [0]}],
+        "timeout_ms": 500,
+    }
+    reassign_body = {"timeout_ms": 500, "topics": [{"name": "t", "partitions": [{"partition_index": 0, "replicas": [a]}]}]}
+
+    async def both() -> tuple[dict, dict]:
+        clients = [KafkaClient("127.0.0.1", cluster.brokers[a].kafka_port) for _ in range(2)]
+        try:
+            return await asyncio.gather(
+                clients[0].request(ApiKey.ELECT_LEADERS, 2, elect_body, timeout_ms=20000),
+                clients[1].request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, reassign_body, timeout_ms=20000),
+            )
+        finally:
+            for c in clients:
+                await c.close()
+
+    call(cluster, a, ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    cluster.pause(controller)
+    try:
+        started = time.monotonic()
+        elected, reassigned = asyncio.run(both())
+        elapsed = time.monotonic() - started
+    finally:
+        cluster.resume(controller)
+    assert elapsed < 10, f"answered after {elapsed:.1f} s"
+    (result,) = elected["replica_election_results"]
+    assert [p["error_code"] for p in result["partition_result"]] == [ErrorCode.REQUEST_TIMED_OUT]
+    assert reassigned["error_code"] == ErrorCode.REQUEST_TIMED_OUT
+    assert "500 ms" in reassigned["error_message"]
