@@ -16,8 +16,9 @@ credentials, when sent, take precedence: they name a user, while a certificate n
 connection's holder, which may be a gateway passing its users' credentials on (the console
 does); wrong credentials are answered 401 even with a certificate.
 
-A verified password is remembered for a short while (PBKDF2 costs milliseconds per
-request otherwise); a changed or removed credential takes effect when that lapses.
+A verified password is remembered with the stored credential it matched (PBKDF2 costs
+milliseconds per request otherwise); the stored credential is read for every request, so a
+changed or removed one stops the old password at once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import base64
 import binascii
 import hashlib
 import re
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,7 @@ from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 from loglake.security.sasl import CredentialsOf, PlainServer, SaslError
+from loglake.security.scram import ScramCredential
 
 from ingest_gateway.apis.authorization import AUTHORIZATION_ERRORS, RequestAuthorization
 from ingest_gateway.http.errors import error_response
@@ -43,7 +44,6 @@ from ingest_gateway.network.request_context import RequestContext, bind_request
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
 
-VERIFIED_TTL_S = 30.0
 _OP, _RT = AclOperation, ResourceType
 
 
@@ -89,10 +89,10 @@ def route_check(method: str, path: str) -> tuple[RouteCheck, str]:
 class BasicAuthenticator:
     """HTTP Basic credentials against the SCRAM credentials (as SASL/PLAIN checks them)."""
 
-    def __init__(self, credentials_of: CredentialsOf, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, credentials_of: CredentialsOf) -> None:
         self._credentials_of = credentials_of
-        self._clock = clock
-        self._verified: dict[tuple[str, bytes], float] = {}
+        # (user, password digest, the stored credentials it matched)
+        self._verified: set[tuple[str, bytes, tuple[tuple[str, ScramCredential], ...]]] = set()
 
     def principal(self, header: str | None) -> KafkaPrincipal | None:
         """The user of a valid `Authorization: Basic ...` header, else None."""
@@ -104,17 +104,17 @@ class BasicAuthenticator:
             return None
         if not sep or not user:
             return None
-        key = (user, hashlib.sha256(password.encode()).digest())
-        now = self._clock()
-        if self._verified.get(key, 0.0) > now:
+        credentials = self._credentials_of(user)
+        key = (user, hashlib.sha256(password.encode()).digest(), tuple(sorted(credentials.items())))
+        if key in self._verified:
             return KafkaPrincipal.user(user)
         try:
-            PlainServer(self._credentials_of).evaluate(f"\0{user}\0{password}".encode())
+            PlainServer(lambda _: credentials).evaluate(f"\0{user}\0{password}".encode())
         except SaslError:
             return None
         if len(self._verified) > 10_000:
             self._verified.clear()
-        self._verified[key] = now + VERIFIED_TTL_S
+        self._verified.add(key)
         return KafkaPrincipal.user(user)
 
 
