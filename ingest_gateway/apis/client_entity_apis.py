@@ -24,6 +24,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, QUOTA_KEYS
+from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def _entity_of(path: str) -> dict[str, str] | None:
     kinds = {"users": USER, "clients": CLIENT_ID}
     if len(parts) not in (2, 4) or any(parts[i] not in kinds for i in range(0, len(parts), 2)):
         return None
-    entity = {kinds[parts[i]]: parts[i + 1] for i in range(0, len(parts), 2)}
+    entity = {kinds[parts[i]]: desanitize(parts[i + 1]) for i in range(0, len(parts), 2)}
     return entity if len(entity) == len(parts) // 2 else None
 
 
@@ -89,9 +90,9 @@ def _quota_path(entity: list[Body]) -> str:
         entity_type, name = component["entity_type"], component["entity_name"]
         if entity_type not in (USER, CLIENT_ID, IP):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unhandled client quota entity type: {entity_type}")
-        if name is not None and (name == "" or "/" in name):
+        if name == "":
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid {entity_type} name {name!r}")
-        names[entity_type] = DEFAULT if name is None else name
+        names[entity_type] = DEFAULT if name is None else sanitize(name)
     if IP in names:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, "IP quotas (connection_creation_rate) are not enforced by this broker"
@@ -187,8 +188,6 @@ class ClientEntityApis:
                 failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
             elif "iterations" in change and change["iterations"] > MAX_ITERATIONS:
                 failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-            elif "/" in user:
-                failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "A user name must not contain '/'")
         pairs = Counter((c["name"], c["mechanism"]) for c in (*deletions, *upsertions) if c["name"] not in failed)
         for (user, _), count in pairs.items():
             if count > 1:

@@ -288,3 +288,25 @@ def test_bad_quota_requests_get_kafkas_errors(broker: BrokerProcess, sasl_port: 
     change = [{"entity": entity(user="alice"), "ops": quota_ops(producer_byte_rate=1.0)}]
     denied = request(sasl_port, "alice", ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": change, "validate_only": False})
     assert denied["entries"][0]["error_code"] == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_names_with_any_character_are_sanitized_in_the_store(
+    broker: BrokerProcess, admin: AdminClient, sasl_port: int
+) -> None:
+    """A user (an SSL principal, say) or client id holding '/', spaces or '*' is stored
+    under Kafka's sanitized name and read back as it was given."""
+    user, client_id = "CN=dave/eng,O=example", "etl job*1"
+    upsert(admin, user, "dave-secret", SHA512)
+    assert authenticates(sasl_port, user, "dave-secret")
+    credentials = admin.describe_user_scram_credentials([user])[user].result(30)
+    assert [i.mechanism for i in credentials.scram_credential_infos] == [SHA512]
+
+    change = [{"entity": entity(user=user, client_id=client_id), "ops": quota_ops(producer_byte_rate=1024.0)}]
+    answer = request(sasl_port, "admin", ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": change, "validate_only": False})
+    assert answer["entries"][0]["error_code"] == 0, answer
+    exact = [{"entity_type": "user", "match_type": 0, "match": user}]
+    assert described(describe(sasl_port, exact)) == {
+        (("user", user), ("client-id", client_id)): {"producer_byte_rate": 1024.0}
+    }
+    http = httpx.get(f"{broker.http_url}/quotas", auth=("admin", USERS["admin"]), timeout=10).json()
+    assert http["users/CN%3Ddave%2Feng%2CO%3Dexample/clients/etl%20job%2A1"] == {"producer_byte_rate": "1024"}

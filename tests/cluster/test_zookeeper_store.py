@@ -597,3 +597,14 @@ def test_tiered_offsets_only_rise_and_every_store_reads_them(make_store) -> None
     with pytest.raises(KafkaError) as e:
         other.record_tiered_offset("tiered", 0, 200)
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_user_and_client_names_are_sanitized_in_znode_paths(make_store) -> None:
+    store = make_store()
+    credential = "salt=c2FsdA==,stored_key=a2V5,server_key=a2V5,iterations=4096"
+    store.update_user_credentials("CN=a/b", lambda _: {"SCRAM-SHA-256": credential})
+    assert store.client.exists("/config/users/CN%3Da%2Fb") is not None
+    assert store.all_user_credentials() == {"CN=a/b": {"SCRAM-SHA-256": credential}}
+    store.update_entity_config("users/CN%3Da%2Fb/clients/x%20y", lambda c: {**c, "producer_byte_rate": "10"})
+    assert store.client.exists("/config/users/CN%3Da%2Fb/clients/x%20y") is not None
+    assert store.entity_configs()["users/CN%3Da%2Fb/clients/x%20y"] == {"producer_byte_rate": "10"}

@@ -6,15 +6,18 @@ import argparse
 
 from loglake.cli.common import CliError, check, client, command_group, http_command
 from loglake.config import parse_overrides
+from loglake.security.sanitizer import sanitize
 
 
 def _quota_entity(args: argparse.Namespace) -> str:
-    if args.user and args.client_id:
-        return f"users/{args.user}/clients/{args.client_id}"
-    if args.user:
-        return f"users/{args.user}"
-    if args.client_id:
-        return f"clients/{args.client_id}"
+    # The entity as stored: names sanitized as Kafka's (a '/' in a name is %2F).
+    user, client_id = sanitize(args.user or ""), sanitize(args.client_id or "")
+    if user and client_id:
+        return f"users/{user}/clients/{client_id}"
+    if user:
+        return f"users/{user}"
+    if client_id:
+        return f"clients/{client_id}"
     raise CliError("give --user and/or --client-id (<default> for the defaults)")
 
 

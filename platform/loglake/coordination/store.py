@@ -21,6 +21,7 @@ from typing import Callable
 
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
+from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MECHANISMS
 
 SCRAM_MECHANISMS = frozenset(MECHANISMS)
@@ -178,7 +179,7 @@ class MetadataStore(ABC):
 
     def user_credentials(self, user: str) -> dict[str, str]:
         """A user's SCRAM credentials by mechanism, in Kafka's stored form; empty if none."""
-        return {k: v for k, v in self.entity_config(f"users/{user}").items() if k in SCRAM_MECHANISMS}
+        return {k: v for k, v in self.entity_config(f"users/{sanitize(user)}").items() if k in SCRAM_MECHANISMS}
 
     def update_user_credentials(self, user: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         """Replace a user's SCRAM credentials with `change(current)`, keeping the user's other
@@ -188,7 +189,8 @@ class MetadataStore(ABC):
             others = {k: v for k, v in config.items() if k not in SCRAM_MECHANISMS}
             return {**others, **change({k: v for k, v in config.items() if k in SCRAM_MECHANISMS})}
 
-        return {k: v for k, v in self.update_entity_config(f"users/{user}", entity).items() if k in SCRAM_MECHANISMS}
+        path = f"users/{sanitize(user)}"
+        return {k: v for k, v in self.update_entity_config(path, entity).items() if k in SCRAM_MECHANISMS}
 
     def all_user_credentials(self) -> dict[str, dict[str, str]]:
         """Every user with SCRAM credentials, sorted, with them (one read of the entity configs)."""
@@ -196,7 +198,7 @@ class MetadataStore(ABC):
         for entity, config in sorted(self.entity_configs().items()):
             credentials = {k: v for k, v in config.items() if k in SCRAM_MECHANISMS}
             if entity.count("/") == 1 and entity.startswith("users/") and credentials:
-                out[entity.split("/")[1]] = credentials
+                out[desanitize(entity.split("/")[1])] = credentials
         return out
 
     @abstractmethod

@@ -20,16 +20,17 @@ import math
 import time
 from collections.abc import Callable, Mapping
 
+from loglake.security.sanitizer import DEFAULT, sanitize
 from loglake.token_bucket import TokenBucket
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, "request_percentage")
-DEFAULT = "<default>"
 
 
 def quota_levels(user: str, client_id: str) -> list[str]:
     """The entity paths Kafka consults for (user, client id), most specific first."""
+    user, client_id = sanitize(user), sanitize(client_id)
     return [
         f"users/{user}/clients/{client_id}",
         f"users/{user}/clients/{DEFAULT}",
