@@ -309,6 +309,24 @@ def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls
     assert listed.returncode == 0 and "'alice'" in listed.stdout, listed.stderr
 
 
+
+def test_the_console_asks_for_basic_credentials_and_the_cluster_acls(admin, broker) -> None:
+    """docs/operations.md "Console": behind http.authentication.method=BASIC the console
+    asks the browser for credentials (401 with WWW-Authenticate), then needs Describe on
+    the cluster to show anything (403 without it)."""
+    url = broker.http_url
+    anonymous = httpx.get(f"{url}/ui")
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Basic")
+    assert httpx.get(f"{url}/ui", auth=("bob", "wrong")).status_code == 401
+    assert httpx.get(f"{url}/ui/topics", auth=("bob", USERS["bob"])).status_code == 403
+    grant(
+        admin,
+        AclBinding(ResourceType.BROKER, "kafka-cluster", LITERAL, "User:bob", "*", AclOperation.DESCRIBE, ALLOW),
+    )
+    for page in ("/ui", "/ui/topics", "/ui/groups"):
+        shown = httpx.get(f"{url}{page}", auth=("bob", USERS["bob"]))
+        assert shown.status_code == 200 and "<html" in shown.text.lower(), (page, shown.status_code)
+
 BINARY = {"content-type": "application/vnd.kafka.binary.v2+json"}
 ALICE_CERTIFICATE = "User:CN=alice,OU=eng,O=loglake"  # bench/pki.py's client certificate
 
