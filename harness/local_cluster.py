@@ -96,7 +96,11 @@ class LocalCluster:
             self.zookeeper.stop()
 
     def __enter__(self) -> LocalCluster:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.__exit__()  # stop the brokers and ZooKeeper it had started
+            raise
 
     def __exit__(self, *exc: object) -> None:
         for broker in self.brokers.values():

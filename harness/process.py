@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,18 +19,35 @@ import httpx
 # Listening ports come from below Linux's ephemeral range (32768-60999): a broker restarted
 # on its port must not find it taken by some client's outgoing connection meanwhile.
 _LISTEN_PORTS = range(20000, 32768)
+# A port found free by bind alone may be taken by another test run's broker before ours
+# binds it (two runs on one machine, under load): a port is reserved by an flock on its
+# file here, held until this process exits, and every run takes its ports through here.
+_RESERVATIONS = Path(tempfile.gettempdir()) / "loglake-test-ports"
+_reserved: dict[int, int] = {}  # port -> the descriptor holding its lock
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on now, outside the ephemeral range."""
+    """A loopback port nothing listens on now, outside the ephemeral range, that no other
+    process using this function holds: reserved for this process's lifetime."""
+    _RESERVATIONS.mkdir(exist_ok=True)
     while True:
         port = random.choice(_LISTEN_PORTS)
+        if port in _reserved:
+            continue
+        fd = os.open(_RESERVATIONS / str(port), os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
+                os.close(fd)  # releases the lock
                 continue
-            return port
+        _reserved[port] = fd
+        return port
 
 
 class BrokerProcess:
@@ -76,7 +95,11 @@ class BrokerProcess:
         out = open(self.log_file, "ab")
         self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
         out.close()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()  # a broker that did not come up is not left running
+            raise
         return self
 
     def wait_ready(self, timeout: float) -> None:
