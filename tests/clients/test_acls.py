@@ -34,7 +34,8 @@ from harness.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+# viewer: the console's user, alone granted Describe on the cluster (which widens, e.g., what ListGroups shows).
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret", "viewer": "viewer-secret"}
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 DENIED_TOPIC = KafkaError.TOPIC_AUTHORIZATION_FAILED
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
@@ -317,15 +318,16 @@ def test_the_console_asks_for_basic_credentials_and_the_cluster_acls(admin, brok
     url = broker.http_url
     anonymous = httpx.get(f"{url}/ui")
     assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Basic")
-    assert httpx.get(f"{url}/ui", auth=("bob", "wrong")).status_code == 401
-    assert httpx.get(f"{url}/ui/topics", auth=("bob", USERS["bob"])).status_code == 403
+    assert httpx.get(f"{url}/ui", auth=("viewer", "wrong")).status_code == 401
+    assert httpx.get(f"{url}/ui/topics", auth=("viewer", USERS["viewer"])).status_code == 403
     grant(
         admin,
-        AclBinding(ResourceType.BROKER, "kafka-cluster", LITERAL, "User:bob", "*", AclOperation.DESCRIBE, ALLOW),
+        AclBinding(ResourceType.BROKER, "kafka-cluster", LITERAL, "User:viewer", "*", AclOperation.DESCRIBE, ALLOW),
     )
     for page in ("/ui", "/ui/topics", "/ui/groups"):
-        shown = httpx.get(f"{url}{page}", auth=("bob", USERS["bob"]))
+        shown = httpx.get(f"{url}{page}", auth=("viewer", USERS["viewer"]))
         assert shown.status_code == 200 and "<html" in shown.text.lower(), (page, shown.status_code)
+
 
 BINARY = {"content-type": "application/vnd.kafka.binary.v2+json"}
 ALICE_CERTIFICATE = "User:CN=alice,OU=eng,O=loglake"  # bench/pki.py's client certificate
