@@ -219,9 +219,10 @@ _PY_TYPES = {
 class TypedDictWriter:
     """The TypedDicts of one message: its nested structs first, the message's own class last."""
 
-    def __init__(self, message: str, common: dict[str, list[dict]]) -> None:
+    def __init__(self, message: str, common: dict[str, list[dict]], valid: tuple[int, int] | None) -> None:
         self.message = message
         self.common = common  # common struct name -> its fields
+        self.valid = valid  # the message's valid versions
         self.classes: list[str] = []
 
     def struct(self, name: str, fields: list[dict], valid: tuple[int, int] | None) -> None:
@@ -249,7 +250,12 @@ class TypedDictWriter:
         if sname is not None:
             cls = f"{self.message}{sname}"
             if not any(c.startswith(f"class {cls}(") for c in self.classes):
-                self.struct(cls, f["fields"] if "fields" in f else self.common[sname], present)
+                # A common struct may be used in several places, each in its own versions: one
+                # class for all of them, its fields required only where every valid version has them.
+                if "fields" in f:
+                    self.struct(cls, f["fields"], present)
+                else:
+                    self.struct(cls, self.common[sname], self.valid)
             py_type = cls
         else:
             py_type = _PY_TYPES[inner]
@@ -285,8 +291,9 @@ def generate_bodies(spec_dir: Path) -> str:
     for spec in {s["name"]: s for s in specs}.values():
         if spec["type"] not in ("request", "response"):
             continue
-        writer = TypedDictWriter(spec["name"], {c["name"]: c["fields"] for c in spec.get("commonStructs", [])})
-        writer.struct(spec["name"], spec["fields"], _range(spec["validVersions"]))
+        valid = _range(spec["validVersions"])
+        writer = TypedDictWriter(spec["name"], {c["name"]: c["fields"] for c in spec.get("commonStructs", [])}, valid)
+        writer.struct(spec["name"], spec["fields"], valid)
         # The message's own class is the last one written; keep it after the structs it uses.
         classes += writer.classes
         names.append(spec["name"])

@@ -363,7 +363,7 @@ class MetadataResponse(TypedDict):
 
 
 class LeaderAndIsrRequestLeaderAndIsrPartitionState(TypedDict):
-    topic_name: str
+    topic_name: NotRequired[str]
     partition_index: int
     controller_epoch: int
     leader: int
@@ -371,7 +371,10 @@ class LeaderAndIsrRequestLeaderAndIsrPartitionState(TypedDict):
     isr: list[int]
     partition_epoch: int
     replicas: list[int]
+    adding_replicas: NotRequired[list[int]]
+    removing_replicas: NotRequired[list[int]]
     is_new: NotRequired[bool]
+    leader_recovery_state: NotRequired[int]
 
 
 class LeaderAndIsrRequestLeaderAndIsrTopicState(TypedDict):
@@ -398,7 +401,7 @@ class LeaderAndIsrRequest(TypedDict):
 
 
 class LeaderAndIsrResponseLeaderAndIsrPartitionError(TypedDict):
-    topic_name: str
+    topic_name: NotRequired[str]
     partition_index: int
     error_code: int
 
@@ -458,7 +461,7 @@ class StopReplicaResponse(TypedDict):
 
 
 class UpdateMetadataRequestUpdateMetadataPartitionState(TypedDict):
-    topic_name: str
+    topic_name: NotRequired[str]
     partition_index: int
     controller_epoch: int
     leader: int
