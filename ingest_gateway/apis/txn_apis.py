@@ -392,7 +392,7 @@ class TxnApis:
                         }
                     )
                     continue
-                entries = sorted(list(log_.producer_state.producers.values()), key=lambda e: e.producer_id)
+                entries = sorted(log_.producer_state.producers.values(), key=lambda e: e.producer_id)
                 partitions.append(
                     {
                         "partition_index": index,
