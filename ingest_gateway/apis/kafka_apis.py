@@ -157,7 +157,7 @@ class KafkaApis:
         requested = body["topics"]
         asked_by_id: dict[str, uuid.UUID] = {}
         if requested is None or (version == 0 and not requested):
-            names: list[str | None] = sorted(image.topics)
+            names: list[str | None] = [*sorted(image.topics)]
         else:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
@@ -175,7 +175,7 @@ class KafkaApis:
             names = [
                 n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
             ]
-        topics = []
+        topics: list[Body] = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
