@@ -562,7 +562,7 @@ def _with_delete_horizon(batch: bytes, header: RecordBatchHeader, delete_horizon
 
 
 def _with_timestamp_shift(data: bytes, start: int, end: int, shift: int) -> bytes:
-    length, pos = decode_varint(data, start)
+    _, pos = decode_varint(data, start)  # the record's length: rewritten below
     attributes = data[pos : pos + 1]
     delta, after = decode_varint(data, pos + 1)
     rest = data[after:end]
