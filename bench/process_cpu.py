@@ -62,5 +62,4 @@ def cpu_by_kind() -> Counter[str]:
             totals["python workers"] += seconds
         else:
             totals["other"] += seconds
-    # A Counter, for subtract(); typeshed types its values as int, but any number works.
-    return Counter(totals)  # type: ignore[arg-type]
+    return Counter(totals)  # a Counter, for subtract()
