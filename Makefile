@@ -1,13 +1,21 @@
 # The two commands of the README: `make demo` and `make test`. Both set up first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-fast bench cluster cluster-down cluster-status
+.PHONY: setup demo lint test test-fast bench cluster cluster-down cluster-status
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
 	$(PY) scripts/demo.py
+
+# The checked tree: ruff's lint and format rules and mypy (its files and settings are in pyproject.toml).
+LINT_PATHS := platform ingest_gateway harness jobs bench
+
+lint: setup
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m ruff format --check $(LINT_PATHS)
+	$(PY) -m mypy
 
 test: setup
 	$(PY) -m pytest

@@ -18,22 +18,21 @@ from pathlib import Path
 from loglake.cluster.partition import Partition
 from loglake.config import LogConfig
 from loglake.coordination.model import PartitionState
-from loglake.record.batch import encode_batch
+from loglake.record.batch import RecordRow, encode_batch
 from loglake.storage.log import Log
 
 RECORD_VALUE = 100
 
 
 def build_batch(records: int) -> bytes:
-    rows = [(b"key-%06d" % i, os.urandom(RECORD_VALUE), [], None) for i in range(records)]
+    rows: list[RecordRow] = [(b"key-%06d" % i, os.urandom(RECORD_VALUE), [], None) for i in range(records)]
     return encode_batch(rows, int(time.time() * 1000))
 
 
 def bench_file_write(path: Path, batch: bytes, count: int) -> float:
     start = time.perf_counter()
     with open(path, "wb") as f:
-        for _ in range(count):
-            f.write(batch)
+        f.writelines(batch for _ in range(count))
     return time.perf_counter() - start
 
 

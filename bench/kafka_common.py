@@ -32,9 +32,11 @@ def loglake_cluster(overrides: dict[str, str] | None = None) -> Iterator[str]:
 @contextlib.contextmanager
 def loglake_broker(overrides: dict[str, str] | None = None) -> Iterator[BrokerProcess]:
     """A standalone loglake broker process (`overrides`: its properties)."""
-    with tempfile.TemporaryDirectory(prefix="loglake-bench-") as tmp:
-        with BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties", overrides=overrides) as broker:
-            yield broker
+    with (
+        tempfile.TemporaryDirectory(prefix="loglake-bench-") as tmp,
+        BrokerProcess(Path(tmp) / "logs", config=ROOT / "conf/server.properties", overrides=overrides) as broker,
+    ):
+        yield broker
 
 
 @contextlib.contextmanager

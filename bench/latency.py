@@ -34,8 +34,9 @@ def measure(bootstrap: str, topic: str, partitions: int, acks: str, seconds: flo
         # hold records back until n of them are there.
         while not stop.is_set():
             msg = consumer.poll(0.1)
-            if msg is not None and msg.error() is None and len(msg.value() or b"") == 100:
-                latencies.append((time.perf_counter() - _SENT.unpack_from(msg.value())[0]) * 1000)
+            value = None if msg is None or msg.error() is not None else msg.value()
+            if value is not None and len(value) == 100:
+                latencies.append((time.perf_counter() - _SENT.unpack_from(value)[0]) * 1000)
 
     receiver = threading.Thread(target=receive)
     receiver.start()

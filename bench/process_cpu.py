@@ -8,7 +8,7 @@ Spark's JVM, Spark's Python workers, or this (driver) process.
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -45,7 +45,7 @@ def cpu_by_kind() -> Counter[str]:
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
             stats[int(entry.name)] = stat
     me = os.getpid()
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = defaultdict(float)
     for pid, (_, name, seconds) in stats.items():
         ancestors = []
         at = stats[pid][0]
@@ -62,4 +62,4 @@ def cpu_by_kind() -> Counter[str]:
             totals["python workers"] += seconds
         else:
             totals["other"] += seconds
-    return totals
+    return Counter(totals)  # a Counter, for subtract()

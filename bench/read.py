@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from loglake.config import LogConfig
-from loglake.record.batch import encode_batch
+from loglake.record.batch import RecordRow, encode_batch
 from loglake.storage.log import Log
 
 FETCH_BYTES = 1024 * 1024
@@ -22,7 +22,7 @@ FETCH_BYTES = 1024 * 1024
 
 def write_log(path: Path, megabytes: int) -> Log:
     log = Log.open(path, LogConfig(segment_bytes=256 * 1024 * 1024))
-    rows = [(b"key-%06d" % i, os.urandom(100), [], None) for i in range(8000)]
+    rows: list[RecordRow] = [(b"key-%06d" % i, os.urandom(100), [], None) for i in range(8000)]
     batch = encode_batch(rows, int(time.time() * 1000))
     for _ in range(megabytes * 1024 * 1024 // len(batch)):
         log.append_as_leader(batch, leader_epoch=0)

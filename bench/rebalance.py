@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import itertools
 import os
 import random
 import threading
@@ -135,10 +136,14 @@ class Member(threading.Thread):
                 msg = self.consumer.poll(0.1)
                 if msg is None:
                     continue
-                if msg.error() is not None:
-                    if not msg.error().retriable():
-                        self.errors.append(str(msg.error()))
+                error = msg.error()
+                if error is not None:
+                    if not error.retriable():
+                        self.errors.append(str(error))
                     continue
+                topic, partition, offset, value = msg.topic(), msg.partition(), msg.offset(), msg.value()
+                # A record (not an event) has all four; the bench's values are never null.
+                assert topic is not None and partition is not None and offset is not None and value is not None
                 try:
                     self.consumer.commit(message=msg, asynchronous=False)
                 except KafkaException as exc:
@@ -146,11 +151,11 @@ class Member(threading.Thread):
                         raise
                     # Still ours: read it again. Revoked: the next owner reads it from the committed offset.
                     with contextlib.suppress(KafkaException):
-                        self.consumer.seek(TopicPartition(msg.topic(), msg.partition(), msg.offset()))
+                        self.consumer.seek(TopicPartition(topic, partition, offset))
                     continue
                 now = time.monotonic()
-                self.received.append((now, msg.partition(), msg.value()))
-                self.last_at[msg.partition()] = now
+                self.received.append((now, partition, value))
+                self.last_at[partition] = now
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             self.errors.append(repr(exc))
         finally:
@@ -254,7 +259,7 @@ class Pauses:
 
 def _gaps(times: Iterable[float], start: float, end: float) -> list[float]:
     points = [start, *sorted(t for t in times if start <= t <= end), end]
-    return [b - a for a, b in zip(points, points[1:])]
+    return [b - a for a, b in itertools.pairwise(points)]
 
 
 @dataclass
@@ -360,7 +365,8 @@ def drain(producer: SteadyProducer, groups: Iterable[ScalingGroup], timeout: flo
     """Stop the producer and wait until each group consumed everything; check exactly once."""
     producer.stop()
     for g in groups:
-        wait_until(lambda: g.received() >= producer.sent, timeout, f"{g.config['group.id']} consumed every record")
+        # wait_until calls the condition before the loop moves on: `g` is this iteration's.
+        wait_until(lambda: g.received() >= producer.sent, timeout, f"{g.config['group.id']} consumed every record")  # noqa: B023
         values = g.values()
         if sorted(values, key=int) != [b"%d" % i for i in range(producer.sent)] or g.errors():
             raise AssertionError(

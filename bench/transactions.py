@@ -77,7 +77,9 @@ def consume_all(bootstrap: str, topic: str, isolation: str) -> float:
             if msg.error() is None:
                 seen += 1
             else:
-                at_end.add(msg.partition())
+                partition = msg.partition()
+                assert partition is not None  # an end-of-partition event names its partition
+                at_end.add(partition)
     elapsed = time.perf_counter() - start
     consumer.close()
     return seen / elapsed

@@ -10,10 +10,26 @@ ALTER on the cluster, describing DESCRIBE.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    CreateAclsRequest,
+    CreateAclsRequestAclCreation,
+    CreateAclsResponse,
+    CreateAclsResponseAclCreationResult,
+    DeleteAclsRequest,
+    DeleteAclsRequestDeleteAclsFilter,
+    DeleteAclsResponse,
+    DeleteAclsResponseDeleteAclsFilterResult,
+    DeleteAclsResponseDeleteAclsMatchingAcl,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
+    DescribeAclsResponseAclDescription,
+    DescribeAclsResponseDescribeAclsResource,
+)
 from loglake.security.acls import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -33,8 +49,6 @@ if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
     from ingest_gateway.apis.request_router import RequestRouter
 
-Body = dict[str, Any]
-
 
 def _enum(kind: type, value: int) -> Any:
     try:
@@ -43,7 +57,7 @@ def _enum(kind: type, value: int) -> Any:
         return kind(0)  # UNKNOWN
 
 
-def binding_of(c: Body) -> AclBinding:
+def binding_of(c: CreateAclsRequestAclCreation) -> AclBinding:
     return AclBinding(
         ResourcePattern(
             _enum(ResourceType, c["resource_type"]),
@@ -59,7 +73,7 @@ def binding_of(c: Body) -> AclBinding:
     )
 
 
-def filter_of(f: Body) -> AclBindingFilter:
+def filter_of(f: DescribeAclsRequest | DeleteAclsRequestDeleteAclsFilter) -> AclBindingFilter:
     return AclBindingFilter(
         _enum(ResourceType, f["resource_type_filter"]),
         f["resource_name_filter"],
@@ -71,16 +85,30 @@ def filter_of(f: Body) -> AclBindingFilter:
     )
 
 
-def _described(binding: AclBinding) -> Body:
-    p, e = binding.pattern, binding.entry
+def _edited(
+    added: set[AccessControlEntry], removed: set[AccessControlEntry], entries: frozenset[AccessControlEntry]
+) -> frozenset[AccessControlEntry]:
+    return entries - removed | added
+
+
+def _entry(e: AccessControlEntry) -> DescribeAclsResponseAclDescription:
     return {
-        "resource_type": int(p.resource_type),
-        "resource_name": p.name,
-        "pattern_type": int(p.pattern_type),
         "principal": e.principal,
         "host": e.host,
         "operation": int(e.operation),
         "permission_type": int(e.permission),
+    }
+
+
+def _matching(binding: AclBinding) -> DeleteAclsResponseDeleteAclsMatchingAcl:
+    p = binding.pattern
+    return {
+        "error_code": 0,
+        "error_message": None,
+        "resource_type": int(p.resource_type),
+        "resource_name": p.name,
+        "pattern_type": int(p.pattern_type),
+        **_entry(binding.entry),
     }
 
 
@@ -120,14 +148,10 @@ class AclApis:
         for pattern in {b.pattern for b in additions} | {b.pattern for b in removals}:
             added = {b.entry for b in additions if b.pattern == pattern}
             removed = {b.entry for b in removals if b.pattern == pattern}
-            await asyncio.to_thread(
-                self._store.update_acls,
-                pattern,
-                lambda entries, added=added, removed=removed: entries - removed | added,
-            )
+            await asyncio.to_thread(self._store.update_acls, pattern, functools.partial(_edited, added, removed))
         await self._reload()
 
-    async def create_acls(self, header: RequestHeader, body: Body) -> Body:
+    async def create_acls(self, header: RequestHeader, body: CreateAclsRequest) -> CreateAclsResponse:
         try:
             self._check(AclOperation.ALTER)
         except KafkaError as exc:
@@ -135,7 +159,8 @@ class AclApis:
                 "throttle_time_ms": 0,
                 "results": [{"error_code": exc.code, "error_message": exc.message}] * len(body["creations"]),
             }
-        results, valid = [], []
+        results: list[CreateAclsResponseAclCreationResult] = []
+        valid: list[AclBinding] = []
         for creation in body["creations"]:
             binding = binding_of(creation)
             problem = validate_binding(binding)
@@ -146,18 +171,15 @@ class AclApis:
             await self.change(valid, [])
         return {"throttle_time_ms": 0, "results": results}
 
-    async def describe_acls(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_acls(self, header: RequestHeader, body: DescribeAclsRequest) -> DescribeAclsResponse:
         try:
             self._check(AclOperation.DESCRIBE)
         except KafkaError as exc:
             return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "resources": []}
-        by_pattern: dict[ResourcePattern, list[Body]] = {}
+        by_pattern: dict[ResourcePattern, list[DescribeAclsResponseAclDescription]] = {}
         for binding in self.bindings(filter_of(body)):
-            d = _described(binding)
-            by_pattern.setdefault(binding.pattern, []).append(
-                {k: d[k] for k in ("principal", "host", "operation", "permission_type")}
-            )
-        resources = [
+            by_pattern.setdefault(binding.pattern, []).append(_entry(binding.entry))
+        resources: list[DescribeAclsResponseDescribeAclsResource] = [
             {
                 "resource_type": int(p.resource_type),
                 "resource_name": p.name,
@@ -168,13 +190,18 @@ class AclApis:
         ]
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": resources}
 
-    async def delete_acls(self, header: RequestHeader, body: Body) -> Body:
+    async def delete_acls(self, header: RequestHeader, body: DeleteAclsRequest) -> DeleteAclsResponse:
         try:
             self._check(AclOperation.ALTER)
         except KafkaError as exc:
-            failed = {"error_code": exc.code, "error_message": exc.message, "matching_acls": []}
+            failed: DeleteAclsResponseDeleteAclsFilterResult = {
+                "error_code": exc.code,
+                "error_message": exc.message,
+                "matching_acls": [],
+            }
             return {"throttle_time_ms": 0, "filter_results": [failed] * len(body["filters"])}
-        results, doomed = [], []
+        results: list[DeleteAclsResponseDeleteAclsFilterResult] = []
+        doomed: list[AclBinding] = []
         for f in body["filters"]:
             matching = self.bindings(filter_of(f))
             doomed += matching
@@ -182,7 +209,7 @@ class AclApis:
                 {
                     "error_code": 0,
                     "error_message": None,
-                    "matching_acls": [{"error_code": 0, "error_message": None, **_described(b)} for b in matching],
+                    "matching_acls": [_matching(b) for b in matching],
                 }
             )
         if doomed:

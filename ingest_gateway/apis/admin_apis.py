@@ -8,11 +8,24 @@ as Kafka's brokers do, and ListPartitionReassignments from the metadata store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.coordination.controller import ElectionType
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    AlterPartitionReassignmentsRequest,
+    AlterPartitionReassignmentsResponse,
+    AlterPartitionReassignmentsResponseReassignablePartitionResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    ElectLeadersResponsePartitionResult,
+    ListPartitionReassignmentsRequest,
+    ListPartitionReassignmentsResponse,
+    ListPartitionReassignmentsResponseOngoingPartitionReassignment,
+)
 
 from ingest_gateway.apis import authorized_operations
 from ingest_gateway.metadata.client_endpoints import node_endpoints
@@ -22,8 +35,6 @@ if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.apis.request_router import RequestRouter
-
-Body = dict[str, Any]
 
 # DescribeCluster v1's endpoint types (KIP-919): a broker answers only for brokers.
 ENDPOINT_TYPE_BROKER = 1
@@ -46,7 +57,7 @@ class AdminApis:
             }
         )
 
-    async def elect_leaders(self, header: RequestHeader, body: Body) -> Body:
+    async def elect_leaders(self, header: RequestHeader, body: ElectLeadersRequest) -> ElectLeadersResponse:
         requested = body["topic_partitions"]
         partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
         try:
@@ -63,18 +74,25 @@ class AdminApis:
             results = {tp: e for tp, e in results.items() if e is None or e.code != ErrorCode.ELECTION_NOT_NEEDED}
         return _election_response(ErrorCode.NONE, results)
 
-    async def alter_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
+    async def alter_partition_reassignments(
+        self, header: RequestHeader, body: AlterPartitionReassignmentsRequest
+    ) -> AlterPartitionReassignmentsResponse:
         targets = {
             (t["name"], p["partition_index"]): None if p["replicas"] is None else tuple(p["replicas"])
             for t in body["topics"]
             for p in t["partitions"]
         }
-        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None}
+        response: AlterPartitionReassignmentsResponse = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "error_message": None,
+            "responses": [],
+        }
         try:
             results = await self._admin.alter_partition_reassignments(targets, body["timeout_ms"])
         except KafkaError as exc:
             return response | {"error_code": exc.code, "error_message": exc.message, "responses": []}
-        by_topic: dict[str, list[Body]] = {}
+        by_topic: dict[str, list[AlterPartitionReassignmentsResponseReassignablePartitionResponse]] = {}
         for (topic, p), error in results.items():
             by_topic.setdefault(topic, []).append(
                 {
@@ -85,11 +103,13 @@ class AdminApis:
             )
         return response | {"responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
-    async def list_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
+    async def list_partition_reassignments(
+        self, header: RequestHeader, body: ListPartitionReassignmentsRequest
+    ) -> ListPartitionReassignmentsResponse:
         requested = body["topics"]
         partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
         ongoing = self._admin.list_partition_reassignments(partitions)
-        by_topic: dict[str, list[Body]] = {}
+        by_topic: dict[str, list[ListPartitionReassignmentsResponseOngoingPartitionReassignment]] = {}
         for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
             by_topic.setdefault(topic, []).append(
                 {
@@ -106,9 +126,17 @@ class AdminApis:
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
 
-    async def describe_cluster(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_cluster(self, header: RequestHeader, body: DescribeClusterRequest) -> DescribeClusterResponse:
         image = self._cache.image
-        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "cluster_id": image.cluster_id}
+        response: DescribeClusterResponse = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "error_message": None,
+            "cluster_id": image.cluster_id,
+            "controller_id": -1,
+            "brokers": [],
+            "cluster_authorized_operations": authorized_operations.NOT_REQUESTED,
+        }
         endpoint_type = body["endpoint_type"]
         if endpoint_type != ENDPOINT_TYPE_BROKER:
             # Kafka: v0 cannot carry the endpoint-type errors, so it gets INVALID_REQUEST.
@@ -134,8 +162,10 @@ class AdminApis:
         }
 
 
-def _election_response(error_code: ErrorCode, results: dict[tuple[str, int], KafkaError | None]) -> Body:
-    by_topic: dict[str, list[Body]] = {}
+def _election_response(
+    error_code: ErrorCode, results: dict[tuple[str, int], KafkaError | None]
+) -> ElectLeadersResponse:
+    by_topic: dict[str, list[ElectLeadersResponsePartitionResult]] = {}
     for (topic, p), error in results.items():
         by_topic.setdefault(topic, []).append(
             {

@@ -18,10 +18,30 @@ import asyncio
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    AlterClientQuotasRequest,
+    AlterClientQuotasRequestEntityData,
+    AlterClientQuotasRequestOpData,
+    AlterClientQuotasResponse,
+    AlterClientQuotasResponseEntryData,
+    AlterUserScramCredentialsRequest,
+    AlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResponseAlterUserScramCredentialsResult,
+    DescribeClientQuotasRequest,
+    DescribeClientQuotasRequestComponentData,
+    DescribeClientQuotasResponse,
+    DescribeClientQuotasResponseEntityData,
+    DescribeClientQuotasResponseEntryData,
+    DescribeClientQuotasResponseValueData,
+    DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResponseCredentialInfo,
+    DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult,
+)
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_RATE, QUOTA_KEYS
 from loglake.security.sanitizer import desanitize, sanitize
@@ -35,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Body = dict[str, Any]
 
 # The protocol's mechanism types (ScramMechanism.type in Kafka).
 MECHANISM_TYPES = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
@@ -74,14 +93,14 @@ def _entity_of(path: str) -> dict[str, str] | None:
     return entity if len(entity) == len(parts) // 2 else None
 
 
-def _entity_body(entity: dict[str, str]) -> list[Body]:
+def _entity_body(entity: dict[str, str]) -> list[DescribeClientQuotasResponseEntityData]:
     return [
         {"entity_type": t, "entity_name": None if n == DEFAULT else n}
         for t, n in sorted(entity.items(), key=lambda item: item[0] != USER)
     ]
 
 
-def _quota_path(entity: list[Body]) -> str:
+def _quota_path(entity: list[AlterClientQuotasRequestEntityData]) -> str:
     """The store path of a request's entity, checked as Kafka checks it."""
     if not entity:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid empty client quota entity")
@@ -136,59 +155,75 @@ class ClientEntityApis:
 
     # SCRAM credentials -----------------------------------------------------------------
 
-    async def describe_user_scram_credentials(self, header: RequestHeader, body: Body) -> Body:
-        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "results": []}
+    async def describe_user_scram_credentials(
+        self, header: RequestHeader, body: DescribeUserScramCredentialsRequest
+    ) -> DescribeUserScramCredentialsResponse:
+        response: DescribeUserScramCredentialsResponse = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "error_message": None,
+            "results": [],
+        }
         if not self._cluster_allowed(AclOperation.DESCRIBE):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         requested = [u["name"] for u in body["users"] or ()]
         if not requested:
-            credentials = await asyncio.to_thread(self._store.all_user_credentials)
-            response["results"] = [self._described(u, c) for u, c in credentials.items()]
+            every = await asyncio.to_thread(self._store.all_user_credentials)
+            response["results"] = [self._described(u, c) for u, c in every.items()]
             return response
         counts = Counter(requested)
         for user in dict.fromkeys(requested):  # each user once, in the request's order
             if user == "":
                 response["results"].append(
-                    _user_error(user, ErrorCode.RESOURCE_NOT_FOUND, "Username must not be empty")
+                    _describe_error(user, ErrorCode.RESOURCE_NOT_FOUND, "Username must not be empty")
                 )
             elif counts[user] > 1:
                 message = f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
-                response["results"].append(_user_error(user, ErrorCode.DUPLICATE_RESOURCE, message))
+                response["results"].append(_describe_error(user, ErrorCode.DUPLICATE_RESOURCE, message))
             else:
                 credentials = await asyncio.to_thread(self._store.user_credentials, user)
                 if credentials:
                     response["results"].append(self._described(user, credentials))
                 else:
                     message = f"Attempt to describe a user credential that does not exist: {user}"
-                    response["results"].append(_user_error(user, ErrorCode.RESOURCE_NOT_FOUND, message))
+                    response["results"].append(_describe_error(user, ErrorCode.RESOURCE_NOT_FOUND, message))
         return response
 
     @staticmethod
-    def _described(user: str, credentials: dict[str, str]) -> Body:
-        infos = [
+    def _described(
+        user: str, credentials: dict[str, str]
+    ) -> DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult:
+        infos: list[DescribeUserScramCredentialsResponseCredentialInfo] = [
             {"mechanism": TYPE_OF_MECHANISM[m], "iterations": ScramCredential.from_config(c).iterations}
             for m, c in sorted(credentials.items())
         ]
         return {"user": user, "error_code": 0, "error_message": None, "credential_infos": infos}
 
-    async def alter_user_scram_credentials(self, header: RequestHeader, body: Body) -> Body:
+    async def alter_user_scram_credentials(
+        self, header: RequestHeader, body: AlterUserScramCredentialsRequest
+    ) -> AlterUserScramCredentialsResponse:
         deletions, upsertions = body["deletions"], body["upsertions"]
         users = list(dict.fromkeys(c["name"] for c in (*deletions, *upsertions)))
         if not self._cluster_allowed(AclOperation.ALTER):
-            denied = [_user_error(u, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None) for u in users]
+            denied = [_user_error(u, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for u in users]
             return {"throttle_time_ms": 0, "results": denied}
         failed: dict[str, tuple[ErrorCode, str]] = {}
-        for change in (*deletions, *upsertions):
-            user, mechanism = change["name"], MECHANISM_TYPES.get(change["mechanism"])
+        # (user, mechanism type, iterations: None for a deletion), in the request's order.
+        requested: list[tuple[str, int, int | None]] = [
+            *((d["name"], d["mechanism"], None) for d in deletions),
+            *((u["name"], u["mechanism"], u["iterations"]) for u in upsertions),
+        ]
+        for user, mechanism_type, iterations in requested:
+            mechanism = MECHANISM_TYPES.get(mechanism_type)
             if user == "":
                 failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Username must not be empty")
             elif mechanism is None:
                 failed[user] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism")
-            elif "iterations" in change and change["iterations"] < MIN_ITERATIONS:
+            elif iterations is not None and iterations < MIN_ITERATIONS:
                 failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too few iterations")
-            elif "iterations" in change and change["iterations"] > MAX_ITERATIONS:
+            elif iterations is not None and iterations > MAX_ITERATIONS:
                 failed[user] = (ErrorCode.UNACCEPTABLE_CREDENTIAL, "Too many iterations")
-        pairs = Counter((c["name"], c["mechanism"]) for c in (*deletions, *upsertions) if c["name"] not in failed)
+        pairs = Counter((user, mechanism_type) for user, mechanism_type, _ in requested if user not in failed)
         for (user, _), count in pairs.items():
             if count > 1:
                 failed[user] = (
@@ -204,7 +239,7 @@ class ClientEntityApis:
             for u in (u for u in upsertions if u["name"] == user):
                 mechanism = MECHANISM_TYPES[u["mechanism"]]
                 credential = credential_from_salted_password(
-                    mechanism, u["salted_password"], u["salt"], u["iterations"]
+                    mechanism, bytes(u["salted_password"]), bytes(u["salt"]), u["iterations"]
                 )
                 upserted[mechanism] = credential.to_config()
 
@@ -222,13 +257,20 @@ class ClientEntityApis:
                 continue
             changed.append(user)
         log.info("SCRAM credentials altered for %s", ", ".join(changed) or "no user")
-        results = [_user_error(u, *failed[u]) if u in failed else _user_error(u, ErrorCode.NONE, None) for u in users]
+        results = [_user_error(u, *failed[u]) if u in failed else _user_error(u, ErrorCode.NONE) for u in users]
         return {"throttle_time_ms": 0, "results": results}
 
     # Client quotas ---------------------------------------------------------------------
 
-    async def describe_client_quotas(self, header: RequestHeader, body: Body) -> Body:
-        response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "entries": None}
+    async def describe_client_quotas(
+        self, header: RequestHeader, body: DescribeClientQuotasRequest
+    ) -> DescribeClientQuotasResponse:
+        response: DescribeClientQuotasResponse = {
+            "throttle_time_ms": 0,
+            "error_code": 0,
+            "error_message": None,
+            "entries": None,
+        }
         if not self._cluster_allowed(AclOperation.DESCRIBE_CONFIGS):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         try:
@@ -237,31 +279,39 @@ class ClientEntityApis:
             return response | {"error_code": exc.code, "error_message": exc.message}
         if IP in components:
             return response | {"entries": []}  # no IP quotas are kept
-        entries = []
+        entries: list[DescribeClientQuotasResponseEntryData] = []
         for path, config in sorted((await asyncio.to_thread(self._store.entity_configs)).items()):
             entity = _entity_of(path)
             quotas = {k: float(v) for k, v in config.items() if k in QUOTA_KEYS}
             if entity is None or not quotas or not _filter_matches(components, body["strict"], entity):
                 continue
-            values = [{"key": k, "value": v} for k, v in sorted(quotas.items())]
+            values: list[DescribeClientQuotasResponseValueData] = [
+                {"key": k, "value": v} for k, v in sorted(quotas.items())
+            ]
             entries.append({"entity": _entity_body(entity), "values": values})
         return response | {"entries": entries}
 
-    async def alter_client_quotas(self, header: RequestHeader, body: Body) -> Body:
+    async def alter_client_quotas(
+        self, header: RequestHeader, body: AlterClientQuotasRequest
+    ) -> AlterClientQuotasResponse:
         allowed = self._cluster_allowed(AclOperation.ALTER_CONFIGS)
-        results = []
+        results: list[AlterClientQuotasResponseEntryData] = []
         for entry in body["entries"]:
-            result: Body = {"error_code": 0, "error_message": None, "entity": entry["entity"]}
+            result: AlterClientQuotasResponseEntryData = {
+                "error_code": 0,
+                "error_message": None,
+                "entity": entry["entity"],
+            }
             try:
                 if not allowed:
-                    raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
+                    raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
                 await self._alter_quotas(_quota_path(entry["entity"]), entry["ops"], body["validate_only"])
             except KafkaError as exc:
-                result["error_code"], result["error_message"] = exc.code, exc.message
+                result["error_code"], result["error_message"] = exc.code, exc.message or None
             results.append(result)
         return {"throttle_time_ms": 0, "entries": results}
 
-    async def _alter_quotas(self, path: str, ops: list[Body], validate_only: bool) -> None:
+    async def _alter_quotas(self, path: str, ops: list[AlterClientQuotasRequestOpData], validate_only: bool) -> None:
         def altered(config: dict[str, str]) -> dict[str, str]:
             for op in ops:
                 if op["remove"]:
@@ -276,7 +326,7 @@ class ClientEntityApis:
             await asyncio.to_thread(self._store.update_entity_config, path, altered)
 
 
-def _filter_components(components: list[Body]) -> dict[str, _Component]:
+def _filter_components(components: list[DescribeClientQuotasRequestComponentData]) -> dict[str, _Component]:
     """A DescribeClientQuotas filter by entity type, checked as Kafka checks it."""
     by_type: dict[str, _Component] = {}
     for c in components:
@@ -312,5 +362,13 @@ def _filter_matches(components: dict[str, _Component], strict: bool, entity: dic
     return True
 
 
-def _user_error(user: str, code: ErrorCode, message: str | None) -> Body:
+def _user_error(
+    user: str, code: ErrorCode, message: str | None = None
+) -> AlterUserScramCredentialsResponseAlterUserScramCredentialsResult:
     return {"user": user, "error_code": code, "error_message": message}
+
+
+def _describe_error(
+    user: str, code: ErrorCode, message: str
+) -> DescribeUserScramCredentialsResponseDescribeUserScramCredentialsResult:
+    return {**_user_error(user, code, message), "credential_infos": []}

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from loglake.broker_configs import (
     BROKER_CONFIG_KEYS,
@@ -28,6 +28,21 @@ from loglake.config import LogConfig, topic_property, validate_topic_name
 from loglake.config_defs import ConfigKey, ConfigSource, ConfigType, split_list, to_config_string
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    AlterConfigsRequest,
+    AlterConfigsRequestAlterConfigsResource,
+    AlterConfigsResponse,
+    AlterConfigsResponseAlterConfigsResourceResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsRequestDescribeConfigsResource,
+    DescribeConfigsResponse,
+    DescribeConfigsResponseDescribeConfigsResourceResult,
+    DescribeConfigsResponseDescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsRequestAlterConfigsResource,
+    IncrementalAlterConfigsRequestAlterableConfig,
+    IncrementalAlterConfigsResponse,
+)
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.apis.authorization import AUTHORIZATION_ERRORS
@@ -41,7 +56,10 @@ if TYPE_CHECKING:
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.apis.request_router import RequestRouter
 
-Body = dict[str, Any]
+# The resource of either AlterConfigs form: _alter checks and applies both alike.
+_Resource = TypeVar(
+    "_Resource", AlterConfigsRequestAlterConfigsResource, IncrementalAlterConfigsRequestAlterConfigsResource
+)
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -157,32 +175,37 @@ def _config_key(resource_type: int, name: str) -> ConfigKey | None:
 
 
 def apply_incremental(
-    current: dict[str, str], ops: list[Body], key_of: Callable[[str], ConfigKey | None]
+    current: dict[str, str],
+    ops: list[IncrementalAlterConfigsRequestAlterableConfig],
+    key_of: Callable[[str], ConfigKey | None],
 ) -> dict[str, str]:
     """The config document after KIP-339 operations (Kafka's prepareIncrementalConfigs)."""
     out = dict(current)
     for op in ops:
         name, value = op["name"], op["value"]
         kind = op["config_operation"]
+        if kind == AlterOp.DELETE:
+            out.pop(name, None)
+            continue
+        if kind not in (AlterOp.SET, AlterOp.APPEND, AlterOp.SUBTRACT):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
+        if value is None:  # only a DELETE may leave the value out
+            raise _null_values([name])
         if kind == AlterOp.SET:
             out[name] = value
-        elif kind == AlterOp.DELETE:
-            out.pop(name, None)
-        elif kind in (AlterOp.APPEND, AlterOp.SUBTRACT):
-            key = key_of(name)
-            if key is None:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
-            if key.type != ConfigType.LIST:
-                verb = "append" if kind == AlterOp.APPEND else "subtract"
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}")
-            old = split_list(out[name] if name in out else to_config_string(key.default) or "")
-            if kind == AlterOp.APPEND:
-                new = old + [v for v in split_list(value) if v not in old]
-            else:
-                new = [v for v in old if v not in split_list(value)]
-            out[name] = ",".join(new)
+            continue
+        key = key_of(name)
+        if key is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {name}")
+        if key.type != ConfigType.LIST:
+            verb = "append" if kind == AlterOp.APPEND else "subtract"
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Config value {verb} is not allowed for config key: {name}")
+        old = split_list(out[name] if name in out else to_config_string(key.default) or "")
+        if kind == AlterOp.APPEND:
+            new = old + [v for v in split_list(value) if v not in old]
         else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {kind}")
+            new = [v for v in old if v not in split_list(value)]
+        out[name] = ",".join(new)
     return out
 
 
@@ -231,11 +254,11 @@ class ConfigApis:
 
     # DescribeConfigs -----------------------------------------------------------------------
 
-    async def describe_configs(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_configs(self, header: RequestHeader, body: DescribeConfigsRequest) -> DescribeConfigsResponse:
         version = header.request_api_version
-        results = []
+        results: list[DescribeConfigsResponseDescribeConfigsResult] = []
         for r in body["resources"]:
-            entry = _resource_result(r) | {"configs": []}
+            entry: DescribeConfigsResponseDescribeConfigsResult = {**_resource_result(r), "configs": []}
             try:
                 keys = r["configuration_keys"]
                 entry["configs"] = [
@@ -268,42 +291,57 @@ class ConfigApis:
 
     # AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------
 
-    async def alter_configs(self, header: RequestHeader, body: Body) -> Body:
-        def new_config(resource: Body, current: dict[str, str]) -> dict[str, str]:
+    async def alter_configs(self, header: RequestHeader, body: AlterConfigsRequest) -> AlterConfigsResponse:
+        def new_config(resource: AlterConfigsRequestAlterConfigsResource, current: dict[str, str]) -> dict[str, str]:
             _refuse_nulls([c["name"] for c in resource["configs"] if c["value"] is None])
             # AlterConfigs replaces the whole set: names not given go back to their defaults.
-            return {c["name"]: c["value"] for c in resource["configs"]}
+            return {c["name"]: value for c in resource["configs"] if (value := c["value"]) is not None}
 
-        return await self._alter(body, new_config)
+        return {
+            "throttle_time_ms": 0,
+            "responses": await self._alter(body["resources"], body["validate_only"], new_config),
+        }
 
-    async def incremental_alter_configs(self, header: RequestHeader, body: Body) -> Body:
-        def new_config(resource: Body, current: dict[str, str]) -> dict[str, str]:
+    async def incremental_alter_configs(
+        self, header: RequestHeader, body: IncrementalAlterConfigsRequest
+    ) -> IncrementalAlterConfigsResponse:
+        def new_config(
+            resource: IncrementalAlterConfigsRequestAlterConfigsResource, current: dict[str, str]
+        ) -> dict[str, str]:
             configs = resource["configs"]
             _refuse_nulls(
                 [c["name"] for c in configs if c["value"] is None and c["config_operation"] != AlterOp.DELETE]
             )
             return apply_incremental(current, resource["configs"], lambda n: _config_key(resource["resource_type"], n))
 
-        return await self._alter(body, new_config)
+        return {
+            "throttle_time_ms": 0,
+            "responses": await self._alter(body["resources"], body["validate_only"], new_config),
+        }
 
-    async def _alter(self, body: Body, new_config: Callable[[Body, dict[str, str]], dict[str, str]]) -> Body:
-        seen = Counter((r["resource_type"], r["resource_name"]) for r in body["resources"])
+    async def _alter(
+        self,
+        resources: list[_Resource],
+        validate_only: bool,
+        new_config: Callable[[_Resource, dict[str, str]], dict[str, str]],
+    ) -> list[AlterConfigsResponseAlterConfigsResourceResponse]:
+        seen = Counter((r["resource_type"], r["resource_name"]) for r in resources)
         responses = []
-        for r in body["resources"]:
+        for r in resources:
             entry = _resource_result(r)
             try:
                 if seen[(r["resource_type"], r["resource_name"])] > 1:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
                 if len({c["name"] for c in r["configs"]}) != len(r["configs"]):
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                await self._alter_resource(r, new_config, body["validate_only"])
+                await self._alter_resource(r, new_config, validate_only)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
-        return {"throttle_time_ms": 0, "responses": responses}
+        return responses
 
     async def _alter_resource(
-        self, r: Body, new_config: Callable[[Body, dict[str, str]], dict[str, str]], validate_only: bool
+        self, r: _Resource, new_config: Callable[[_Resource, dict[str, str]], dict[str, str]], validate_only: bool
     ) -> None:
         name = r["resource_name"]
         self._authorize(AclOperation.ALTER_CONFIGS, r["resource_type"], name)
@@ -330,7 +368,9 @@ class ConfigApis:
             )
 
 
-def _resource_result(r: Body) -> Body:
+def _resource_result(
+    r: DescribeConfigsRequestDescribeConfigsResource | _Resource,
+) -> AlterConfigsResponseAlterConfigsResourceResponse:
     return {
         "error_code": 0,
         "error_message": None,
@@ -339,12 +379,18 @@ def _resource_result(r: Body) -> Body:
     }
 
 
+def _null_values(names: list[str]) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(names)}")
+
+
 def _refuse_nulls(names: list[str]) -> None:
     if names:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {', '.join(names)}")
+        raise _null_values(names)
 
 
-def _describe_entry(c: ConfigEntry, version: int, include_synonyms: bool, include_documentation: bool | None) -> Body:
+def _describe_entry(
+    c: ConfigEntry, version: int, include_synonyms: bool, include_documentation: bool | None
+) -> DescribeConfigsResponseDescribeConfigsResourceResult:
     return {
         "name": c.name,
         "value": c.value,

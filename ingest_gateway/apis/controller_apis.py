@@ -5,11 +5,21 @@ gets STALE_CONTROLLER_EPOCH and changes nothing)."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    LeaderAndIsrRequest,
+    LeaderAndIsrRequestLeaderAndIsrPartitionState,
+    LeaderAndIsrRequestLeaderAndIsrTopicState,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
@@ -17,8 +27,6 @@ if TYPE_CHECKING:
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.replica.replica_manager import ReplicaManager
     from ingest_gateway.apis.request_router import RequestRouter
-
-Body = dict[str, Any]
 
 
 class ControllerApis:
@@ -36,16 +44,18 @@ class ControllerApis:
             }
         )
 
-    async def leader_and_isr(self, header: RequestHeader, body: Body) -> Body:
+    async def leader_and_isr(self, header: RequestHeader, body: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         topics = self._store.topics()
         if header.request_api_version < 2:  # partition states not yet grouped by topic
-            by_topic: dict[str, list[Body]] = {}
+            by_topic: dict[str, list[LeaderAndIsrRequestLeaderAndIsrPartitionState]] = {}
             for ps in body["ungrouped_partition_states"]:
                 by_topic.setdefault(ps["topic_name"], []).append(ps)
-            topic_states = [{"topic_name": n, "partition_states": ps} for n, ps in by_topic.items()]
+            topic_states: list[LeaderAndIsrRequestLeaderAndIsrTopicState] = [
+                {"topic_name": n, "partition_states": ps} for n, ps in by_topic.items()
+            ]
         else:
             topic_states = body["topic_states"]
-        entries = []
+        entries: list[LeaderAndIsrPartition] = []
         for t in topic_states:
             topic = topics.get(t["topic_name"])
             config = topic.config if topic is not None else {}
@@ -84,7 +94,7 @@ class ControllerApis:
             ],
         }
 
-    async def stop_replica(self, header: RequestHeader, body: Body) -> Body:
+    async def stop_replica(self, header: RequestHeader, body: StopReplicaRequest) -> StopReplicaResponse:
         error = ErrorCode.NONE
         by_delete: dict[bool, list[tuple[str, int]]] = {}
         version = header.request_api_version
@@ -113,7 +123,7 @@ class ControllerApis:
             ],
         }
 
-    async def update_metadata(self, header: RequestHeader, body: Body) -> Body:
+    async def update_metadata(self, header: RequestHeader, body: UpdateMetadataRequest) -> UpdateMetadataResponse:
         """ZooKeeper holds the metadata; this request says when to re-read it, and fences."""
         epoch = body["controller_epoch"]
         if epoch < self._replica_manager.controller_epoch:

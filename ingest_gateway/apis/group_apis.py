@@ -7,7 +7,7 @@ plain results; the group logic itself lives in the coordinator.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from loglake.errors import ErrorCode
 from loglake.groups import (
@@ -19,7 +19,7 @@ from loglake.groups import (
     TopicPartition,
 )
 from loglake.groups.consumer_group import HeartbeatRequest, TopicPartitions
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey, RequestHeader, bodies  # bodies.X: HeartbeatRequest is also the coordinator's
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.apis.authorization import RequestAuthorization
@@ -27,8 +27,6 @@ from ingest_gateway.apis.authorized_operations import group_operations
 from ingest_gateway.network.request_context import current_request
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.apis.request_router import RequestRouter
-
-Body = dict[str, Any]
 
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
@@ -49,7 +47,7 @@ class GroupApis:
         # Whether the cluster has this partition (None: take every commit).
         self._partition_exists = partition_exists
 
-    async def join_group(self, header: RequestHeader, body: Body) -> Body:
+    async def join_group(self, header: RequestHeader, body: bodies.JoinGroupRequest) -> bodies.JoinGroupResponse:
         version = header.request_api_version
         result = await self.coordinator.join_group(
             body["group_id"],
@@ -59,7 +57,7 @@ class GroupApis:
             body["session_timeout_ms"],
             body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
             body["protocol_type"],
-            [(p["name"], p["metadata"]) for p in body["protocols"]],
+            [(p["name"], bytes(p["metadata"])) for p in body["protocols"]],
             group_instance_id=body.get("group_instance_id"),
             require_known_member_id=version >= 4,
             supports_skip_assignment=version >= 9,
@@ -80,7 +78,7 @@ class GroupApis:
             ],
         }
 
-    async def sync_group(self, header: RequestHeader, body: Body) -> Body:
+    async def sync_group(self, header: RequestHeader, body: bodies.SyncGroupRequest) -> bodies.SyncGroupResponse:
         protocol_type, protocol_name = body.get("protocol_type"), body.get("protocol_name")
         if header.request_api_version >= 5 and (protocol_type is None or protocol_name is None):
             # From v5 both are mandatory, as Kafka checks before the coordinator sees the request.
@@ -103,13 +101,13 @@ class GroupApis:
             "assignment": result.assignment,
         }
 
-    async def heartbeat(self, header: RequestHeader, body: Body) -> Body:
+    async def heartbeat(self, header: RequestHeader, body: bodies.HeartbeatRequest) -> bodies.HeartbeatResponse:
         error = await self.coordinator.heartbeat(
             body["group_id"], body["member_id"], body["generation_id"], group_instance_id=body.get("group_instance_id")
         )
         return {"throttle_time_ms": 0, "error_code": error}
 
-    async def leave_group(self, header: RequestHeader, body: Body) -> Body:
+    async def leave_group(self, header: RequestHeader, body: bodies.LeaveGroupRequest) -> bodies.LeaveGroupResponse:
         if header.request_api_version >= 3:
             members = [MemberIdentity(m["member_id"], m["group_instance_id"]) for m in body["members"]]
         else:
@@ -127,7 +125,9 @@ class GroupApis:
             ],
         }
 
-    async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
+    async def offset_commit(
+        self, header: RequestHeader, body: bodies.OffsetCommitRequest
+    ) -> bodies.OffsetCommitResponse:
         retention_ms = body.get("retention_time_ms", DEFAULT_RETENTION_TIME)
         expire_timestamp = None
         if retention_ms != DEFAULT_RETENTION_TIME:
@@ -182,15 +182,19 @@ class GroupApis:
             ],
         }
 
-    async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
+    async def offset_fetch(self, header: RequestHeader, body: bodies.OffsetFetchRequest) -> bodies.OffsetFetchResponse:
         version = header.request_api_version
+        # (group id, topics (None: all), member id and epoch (v9: a consumer group member's)).
+        groups: list[tuple[str, list[bodies.OffsetFetchRequestOffsetFetchRequestTopics] | None, str | None, int]]
         if version >= 8:
-            groups = [(g["group_id"], g["topics"], g) for g in body["groups"]]
+            groups = [
+                (g["group_id"], g["topics"], g.get("member_id"), g.get("member_epoch", -1)) for g in body["groups"]
+            ]
         else:
-            groups = [(body["group_id"], body["topics"], body)]
-        answers = []
+            groups = [(body["group_id"], body["topics"], None, -1)]
+        answers: list[bodies.OffsetFetchResponseOffsetFetchResponseGroup] = []
         auth = self.authorization
-        for group_id, topics, group in groups:
+        for group_id, topics, member_id, member_epoch in groups:
             if not auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 answers.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
                 continue
@@ -202,10 +206,10 @@ class GroupApis:
                 wanted,
                 require_stable=body.get("require_stable", False),
                 # v9: a consumer group member names itself with its epoch.
-                member=(group.get("member_id"), group.get("member_epoch", -1)) if version >= 9 else None,
+                member=(member_id, member_epoch) if version >= 9 else None,
             )
             denied = auth.denied_topics(AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
-            by_topic: dict[str, list[Body]] = {}
+            by_topic: dict[str, list[bodies.OffsetFetchResponseOffsetFetchResponsePartitions]] = {}
             for tp, po in sorted(result.partitions.items()):
                 if tp.topic in denied:
                     if wanted is not None:  # asked for by name: say so; a listing leaves it out
@@ -233,9 +237,14 @@ class GroupApis:
         if version >= 8:
             return {"throttle_time_ms": 0, "groups": answers}
         answer = answers[0]
-        return {"throttle_time_ms": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
+        # v0-7 carry the one group's topics at the top level: the same fields, though the spec
+        # names their structs apart (and marks the leader epoch, v5+, optional in the older one).
+        older = cast("list[bodies.OffsetFetchResponseOffsetFetchResponseTopic]", answer["topics"])
+        return {"throttle_time_ms": 0, "topics": older, "error_code": answer["error_code"]}
 
-    async def offset_delete(self, header: RequestHeader, body: Body) -> Body:
+    async def offset_delete(
+        self, header: RequestHeader, body: bodies.OffsetDeleteRequest
+    ) -> bodies.OffsetDeleteResponse:
         # As Kafka: READ on each topic too (DELETE on the group is checked before).
         denied = self.authorization.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
         wanted = [
@@ -251,7 +260,7 @@ class GroupApis:
             if t["name"] in denied
             for p in t["partitions"]
         }
-        by_topic: dict[str, list[Body]] = {}
+        by_topic: dict[str, list[bodies.OffsetDeleteResponseOffsetDeleteResponsePartition]] = {}
         for tp, error in (result.partitions | refused).items():
             by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "error_code": error})
         return {
@@ -260,7 +269,7 @@ class GroupApis:
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         }
 
-    async def list_groups(self, header: RequestHeader, body: Body) -> Body:
+    async def list_groups(self, header: RequestHeader, body: bodies.ListGroupsRequest) -> bodies.ListGroupsResponse:
         result = await self.coordinator.list_groups(body.get("states_filter") or None)
         types = {t.lower() for t in body.get("types_filter") or ()}
         groups = [g for g in result.groups if not types or g.group_type in types]
@@ -281,7 +290,9 @@ class GroupApis:
             ],
         }
 
-    async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_groups(
+        self, header: RequestHeader, body: bodies.DescribeGroupsRequest
+    ) -> bodies.DescribeGroupsResponse:
         auth = self.authorization
         allowed = [g for g in body["groups"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         found = {d.group_id: d for d in await self.coordinator.describe_groups(allowed)}
@@ -317,7 +328,9 @@ class GroupApis:
             ],
         }
 
-    async def delete_groups(self, header: RequestHeader, body: Body) -> Body:
+    async def delete_groups(
+        self, header: RequestHeader, body: bodies.DeleteGroupsRequest
+    ) -> bodies.DeleteGroupsResponse:
         auth = self.authorization
         names = body["groups_names"]
         allowed = [g for g in names if auth.allowed(AclOperation.DELETE, ResourceType.GROUP, g)]
@@ -329,7 +342,9 @@ class GroupApis:
             "results": [{"group_id": g, "error_code": errors[g]} for g in dict.fromkeys(body["groups_names"])],
         }
 
-    async def consumer_group_heartbeat(self, header: RequestHeader, body: Body) -> Body:
+    async def consumer_group_heartbeat(
+        self, header: RequestHeader, body: bodies.ConsumerGroupHeartbeatRequest
+    ) -> bodies.ConsumerGroupHeartbeatResponse:
         names, owned = body["subscribed_topic_names"], body["topic_partitions"]
         request = HeartbeatRequest(
             body["group_id"],
@@ -348,7 +363,7 @@ class GroupApis:
             client_host="/" + current_request().client_host,
         )
         result = await self.coordinator.consumer_group_heartbeat(request)
-        assignment = None
+        assignment: bodies.ConsumerGroupHeartbeatResponseAssignment | None = None
         if result.assignment is not None:
             assignment = {
                 "topic_partitions": [
@@ -365,14 +380,18 @@ class GroupApis:
             "assignment": assignment,
         }
 
-    async def consumer_group_describe(self, header: RequestHeader, body: Body) -> Body:
+    async def consumer_group_describe(
+        self, header: RequestHeader, body: bodies.ConsumerGroupDescribeRequest
+    ) -> bodies.ConsumerGroupDescribeResponse:
         auth = self.authorization
         allowed = [g for g in body["group_ids"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         found = {d.group_id: d for d in await self.coordinator.consumer_group_describe(allowed)}
         denied = set(body["group_ids"]) - set(allowed)
         with_operations = body.get("include_authorized_operations", False)
 
-        def assignment(parts: tuple[TopicPartitions, ...], names: dict[Any, str]) -> Body:
+        def assignment(
+            parts: tuple[TopicPartitions, ...], names: dict[Any, str]
+        ) -> bodies.ConsumerGroupDescribeResponseDescribedAssignment:
             return {
                 "topic_partitions": [
                     {
@@ -384,10 +403,22 @@ class GroupApis:
                 ]
             }
 
-        groups = []
+        groups: list[bodies.ConsumerGroupDescribeResponseDescribedGroup] = []
         for group_id in body["group_ids"]:
             if group_id in denied:
-                groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": group_id, "members": []})
+                groups.append(
+                    {
+                        "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                        "error_message": None,
+                        "group_id": group_id,
+                        "group_state": "",
+                        "group_epoch": 0,
+                        "assignment_epoch": 0,
+                        "assignor_name": "",
+                        "members": [],
+                        "authorized_operations": group_operations(auth, group_id, False),
+                    }
+                )
                 continue
             d = found[group_id]
             ok = d.error is ErrorCode.NONE

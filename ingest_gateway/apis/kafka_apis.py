@@ -21,6 +21,22 @@ from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError, RecordValidationError
 from loglake.internal_topics import INTERNAL_TOPICS
 from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.protocol.bodies import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsResponseCreatePartitionsTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    CreateTopicsResponseCreatableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DeleteTopicsResponseDeletableTopicResult,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    FindCoordinatorResponseCoordinator,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
 from loglake.record.batch import validate_client_records
 from loglake.record.header import first_batch_transactional
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
@@ -90,7 +106,7 @@ class KafkaApis:
         authorization: RequestAuthorization,
         produce_quotas: ClientQuotaManager,
         dynamic_config: DynamicConfigManager,
-        init_transactional_producer: Callable[[Body], Awaitable[Body]],
+        init_transactional_producer: Callable[[InitProducerIdRequest], Awaitable[InitProducerIdResponse]],
     ) -> None:
         self._config = config
         self._cache = cache
@@ -157,7 +173,7 @@ class KafkaApis:
         requested = body["topics"]
         asked_by_id: dict[str, uuid.UUID] = {}
         if requested is None or (version == 0 and not requested):
-            names: list[str | None] = sorted(image.topics)
+            names: list[str | None] = [*sorted(image.topics)]
         else:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
             names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
@@ -175,7 +191,7 @@ class KafkaApis:
             names = [
                 n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
             ]
-        topics = []
+        topics: list[Body] = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
@@ -446,13 +462,13 @@ class KafkaApis:
 
     # Topic administration ----------------------------------------------------------------
 
-    async def create_topics(self, header: RequestHeader, body: Body) -> Body:
+    async def create_topics(self, header: RequestHeader, body: CreateTopicsRequest) -> CreateTopicsResponse:
         config = self._config
         auth = self._auth
-        results = []
+        results: list[CreateTopicsResponseCreatableTopicResult] = []
         for t in body["topics"]:
             name = t["name"]
-            entry: Body = {"name": name, "error_code": 0, "error_message": None}
+            entry: CreateTopicsResponseCreatableTopicResult = {"name": name, "error_code": 0, "error_message": None}
             try:
                 if not self._may_create(name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create {name}")
@@ -472,7 +488,7 @@ class KafkaApis:
                 nulls = [c["name"] for c in t["configs"] if c["value"] is None]
                 if nulls:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
-                configs = {c["name"]: c["value"] for c in t["configs"]}
+                configs = {c["name"]: value for c in t["configs"] if (value := c["value"]) is not None}
                 created = self._admin.create_topic(
                     name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
                 )
@@ -482,37 +498,39 @@ class KafkaApis:
                     results.append(entry)
                     continue
                 entry.update(
-                    topic_id=topic_uuid(created.topic_id),
-                    num_partitions=created.num_partitions,
-                    replication_factor=created.replication_factor,
-                    configs=[
-                        {
-                            "name": c.name,
-                            "value": c.value,
-                            "read_only": c.read_only,
-                            "config_source": int(c.source),
-                            "is_sensitive": c.sensitive,
-                        }
-                        for c in describe_topic_configs(created.config, self._dynamic_config.config)
-                    ],
+                    {
+                        "topic_id": topic_uuid(created.topic_id),
+                        "num_partitions": created.num_partitions,
+                        "replication_factor": created.replication_factor,
+                        "configs": [
+                            {
+                                "name": c.name,
+                                "value": c.value,
+                                "read_only": c.read_only,
+                                "config_source": int(c.source),
+                                "is_sensitive": c.sensitive,
+                            }
+                            for c in describe_topic_configs(created.config, self._dynamic_config.config)
+                        ],
+                    }
                 )
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
         return {"throttle_time_ms": 0, "topics": results}
 
-    async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
+    async def delete_topics(self, header: RequestHeader, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
         if header.request_api_version >= 6:
             by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
             # (name, id): the id of a topic named by its id only
-            wanted = [
+            wanted: list[tuple[str | None, uuid.UUID | None]] = [
                 (t["name"], None) if t["name"] else (by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]
             ]
         else:
             wanted = [(n, None) for n in body["topic_names"]]
-        responses = []
+        responses: list[DeleteTopicsResponseDeletableTopicResult] = []
         for name, topic_id in wanted:
-            entry: Body = {
+            entry: DeleteTopicsResponseDeletableTopicResult = {
                 "name": name,
                 "topic_id": topic_id or uuid.UUID(int=0),
                 "error_code": 0,
@@ -531,10 +549,14 @@ class KafkaApis:
             responses.append(entry)
         return {"throttle_time_ms": 0, "responses": responses}
 
-    async def create_partitions(self, header: RequestHeader, body: Body) -> Body:
-        results = []
+    async def create_partitions(self, header: RequestHeader, body: CreatePartitionsRequest) -> CreatePartitionsResponse:
+        results: list[CreatePartitionsResponseCreatePartitionsTopicResult] = []
         for t in body["topics"]:
-            entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
+            entry: CreatePartitionsResponseCreatePartitionsTopicResult = {
+                "name": t["name"],
+                "error_code": 0,
+                "error_message": None,
+            }
             try:
                 self._require_topic(AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
@@ -546,7 +568,7 @@ class KafkaApis:
 
     # Coordinators and producer ids -------------------------------------------------------
 
-    async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
+    async def find_coordinator(self, header: RequestHeader, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
         version = header.request_api_version
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
         coordinators = [self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
@@ -562,8 +584,15 @@ class KafkaApis:
             "port": c["port"],
         }
 
-    def _coordinator_for(self, key: str, key_type: int) -> Body:
-        entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
+    def _coordinator_for(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+        entry: FindCoordinatorResponseCoordinator = {
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": 0,
+            "error_message": None,
+        }
         if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
             # Share groups (2, KIP-932) or an unknown type: not served; non-retriable.
             entry["error_code"] = ErrorCode.INVALID_REQUEST
@@ -584,7 +613,7 @@ class KafkaApis:
             node = node_endpoint(endpoint)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
-            entry.update(node_id=node["node_id"], host=node["host"], port=node["port"])
+            entry.update({"node_id": node["node_id"], "host": node["host"], "port": node["port"]})
         except KafkaError as exc:
             entry["error_code"], entry["error_message"] = exc.code, exc.message
         return entry
@@ -601,7 +630,7 @@ class KafkaApis:
             "session_lifetime_ms": 0,
         }
 
-    async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
+    async def init_producer_id(self, header: RequestHeader, body: InitProducerIdRequest) -> InitProducerIdResponse:
         if body["transactional_id"] is not None:
             return await self._init_transactional_producer(body)
         producer_id, epoch = self._producer_ids.init_producer_id(

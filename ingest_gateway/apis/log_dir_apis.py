@@ -6,10 +6,19 @@ import logging
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    AlterReplicaLogDirsRequest,
+    AlterReplicaLogDirsResponse,
+    AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
+    DescribeLogDirsResponseDescribeLogDirsPartition,
+    DescribeLogDirsResponseDescribeLogDirsResult,
+)
 from loglake.storage.log import Log
 
 from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
@@ -20,7 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Body = dict[str, Any]
 TopicPartition = tuple[str, int]
 # DescribeLogDirs' offset lag when the partition has no hosted replica to compare with.
 INVALID_OFFSET_LAG = -1
@@ -32,7 +40,7 @@ class LogDirApis:
         self._logs = replica_manager.log_manager
         self._mover = mover
 
-    async def describe_log_dirs(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_log_dirs(self, header: RequestHeader, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
         """Every log dir (configured order), with the wanted partitions' logs in it;
         `topics` null means every partition."""
         topics = body["topics"]
@@ -44,7 +52,7 @@ class LogDirApis:
         results = [self._describe_dir(d, logs_by_dir[d]) for d in self._logs.log_dirs]
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results": results}
 
-    def _describe_dir(self, log_dir: Path, logs: list[Log]) -> Body:
+    def _describe_dir(self, log_dir: Path, logs: list[Log]) -> DescribeLogDirsResponseDescribeLogDirsResult:
         try:
             if log_dir in self._logs.offline_dirs:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {log_dir} is offline")
@@ -52,7 +60,7 @@ class LogDirApis:
         except (KafkaError, OSError) as exc:
             log.warning("cannot describe log dir %s: %s", log_dir, exc)
             return {"error_code": ErrorCode.KAFKA_STORAGE_ERROR, "log_dir": str(log_dir), "topics": []}
-        by_topic: dict[str, list[Body]] = defaultdict(list)
+        by_topic: dict[str, list[DescribeLogDirsResponseDescribeLogDirsPartition]] = defaultdict(list)
         for log_ in sorted(logs, key=lambda lg: (lg.topic, lg.partition)):
             by_topic[log_.topic].append(
                 {
@@ -80,14 +88,16 @@ class LogDirApis:
             return partition.log_end_offset - log_.log_end_offset
         return max(partition.high_watermark - log_.log_end_offset, 0)
 
-    async def alter_replica_log_dirs(self, header: RequestHeader, body: Body) -> Body:
+    async def alter_replica_log_dirs(
+        self, header: RequestHeader, body: AlterReplicaLogDirsRequest
+    ) -> AlterReplicaLogDirsResponse:
         # A partition named twice goes where it was named last, as Kafka's map of it does.
         destinations: dict[TopicPartition, str] = {}
         for d in body["dirs"]:
             for t in d["topics"]:
                 for p in t["partitions"]:
                     destinations[(t["name"], p)] = d["path"]
-        by_topic: dict[str, list[Body]] = defaultdict(list)
+        by_topic: dict[str, list[AlterReplicaLogDirsResponseAlterReplicaLogDirPartitionResult]] = defaultdict(list)
         for (topic, partition), path in destinations.items():
             error = ErrorCode.NONE
             try:

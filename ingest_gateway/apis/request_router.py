@@ -39,7 +39,9 @@ if TYPE_CHECKING:
     from ingest_gateway.observability.metrics import BrokerMetrics
 
 Body = dict[str, Any]
-Handler = Callable[[RequestHeader, Body], Awaitable[Body | None]]
+# Each API's handler takes and returns its own TypedDicts (loglake.protocol.bodies); the router
+# only decodes and encodes, so it sees a request of any shape and a response as a mapping.
+Handler = Callable[[RequestHeader, Any], Awaitable[Mapping[str, Any] | None]]
 
 # Sent only by brokers to brokers: served on the inter-broker listener alone.
 INTER_BROKER_APIS = frozenset(
@@ -114,7 +116,7 @@ class RequestRouter:
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""
-        response = self._authorization.denied_response(key, version, body)
+        response: Mapping[str, Any] | None = self._authorization.denied_response(key, version, body)
         if response is None:
             response = await api.handler(header, body)
         if response is None:

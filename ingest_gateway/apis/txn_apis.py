@@ -14,12 +14,42 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
 from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
 from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol.bodies import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnRequestAddPartitionsToTxnTopic,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnResponseAddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnResponseAddPartitionsToTxnResult,
+    AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult,
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    DescribeProducersResponsePartitionResponse,
+    DescribeProducersResponseTopicResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    DescribeTransactionsResponseTransactionState,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnOffsetCommitResponseTxnOffsetCommitResponsePartition,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+    WriteTxnMarkersResponseWritableTxnMarkerPartitionResult,
+    WriteTxnMarkersResponseWritableTxnMarkerResult,
+)
 from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
 
@@ -35,21 +65,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Body = dict[str, Any]
-
 # AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
 _ADD_PARTITIONS_BATCHED_VERSION = 4
 
 
-def _topic_partitions(topics: list[Body]) -> list[TopicPartition]:
+def _topic_partitions(topics: list[AddPartitionsToTxnRequestAddPartitionsToTxnTopic]) -> list[TopicPartition]:
     return [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
 
 
-def _results_by_topic(errors: Mapping[TopicPartition, ErrorCode], name_key: str = "name") -> list[Body]:
-    by_topic: dict[str, list[Body]] = defaultdict(list)
+def _results_by_topic(
+    errors: Mapping[TopicPartition, ErrorCode],
+) -> list[AddPartitionsToTxnResponseAddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[AddPartitionsToTxnResponseAddPartitionsToTxnPartitionResult]] = defaultdict(list)
     for tp, error in errors.items():
         by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": error})
-    return [{name_key: topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
+    return [{"name": topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
 
 
 class TxnApis:
@@ -83,10 +113,12 @@ class TxnApis:
             }
         )
 
-    async def init_producer_id(self, body: Body) -> Body:
+    async def init_producer_id(self, body: InitProducerIdRequest) -> InitProducerIdResponse:
         """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
+        transactional_id = body["transactional_id"]
+        assert transactional_id is not None  # KafkaApis hands over only transactional producers
         result = await self.coordinator.init_producer_id(
-            body["transactional_id"],
+            transactional_id,
             body["transaction_timeout_ms"],
             body.get("producer_id", -1),
             body.get("producer_epoch", -1),
@@ -98,7 +130,9 @@ class TxnApis:
             "producer_epoch": result.producer_epoch,
         }
 
-    async def add_partitions_to_txn(self, header: RequestHeader, body: Body) -> Body:
+    async def add_partitions_to_txn(
+        self, header: RequestHeader, body: AddPartitionsToTxnRequest
+    ) -> AddPartitionsToTxnResponse:
         if header.request_api_version < _ADD_PARTITIONS_BATCHED_VERSION:
             partitions = _topic_partitions(body["v3_and_below_topics"])
             errors = await self._add_partitions(
@@ -110,7 +144,7 @@ class TxnApis:
                 from_client=True,
             )
             return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(errors)}
-        results = []
+        results: list[AddPartitionsToTxnResponseAddPartitionsToTxnResult] = []
         for txn in body["transactions"]:
             partitions = _topic_partitions(txn["topics"])
             # The brokers' form: CLUSTER_ACTION was checked for the whole request (REQUEST_CHECKS).
@@ -171,19 +205,19 @@ class TxnApis:
                 refused[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return refused
 
-    async def add_offsets_to_txn(self, header: RequestHeader, body: Body) -> Body:
+    async def add_offsets_to_txn(self, header: RequestHeader, body: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
         error = await self.coordinator.add_offsets_to_txn(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"]
         )
         return {"throttle_time_ms": 0, "error_code": error}
 
-    async def end_txn(self, header: RequestHeader, body: Body) -> Body:
+    async def end_txn(self, header: RequestHeader, body: EndTxnRequest) -> EndTxnResponse:
         error = await self.coordinator.end_txn(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"]
         )
         return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
 
-    async def txn_offset_commit(self, header: RequestHeader, body: Body) -> Body:
+    async def txn_offset_commit(self, header: RequestHeader, body: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
         offsets = {
             TopicPartition(t["name"], p["partition_index"]): OffsetCommitData(
                 p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
@@ -207,13 +241,13 @@ class TxnApis:
                     valid,
                     group_instance_id=body.get("group_instance_id"),
                 )
-        by_topic: dict[str, list[Body]] = defaultdict(list)
+        by_topic: dict[str, list[TxnOffsetCommitResponseTxnOffsetCommitResponsePartition]] = defaultdict(list)
         for tp, code in errors.items():
             by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
         return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def _refused_txn_offsets(
-        self, body: Body, offsets: Mapping[TopicPartition, OffsetCommitData]
+        self, body: TxnOffsetCommitRequest, offsets: Mapping[TopicPartition, OffsetCommitData]
     ) -> dict[TopicPartition, ErrorCode]:
         """Kafka's checks of a TxnOffsetCommit: WRITE on the transactional id and READ on the
         group (else every partition fails), READ on each topic and the partition's existence
@@ -225,7 +259,7 @@ class TxnApis:
             return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
         return self._refused(offsets, auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets}))
 
-    def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
+    def _check_txn_offset_commit(self, body: TxnOffsetCommitRequest) -> ErrorCode:
         """The producer must own the transaction, which must hold the group's offsets
         partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
         described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
@@ -241,14 +275,14 @@ class TxnApis:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
-    async def write_txn_markers(self, header: RequestHeader, body: Body) -> Body:
-        markers = []
+    async def write_txn_markers(self, header: RequestHeader, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        markers: list[WriteTxnMarkersResponseWritableTxnMarkerResult] = []
         for m in body["markers"]:
             partitions = [TopicPartition(t["name"], p) for t in m["topics"] for p in t["partition_indexes"]]
             errors = await self._writer.write(
                 m["producer_id"], m["producer_epoch"], m["transaction_result"], m["coordinator_epoch"], partitions
             )
-            by_topic: dict[str, list[Body]] = defaultdict(list)
+            by_topic: dict[str, list[WriteTxnMarkersResponseWritableTxnMarkerPartitionResult]] = defaultdict(list)
             for tp, code in errors.items():
                 by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
             markers.append(
@@ -259,13 +293,26 @@ class TxnApis:
             )
         return {"markers": markers}
 
-    async def describe_transactions(self, header: RequestHeader, body: Body) -> Body:
-        states = []
+    async def describe_transactions(
+        self, header: RequestHeader, body: DescribeTransactionsRequest
+    ) -> DescribeTransactionsResponse:
+        states: list[DescribeTransactionsResponseTransactionState] = []
         auth = self._auth
         for d in self.coordinator.describe_transactions(body["transactional_ids"]):
             if not auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
-                states.append({"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": d.transactional_id,
-                               "transaction_state": "", "topics": []})  # fmt: skip
+                # The other fields as their encoded defaults: nothing of the transaction is told.
+                states.append(
+                    {
+                        "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        "transactional_id": d.transactional_id,
+                        "transaction_state": "",
+                        "transaction_timeout_ms": 0,
+                        "transaction_start_time_ms": 0,
+                        "producer_id": 0,
+                        "producer_epoch": 0,
+                        "topics": [],
+                    }
+                )
                 continue
             by_topic: dict[str, list[int]] = defaultdict(list)
             for tp in d.partitions:
@@ -286,7 +333,7 @@ class TxnApis:
             )
         return {"throttle_time_ms": 0, "transaction_states": states}
 
-    async def list_transactions(self, header: RequestHeader, body: Body) -> Body:
+    async def list_transactions(self, header: RequestHeader, body: ListTransactionsRequest) -> ListTransactionsResponse:
         known = {s.display_name for s in TransactionState}
         states = body["state_filters"]
         error, listings = self.coordinator.list_transactions(states, body["producer_id_filters"])
@@ -314,13 +361,15 @@ class TxnApis:
             ],
         }
 
-    async def describe_producers(self, header: RequestHeader, body: Body) -> Body:
+    async def describe_producers(
+        self, header: RequestHeader, body: DescribeProducersRequest
+    ) -> DescribeProducersResponse:
         """DescribeProducers (KIP-664): each partition's producers from this leader's producer
         state, with the first offset of an open transaction. Coordinator epochs are not kept
         per producer here: -1."""
-        topics = []
+        topics: list[DescribeProducersResponseTopicResponse] = []
         for t in body["topics"]:
-            partitions = []
+            partitions: list[DescribeProducersResponsePartitionResponse] = []
             try:  # once per topic: one check, one audit line
                 self._auth.require(
                     AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -343,7 +392,7 @@ class TxnApis:
                         }
                     )
                     continue
-                entries = sorted(list(log_.producer_state.producers.values()), key=lambda e: e.producer_id)
+                entries = sorted(log_.producer_state.producers.values(), key=lambda e: e.producer_id)
                 partitions.append(
                     {
                         "partition_index": index,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -248,7 +248,7 @@ def group_routes(
         partitions = doc.get("partitions") or list(range(cache.image.partition_count(topic)))
         locator.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
-        members = consumer_group.members
+        members: Sequence[object] = consumer_group.members
         if consumer_group.error is not ErrorCode.NONE:  # not a consumer-protocol group
             (described,) = await coordinator.describe_groups([group_id])
             members = described.members

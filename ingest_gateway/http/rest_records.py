@@ -52,7 +52,7 @@ _b64 = functools.partial(binascii.a2b_base64, strict_mode=True)
 def _headers(raw: Any, index: int) -> list[tuple[str, bytes | None]]:
     if not isinstance(raw, list):
         raise BadRequest(422, f"records[{index}].headers must be a list of {{key, value}} objects", 2)
-    out = []
+    out: list[tuple[str, bytes | None]] = []
     for h in raw:
         name = h.get("key", h.get("name")) if isinstance(h, dict) else None
         if not isinstance(name, str):
@@ -144,11 +144,11 @@ def partition_records(
     if forced_partition is not None:
         targets = np.full(len(rows), forced_partition, dtype=np.int64)
     else:
-        keyed = [i for i, row in enumerate(rows) if explicit[i] is None and row[0] is not None]
+        keyed = [(i, key) for i, row in enumerate(rows) if explicit[i] is None and (key := row[0]) is not None]
         null_key_partition = sticky.next_partition(num_partitions)
         targets = np.array([null_key_partition if p is None else p for p in explicit], dtype=np.int64)
         if keyed:
-            targets[keyed] = partitions_for_keys([rows[i][0] for i in keyed], num_partitions)
+            targets[[i for i, _ in keyed]] = partitions_for_keys([key for _, key in keyed], num_partitions)
     bad = (targets < 0) | (targets >= num_partitions)
     if bad.any():
         raise KafkaError(

@@ -41,7 +41,11 @@ def tls_extension(ssl_object: ssl.SSLObject) -> dict[str, Any]:
 class TlsHttpProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
     """uvicorn's HTTP/1.1 protocol, adding the TLS extension to each request's scope."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+    # Set by the base's __init__; the base is chosen at import time (httptools' or h11's
+    # protocol), so mypy cannot see it.
+    app: Any
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         ssl_object = transport.get_extra_info("ssl_object")
         if ssl_object is None:

@@ -105,7 +105,7 @@ class KafkaClient:
         deadline = loop.time() + timeout
         try:
             await asyncio.wait_for(self._connect(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise RequestTimedOut(f"connecting to {self.host}:{self.port} took over {timeout:.3f}s") from None
         writer = self._writer
         correlation_id = next(self._correlation) & 0x7FFFFFFF
@@ -122,7 +122,7 @@ class KafkaClient:
             if not expect_response:
                 return {}
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._disconnect(writer, f"a request timed out on {self.host}:{self.port}")
             raise RequestTimedOut(
                 f"no answer from {self.host}:{self.port} to api {api_key} v{version} within {timeout:.3f}s"
@@ -153,7 +153,7 @@ class KafkaClient:
                     ),
                     self.connect_timeout_ms / 1000,
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise KafkaConnectionError(f"connecting to {self.host}:{self.port} timed out") from None
             except OSError as exc:  # ssl.SSLError too
                 raise KafkaConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
@@ -163,7 +163,7 @@ class KafkaClient:
             if self.security.mechanism is not None:
                 try:
                     await asyncio.wait_for(self._authenticate(reader, writer), self.connect_timeout_ms / 1000)
-                except (OSError, asyncio.TimeoutError, ProtocolDecodeError, ScramError) as exc:
+                except (TimeoutError, OSError, ProtocolDecodeError, ScramError) as exc:
                     writer.close()
                     raise KafkaConnectionError(f"SASL with {self.host}:{self.port} failed: {exc}") from None
             self._reader, self._writer = reader, writer

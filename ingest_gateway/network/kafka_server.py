@@ -310,8 +310,13 @@ async def _sendfile(loop: asyncio.AbstractEventLoop, conn: socket.socket, fd: in
 
 
 async def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    ready = loop.create_future()
-    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(fd, wake)
     try:
         await ready
     finally:

@@ -12,9 +12,11 @@ store per exchange, off the event loop (ZooKeeper reads block; PBKDF2 takes mill
 from __future__ import annotations
 
 import asyncio
-import struct
 import logging
+import struct
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from loglake.errors import ErrorCode
 from loglake.protocol import (
@@ -26,6 +28,12 @@ from loglake.protocol import (
     decode_request,
     decode_request_header,
     encode_response,
+)
+from loglake.protocol.bodies import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
 )
 from loglake.security.principal import KafkaPrincipal
 from loglake.security.sasl import CredentialsOf, SaslError, SaslServer, sasl_server
@@ -80,15 +88,15 @@ class SaslAuthenticator:
             raise ProtocolDecodeError(str(exc)) from exc
         return await self.handle(header, body)
 
-    async def handle(self, header: RequestHeader, body: dict) -> list[Chunk]:
+    async def handle(self, header: RequestHeader, body: Any) -> list[Chunk]:
         """Answer SaslHandshake / SaslAuthenticate (a failure raises CloseConnection carrying its answer)."""
         if header.request_api_key == ApiKey.SASL_HANDSHAKE:
             return self._handshake(header, body)
         return await self._authenticate(header, body)
 
-    def _handshake(self, header: RequestHeader, body: dict) -> list[Chunk]:
+    def _handshake(self, header: RequestHeader, body: SaslHandshakeRequest) -> list[Chunk]:
         mechanism = body["mechanism"]
-        answer = {"error_code": ErrorCode.NONE, "mechanisms": list(self._mechanisms)}
+        answer: SaslHandshakeResponse = {"error_code": ErrorCode.NONE, "mechanisms": list(self._mechanisms)}
         if self._server is not None and not self._server.complete:
             answer["error_code"] = ErrorCode.ILLEGAL_SASL_STATE
             raise CloseConnection("SaslHandshake during an exchange", _respond(header, answer))
@@ -112,9 +120,14 @@ class SaslAuthenticator:
             self._raw_tokens = False
         return [struct.pack(">i", len(reply)) + reply]
 
-    async def _authenticate(self, header: RequestHeader, body: dict) -> list[Chunk]:
+    async def _authenticate(self, header: RequestHeader, body: SaslAuthenticateRequest) -> list[Chunk]:
         server = self._server
-        answer = {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0}
+        answer: SaslAuthenticateResponse = {
+            "error_code": ErrorCode.NONE,
+            "error_message": None,
+            "auth_bytes": b"",
+            "session_lifetime_ms": 0,
+        }
         if server is None or server.complete:
             answer["error_code"] = ErrorCode.ILLEGAL_SASL_STATE
             answer["error_message"] = "SaslAuthenticate without a SaslHandshake first"
@@ -143,7 +156,7 @@ class SaslAuthenticator:
         return _respond(header, answer)
 
 
-def _respond(header: RequestHeader, body: dict) -> list[Chunk]:
+def _respond(header: RequestHeader, body: Mapping[str, Any]) -> list[Chunk]:
     return encode_response(header.request_api_key, header.request_api_version, header.correlation_id, body)
 
 

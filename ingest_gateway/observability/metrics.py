@@ -28,7 +28,7 @@ from bisect import bisect_left
 import logging
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -226,7 +226,7 @@ class BrokerMetrics:
         if self.config.request_logging:
             _log_request(payload, name, peer, timing, total, local)
 
-    def count_errors(self, api_key: int, response: dict[str, Any]) -> None:
+    def count_errors(self, api_key: int, response: Mapping[str, Any]) -> None:
         """The non-zero error codes of a response body, each partition's or resource's once."""
         counts: dict[int, int] = {}
         _error_codes(response, counts)
@@ -295,7 +295,7 @@ def _error_name(code: int) -> str:
     return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
 
 
-def _error_codes(body: dict[str, Any], counts: dict[int, int]) -> None:
+def _error_codes(body: Mapping[str, Any], counts: dict[int, int]) -> None:
     code = body.get("error_code")
     if code:
         counts[code] = counts.get(code, 0) + 1

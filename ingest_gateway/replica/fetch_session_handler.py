@@ -14,35 +14,40 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from ingest_gateway.replica.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, PartitionRequest, next_epoch
 from loglake.errors import ErrorCode
 
 
+# The caller's partition key (the replica fetcher's (topic, partition)).
+K = TypeVar("K", bound=Hashable)
+
+
 @dataclass(frozen=True)
-class SessionFetchRequest:
+class SessionFetchRequest(Generic[K]):
     """What the next Fetch request carries: session id and epoch, the partitions to send
     and the partitions to forget."""
 
     session_id: int
     epoch: int
-    to_send: dict[Hashable, PartitionRequest]
-    to_forget: list[Hashable]
+    to_send: dict[K, PartitionRequest]
+    to_forget: list[K]
 
     @property
     def full(self) -> bool:
         return self.epoch == INITIAL_EPOCH
 
 
-class FetchSessionHandler:
+class FetchSessionHandler(Generic[K]):
     def __init__(self) -> None:
         self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.uses_topic_ids = False
         # What the leader's session holds, as of the last answered request.
-        self.session_partitions: dict[Hashable, PartitionRequest] = {}
+        self.session_partitions: dict[K, PartitionRequest] = {}
 
-    def build(self, wanted: Mapping[Hashable, PartitionRequest], uses_topic_ids: bool) -> SessionFetchRequest:
+    def build(self, wanted: Mapping[K, PartitionRequest], uses_topic_ids: bool) -> SessionFetchRequest[K]:
         """The request for the partitions wanted now (keys are the caller's)."""
         if uses_topic_ids != self.uses_topic_ids:
             # A session lives with or without topic ids: a new one is needed.
@@ -55,7 +60,7 @@ class FetchSessionHandler:
         to_forget = [key for key in held if key not in wanted]
         return SessionFetchRequest(self.session_id, self.epoch, to_send, to_forget)
 
-    def handle_response(self, request: SessionFetchRequest, error: int, session_id: int) -> bool:
+    def handle_response(self, request: SessionFetchRequest[K], error: int, session_id: int) -> bool:
         """Take the answer's top-level error and session id; False on a session error
         (the answer holds no partitions and the next request is full)."""
         if error:

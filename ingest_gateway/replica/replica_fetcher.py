@@ -139,7 +139,7 @@ class ReplicaFetcher:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._client: KafkaClient | None = None
-        self._session = FetchSessionHandler()
+        self._session: FetchSessionHandler[TopicPartition] = FetchSessionHandler()
         self._stopped = False
 
     def __repr__(self) -> str:
@@ -475,6 +475,8 @@ class ReplicaFetcher:
         names = {i: t for t, i in ids.items()}
         for t in response["responses"]:
             topic = names.get(t["topic_id"]) if ids else t["topic"]
+            if topic is None:
+                continue  # an id this request did not name
             for p in t["partitions"]:
                 tp = (topic, p["partition_index"])
                 entry = sent.get(tp)
@@ -622,9 +624,9 @@ class ReplicaFetcherManager:
         for tp, (leader, epoch, offset) in entries.items():
             by_leader.setdefault(leader, {})[tp] = (epoch, offset)
         for leader, partitions in by_leader.items():
-            for other_leader, fetcher in self.fetchers.items():
+            for other_leader, other in self.fetchers.items():
                 if other_leader != leader:
-                    fetcher.remove_partitions(partitions)
+                    other.remove_partitions(partitions)
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(

@@ -8,9 +8,10 @@ operator's existing server.properties and `--config k=v` habits carry over.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from loglake.config_defs import (
     LONG_MAX,

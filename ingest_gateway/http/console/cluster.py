@@ -14,14 +14,14 @@ import asyncio
 import base64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import quote
 
 import httpx
 from fastapi import FastAPI
+from loglake.cluster.leader_offsets import leaders_without_offsets, merge_leader_offsets
 
 from ingest_gateway.http.rest_records import BINARY_V2
-from loglake.cluster.leader_offsets import leaders_without_offsets, merge_leader_offsets
 
 if TYPE_CHECKING:
     from loglake.config import BrokerConfig
@@ -100,7 +100,7 @@ class Cluster:
         )
         self._remote: httpx.AsyncClient | None = None  # made on the first call to another broker
 
-    async def __aenter__(self) -> Cluster:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

@@ -58,8 +58,10 @@ def line_chart(title: str, unit: str, lines: list[Line], width: int = 640, heigh
     left, right, top, bottom = 60, 10, 20, 20
     points = [pt for line in lines for pt in line.points]
     parts = [
-        f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+        (
+            f'<svg class="chart" role="img" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+            f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>'
+        ),
         f'<text x="{left}" y="14" class="chart-title">{escape(title)}</text>',
         f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" class="axis"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" class="axis"/>',

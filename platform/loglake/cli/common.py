@@ -46,7 +46,9 @@ def http_client(base_url: str, timeout: float) -> httpx.Client:
     (http.authentication.method=BASIC), LOGLAKE_HTTP_CA naming the CA bundle of https://."""
     user = os.environ.get("LOGLAKE_HTTP_USER")
     auth = (user, os.environ.get("LOGLAKE_HTTP_PASSWORD", "")) if user else None
-    return httpx.Client(base_url=base_url, timeout=timeout, auth=auth, verify=os.environ.get("LOGLAKE_HTTP_CA", True))
+    # LOGLAKE_HTTP_CA: a CA bundle to verify the broker with; unset, the system's CAs.
+    ca = os.environ.get("LOGLAKE_HTTP_CA")
+    return httpx.Client(base_url=base_url, timeout=timeout, auth=auth, verify=ca if ca is not None else True)
 
 
 def check(resp: httpx.Response) -> Any:

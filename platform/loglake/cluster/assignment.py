@@ -31,8 +31,8 @@ def assign_replicas(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication factor {replication_factor} is larger than the {len(ordered)} available brokers",
         )
-    rack_of = {b: (racks or {}).get(b) for b in ordered}
-    if all(rack_of.values()) and len(set(rack_of.values())) > 1:
+    rack_of = {b: rack for b in ordered if (rack := (racks or {}).get(b))}
+    if len(rack_of) == len(ordered) and len(set(rack_of.values())) > 1:
         return _assign_rack_aware(rack_of, num_partitions, replication_factor, first_partition, start_index)
     n = len(ordered)
     return {

@@ -301,9 +301,7 @@ class Partition:
                 if r == self.broker_id:
                     continue
                 follower = self._followers.get(r)
-                if follower is None:
-                    out.add(r)
-                elif (
+                if follower is None or (
                     follower.log_end_offset != leo
                     and now_ms - follower.last_caught_up_time_ms > replica_lag_time_max_ms
                 ):
@@ -360,8 +358,7 @@ class Partition:
             if r != self.broker_id:
                 follower = followers.get(r)
                 follower_leo = -1 if follower is None else follower.log_end_offset
-                if follower_leo < new_hw:
-                    new_hw = follower_leo
+                new_hw = min(new_hw, follower_leo)
         start = self.leader_epoch_start_offset
         # Kafka's rule: nothing is committed in a new epoch before the ISR reaches its start.
         if new_hw > self._high_watermark and (start is None or new_hw >= start):
@@ -392,8 +389,7 @@ class Partition:
         with self._lock:
             if self.log.log_start_offset < leader_log_start_offset <= self.log.log_end_offset:
                 self.log.increment_log_start_offset(leader_log_start_offset)
-                if self._high_watermark < leader_log_start_offset:
-                    self._high_watermark = leader_log_start_offset
+                self._high_watermark = max(self._high_watermark, leader_log_start_offset)
 
     def truncate_to(self, offset: int) -> bool:
         """Drop our log from `offset` on (a divergent tail); the HW follows if above it."""

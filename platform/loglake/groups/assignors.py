@@ -20,8 +20,9 @@ as the Java client does for newer versions.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from loglake.groups.api import JoinGroupMember, TopicPartition
 
@@ -95,7 +96,7 @@ class _Buffer:
         return n
 
     def topic_partitions(self) -> list[TopicPartition]:
-        out = []
+        out: list[TopicPartition] = []
         for _ in range(self.array_length()):
             topic = self.string()
             out.extend(TopicPartition(topic, self.int32()) for _ in range(self.array_length()))

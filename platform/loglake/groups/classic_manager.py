@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import (

@@ -17,8 +17,8 @@ import enum
 import re
 import uuid
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.assignors import CONSUMER_PROTOCOL_TYPE

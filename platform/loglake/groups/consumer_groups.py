@@ -59,8 +59,9 @@ from __future__ import annotations
 import base64
 import re
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import JoinResult, LeaveGroupResult, MemberIdentity, MemberLeaveResult, SyncResult
@@ -179,7 +180,7 @@ def _updated(
     rebalance_timeout_ms: int,
     client_id: str,
     client_host: str,
-    **changes: object,
+    **changes: Any,  # other fields of ConsumerGroupMember, checked by replace()
 ) -> ConsumerGroupMember:
     """`member` as a heartbeat or JoinGroup describes it: its instance id, rack and rebalance
     timeout where given (None, -1: unchanged), its client, and the other `changes`."""

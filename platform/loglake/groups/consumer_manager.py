@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Awaitable, Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import GroupState, JoinResult, LeaveGroupResult, MemberIdentity, SyncResult
@@ -219,7 +220,7 @@ class ConsumerGroupManager:
             )
             try:
                 await self._reload(partition)
-            except Exception:  # noqa: BLE001 - the broker's next leadership change loads it again
+            except Exception:  # the broker's next leadership change loads it again
                 log.exception("reloading __consumer_offsets-%d failed", partition)
         return error
 

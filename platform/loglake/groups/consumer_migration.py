@@ -10,7 +10,7 @@ group metadata record. `ConsumerGroups` writes them around its own tombstones.
 from __future__ import annotations
 
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 from loglake.groups import records as classic_records
 from loglake.groups.api import TopicPartition

@@ -4,8 +4,8 @@ CurrentAssignmentBuilder (revoke first, assign only partitions no other member h
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from loglake.groups.consumer_group import ConsumerGroupMember, MemberState, TopicPartitions
 from loglake.groups.consumer_records import Partitions

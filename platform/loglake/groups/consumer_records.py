@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Union
 
 from loglake.protocol.types import read_unsigned_varint, write_tagged_fields
 from loglake.record.struct_codec import StructReader, StructWriter
@@ -109,14 +108,14 @@ class CurrentMemberAssignmentValue:
     pending_revocation: Partitions
 
 
-ConsumerGroupValue = Union[
-    GroupMetadataValue,
-    PartitionMetadataValue,
-    MemberMetadataValue,
-    TargetAssignmentMetadataValue,
-    TargetAssignmentMemberValue,
-    CurrentMemberAssignmentValue,
-]
+ConsumerGroupValue = (
+    GroupMetadataValue
+    | PartitionMetadataValue
+    | MemberMetadataValue
+    | TargetAssignmentMetadataValue
+    | TargetAssignmentMemberValue
+    | CurrentMemberAssignmentValue
+)
 
 _KIND_OF_VALUE: dict[type, int] = {
     GroupMetadataValue: GROUP_METADATA_KEY,

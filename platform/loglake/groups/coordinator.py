@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import (
@@ -421,7 +421,7 @@ class GroupCoordinator:
             await asyncio.sleep(interval)
             try:
                 expired = await self.expire_offsets()
-            except Exception:  # noqa: BLE001 - keep the schedule going, as Kafka's scheduler does
+            except Exception:  # keep the schedule going, as Kafka's scheduler does
                 log.exception("offset expiration failed")
             else:
                 if expired:

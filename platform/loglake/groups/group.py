@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import GroupState, JoinResult, OffsetAndMetadata, SyncResult, TopicPartition

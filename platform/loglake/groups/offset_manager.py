@@ -22,8 +22,8 @@ import asyncio
 import itertools
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from loglake.errors import ErrorCode
 from loglake.groups.api import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Coroutine, TypeVar
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from loglake.errors import ErrorCode
 from loglake.internal_topics import InternalTopicLog, map_append_error, partition_for_key

@@ -13,8 +13,9 @@ and gets member id -> {topic id: partitions} for every member (empty dicts inclu
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from loglake.groups.consumer_records import Partitions
 

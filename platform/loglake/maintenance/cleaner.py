@@ -358,7 +358,11 @@ def _clean_into(
         )
         keep = _records_to_keep(chunk, offset_map, now_ms)
         stats.records_read += len(chunk.offsets)
-        kept_per_batch = np.bincount(chunk.record_batch[keep], minlength=len(chunk.decoded)) if len(keep) else []
+        kept_per_batch = (
+            np.bincount(chunk.record_batch[keep], minlength=len(chunk.decoded))
+            if len(keep)
+            else np.zeros(len(chunk.decoded), dtype=np.intp)
+        )
         decoded = {i: d for d, i in enumerate(chunk.decoded)}
         record_index = 0
         for i, header in enumerate(chunk.headers):
@@ -369,11 +373,12 @@ def _clean_into(
             if header.base_offset >= end:
                 out = buf[at : at + header.size]  # past the map's end: as it is
             elif header.is_control:
-                out, batch_horizon = _clean_marker(
+                marker, batch_horizon = _clean_marker(
                     buf[at : at + header.size], header, discardable[i], producers, config, now_ms
                 )
-                if out is None:
+                if marker is None:
                     continue
+                out = marker
             elif discardable[i]:
                 # A batch of an aborted transaction: no reader is ever shown its records.
                 stats.records_read += header.record_count
@@ -557,7 +562,7 @@ def _with_delete_horizon(batch: bytes, header: RecordBatchHeader, delete_horizon
 
 
 def _with_timestamp_shift(data: bytes, start: int, end: int, shift: int) -> bytes:
-    length, pos = decode_varint(data, start)
+    _, pos = decode_varint(data, start)  # the record's length: rewritten below
     attributes = data[pos : pos + 1]
     delta, after = decode_varint(data, pos + 1)
     rest = data[after:end]

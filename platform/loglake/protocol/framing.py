@@ -13,6 +13,7 @@ send with os.sendfile).
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,15 +25,15 @@ from loglake.protocol.types import Buffer, RecordsRef
 
 __all__ = [
     "MAX_FRAME_SIZE",
-    "RequestHeader",
     "Chunk",
-    "read_frame_size",
-    "decode_request_header",
+    "RequestHeader",
+    "chunks_size",
     "decode_request",
+    "decode_request_header",
+    "decode_response",
     "encode_request",
     "encode_response",
-    "decode_response",
-    "chunks_size",
+    "read_frame_size",
 ]
 
 # Kafka's socket.request.max.bytes default.
@@ -106,7 +107,7 @@ def _header_bytes(api_key: int, api_version: int, correlation_id: int) -> bytes:
     return t.INT32.pack(correlation_id)
 
 
-def encode_response(api_key: int, api_version: int, correlation_id: int, body: dict[str, Any]) -> list[Chunk]:
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Mapping[str, Any]) -> list[Chunk]:
     """A whole response frame (size prefix, header, body) as chunks to send in order.
 
     Without RecordsRef values this is one bytes object. With them, the bytes between them

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from loglake.protocol import types as t
@@ -23,7 +23,7 @@ from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, Un
 from loglake.protocol.messages import MESSAGES
 from loglake.protocol.types import Buffer, Reader, Writer
 
-__all__ = ["MessageCodec", "codec", "request_codec", "response_codec", "decode", "encode"]
+__all__ = ["MessageCodec", "codec", "decode", "encode", "request_codec", "response_codec"]
 
 # Decode steps read fields into the struct's dict and return the new position; encode steps
 # append the fields' bytes to the output list.
@@ -82,7 +82,7 @@ def _contains(spec: str | None, version: int) -> bool:
 class _Struct:
     """One struct at one version: its reader, its writer and a maker of its default value."""
 
-    __slots__ = ("read", "write", "new_default")
+    __slots__ = ("new_default", "read", "write")
 
     def __init__(self, read: Reader, write: Writer, new_default: Callable[[], dict]) -> None:
         self.read = read
@@ -305,7 +305,7 @@ def _empty_tags(out: list, d: dict) -> None:
 class MessageCodec:
     """One message at one version. Get instances from `codec()` (compiled once, cached)."""
 
-    __slots__ = ("name", "version", "flexible", "_struct")
+    __slots__ = ("_struct", "flexible", "name", "version")
 
     def __init__(self, name: str, version: int) -> None:
         spec = MESSAGES[name]
@@ -339,7 +339,7 @@ class MessageCodec:
         """Decode the message at `pos`; bytes after it are ignored (as Kafka does)."""
         return self.decode_from(data, pos)[0]
 
-    def encode_into(self, out: list, body: dict) -> None:
+    def encode_into(self, out: list, body: Mapping[str, Any]) -> None:
         """Append the encoding to `out` as pieces: bytes-like objects, and any RecordsRef
         given as a "records" value, left as is for the caller to send from its file."""
         try:
@@ -347,7 +347,7 @@ class MessageCodec:
         except (struct.error, TypeError, AttributeError, ValueError, OverflowError) as e:
             raise ProtocolEncodeError(f"{self.name} v{self.version}: cannot encode ({e})") from e
 
-    def encode(self, body: dict) -> bytes:
+    def encode(self, body: Mapping[str, Any]) -> bytes:
         out: list = []
         self.encode_into(out, body)
         try:
@@ -389,5 +389,5 @@ def decode(name: str, version: int, data: Buffer) -> dict:
     return codec(name, version).decode(data)
 
 
-def encode(name: str, version: int, body: dict) -> bytes:
+def encode(name: str, version: int, body: Mapping[str, Any]) -> bytes:
     return codec(name, version).encode(body)

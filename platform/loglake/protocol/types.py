@@ -35,6 +35,13 @@ class RecordsRef(Protocol):
     @property
     def size(self) -> int: ...
 
+    # Where the bytes are: the server sends `size` bytes of file descriptor `fd` from `position`.
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def position(self) -> int: ...
+
 
 INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")

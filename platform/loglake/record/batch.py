@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import crc32c
 
@@ -255,6 +256,14 @@ def decode_batches(
         pos += size
 
 
+class _Producer(TypedDict):
+    """The producer fields every piece of a split batch repeats."""
+
+    producer_id: int
+    producer_epoch: int
+    transactional: bool
+
+
 def encode_batches(
     rows: Sequence[RecordRow],
     now_ms: int,
@@ -272,7 +281,7 @@ def encode_batches(
     The common case encodes once; an oversized batch is halved until the pieces fit, so
     the cost of splitting is only paid by requests that need it.
     """
-    producer = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": transactional}
+    producer: _Producer = {"producer_id": producer_id, "producer_epoch": producer_epoch, "transactional": transactional}
     batch = encode_batch(rows, now_ms, compression=compression, base_sequence=base_sequence, **producer)
     if len(batch) <= max_batch_bytes:
         return [batch]

@@ -74,7 +74,7 @@ def _lz4_compress(data: bytes | memoryview) -> bytes:
     return bytes(compressor.finish())
 
 
-def compress(codec: CompressionType, data: bytes | memoryview) -> bytes:
+def compress(codec: int, data: bytes | memoryview) -> bytes:
     if codec == CompressionType.NONE:
         return bytes(data)
     if codec == CompressionType.GZIP:

@@ -56,8 +56,9 @@ def tls_client_context(props: Mapping[str, str | None]) -> ssl.SSLContext:
     `ssl.key.password` and `ssl.endpoint.identification.algorithm` (host names are checked
     unless it is empty)."""
     context = ssl.create_default_context(cafile=props.get("ssl.truststore.location"))
-    if props.get("ssl.keystore.location"):
-        context.load_cert_chain(props["ssl.keystore.location"], password=props.get("ssl.key.password"))
+    keystore = props.get("ssl.keystore.location")
+    if keystore:
+        context.load_cert_chain(keystore, password=props.get("ssl.key.password"))
     context.check_hostname = bool(props.get("ssl.endpoint.identification.algorithm", "https"))
     return context
 

@@ -23,7 +23,9 @@ class SaslError(Exception):
 
 class SaslServer(Protocol):
     mechanism: str
-    username: str | None
+
+    @property
+    def username(self) -> str | None: ...
 
     @property
     def complete(self) -> bool: ...

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.faults import crash_point
@@ -172,8 +173,8 @@ class TransactionCoordinator:
         for transactional_id in [t for t in self._txns if self.partition_for(t) == partition]:
             del self._txns[transactional_id]
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -423,27 +424,29 @@ class TransactionCoordinator:
                 return
             await asyncio.sleep(_MARKER_RETRY_BACKOFF_S)
 
-    async def _transition(self, txn: TransactionMetadata, target: TransactionState, **changes: object) -> ErrorCode:
-        """Prepare `target` with `changes`, write it, and apply both once written; the
-        error a client sees when the write fails (NOT_COORDINATOR, ...)."""
+    async def _transition(
+        self,
+        txn: TransactionMetadata,
+        target: TransactionState,
+        *,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        txn_timeout_ms: int | None = None,
+        partitions: Collection[TopicPartition] | None = None,
+        txn_start_timestamp: int | None = None,
+    ) -> ErrorCode:
+        """Prepare `target` with the given changes (None: unchanged), write it, and apply both
+        once written; the error a client sees when the write fails (NOT_COORDINATOR, ...)."""
         txn.prepare(target)
         now = self.now_ms()
-        new = {
-            "producer_id": txn.producer_id,
-            "producer_epoch": txn.producer_epoch,
-            "txn_timeout_ms": txn.txn_timeout_ms,
-            "partitions": txn.partitions,
-            "txn_start_timestamp": txn.txn_start_timestamp,
-            **changes,
-        }
         value = TransactionLogValue(
-            new["producer_id"],  # type: ignore[arg-type]
-            new["producer_epoch"],  # type: ignore[arg-type]
-            new["txn_timeout_ms"],  # type: ignore[arg-type]
+            txn.producer_id if producer_id is None else producer_id,
+            txn.producer_epoch if producer_epoch is None else producer_epoch,
+            txn.txn_timeout_ms if txn_timeout_ms is None else txn_timeout_ms,
             target,
-            frozenset(new["partitions"]),  # type: ignore[arg-type]
+            frozenset(txn.partitions if partitions is None else partitions),
             now,
-            new["txn_start_timestamp"],  # type: ignore[arg-type]
+            txn.txn_start_timestamp if txn_start_timestamp is None else txn_start_timestamp,
         )
         partition = self.partition_for(txn.transactional_id)
         try:
@@ -467,7 +470,7 @@ class TransactionCoordinator:
             await asyncio.sleep(interval)
             try:
                 aborted = await self.abort_timed_out_transactions()
-            except Exception:  # noqa: BLE001 - keep the schedule going, as Kafka's scheduler does
+            except Exception:
                 log.exception("aborting timed-out transactions failed")
             else:
                 if aborted:
