@@ -56,7 +56,8 @@ def ext4_disk(path: Path, image: Path, size_mb: int = 64) -> Iterator[Path]:
     try:
         yield path
     finally:
-        subprocess.run(["umount", str(path)], check=False, capture_output=True)
+        # Lazily: a file a failed test left open must not keep the mount (and its loop device).
+        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
 
 
 def mount_image(image: Path, path: Path) -> None:

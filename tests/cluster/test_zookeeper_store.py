@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from tcp_proxy import TcpProxy
 
 from loglake.coordination.controller import Controller
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination import zookeeper
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.errors import ErrorCode, KafkaError
@@ -597,3 +597,24 @@ def test_tiered_offsets_only_rise_and_every_store_reads_them(make_store) -> None
     with pytest.raises(KafkaError) as e:
         other.record_tiered_offset("tiered", 0, 200)
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_log_dir_failures_use_kafkas_notification_znodes(make_store) -> None:
+    broker, controller = make_store(), make_store()
+    notified = Recorder()
+    controller.watch_log_dir_failures(notified)
+    assert controller.take_log_dir_failures() == []
+    broker.notify_log_dir_failure(2, [("t", 0), ("u", 3)])
+    broker.notify_log_dir_failure(3, [])
+    wait_for(lambda: len(notified.last or ()) == 2, what="two notification znodes")
+    children = sorted(broker.client.get_children("/log_dir_event_notification"))
+    assert all(c.startswith("log_dir_event_") for c in children)
+    assert raw(broker, f"/log_dir_event_notification/{children[0]}") == {
+        "version": 1,
+        "broker": 2,
+        "event": 1,
+        "partitions": [{"topic": "t", "partition": 0}, {"topic": "u", "partition": 3}],
+    }
+    assert controller.take_log_dir_failures() == [LogDirFailure(2, (("t", 0), ("u", 3))), LogDirFailure(3, ())]
+    assert broker.client.get_children("/log_dir_event_notification") == []
+    assert controller.take_log_dir_failures() == []

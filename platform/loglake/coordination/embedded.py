@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.security.acls import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 from loglake.errors import ErrorCode, KafkaError
@@ -60,6 +60,8 @@ class EmbeddedMetadataStore(MetadataStore):
         # ISR change notifications (one broker: its own), kept in memory like the watches.
         self._isr_changes: list[list[tuple[str, int]]] = []
         self._isr_changes_notified = 0
+        self._log_dir_failures: list[LogDirFailure] = []
+        self._log_dir_failures_notified = 0
         # Held while callbacks run, so each watch hears of changes one at a time and in
         # order; reentrant so a callback may itself change the store.
         self._notify_lock = threading.RLock()
@@ -152,6 +154,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return sorted(self._pending_deletions)
             if kind == "isr_changes":
                 return self._isr_changes_notified
+            if kind == "log_dir_failures":
+                return self._log_dir_failures_notified
             if kind == "broker_configs":
                 return {entity: dict(c) for entity, c in self._broker_configs.items()}
             if kind == "entity_configs":
@@ -205,6 +209,20 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         self._watch("isr_changes", callback)
+
+    def notify_log_dir_failure(self, broker_id: int, partitions: list[tuple[str, int]]) -> None:
+        with self._lock:
+            self._log_dir_failures.append(LogDirFailure(broker_id, tuple(partitions)))
+            self._log_dir_failures_notified += 1
+        self._notify("log_dir_failures")
+
+    def take_log_dir_failures(self) -> list[LogDirFailure]:
+        with self._lock:
+            taken, self._log_dir_failures = self._log_dir_failures, []
+        return taken
+
+    def watch_log_dir_failures(self, callback: Callable[[object], None]) -> None:
+        self._watch("log_dir_failures", callback)
 
     def entity_config(self, entity: str) -> dict[str, str]:
         with self._lock:

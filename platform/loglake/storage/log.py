@@ -946,6 +946,13 @@ class Log:
             for segment in self._segments:
                 segment.close()
 
+    def close_handlers(self) -> None:
+        """Close every file without writing anything: its log dir went offline (a fetch
+        still sending from it fails, as the disk would make it)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close_handlers()
+
     @_storage_op("moving")
     def rename_dir(self, new_dir: Path) -> None:
         """Move the partition directory (e.g. to `<dir>.<uuid>-delete`); files stay open."""

@@ -151,13 +151,17 @@ class LogManager:
                 return []
             self._handled_offline.add(log_dir)
             offline = sorted(key for key, log in self._logs.items() if log.dir.parent == log_dir)
+            dropped = []
             for key in offline:
-                del self._logs[key]
+                dropped.append(self._logs.pop(key))
                 self._offline_partitions[key] = log_dir
             for key, future in list(self._future_logs.items()):
                 if future.dir.parent == log_dir or key in self._offline_partitions:
-                    del self._future_logs[key]
+                    dropped.append(self._future_logs.pop(key))
             self._preferred_dirs = {k: d for k, d in self._preferred_dirs.items() if d != log_dir}
+        for log in dropped:
+            if log.dir.parent == log_dir:
+                log.close_handlers()  # the failed disk's files; the others' stay for restart
         logger.error(
             "log dir %s is offline: %d partitions offline (%s); %d log dirs remain online",
             log_dir,
