@@ -11,7 +11,7 @@ import fcntl
 import os
 import struct
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,24 @@ def _mount(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def small_disk(path: Path, size_mb: int) -> Iterator[Path]:
-    """A tmpfs of `size_mb` MB mounted at `path` for the block (skips the test if this
-    process may not mount); unmounted afterwards, lazily if a file is still open."""
+def _mounted(path: Path, prepare: Callable[[], None]) -> Iterator[Path]:
+    """`prepare` mounts a file system at `path` (skipping the test if this process may
+    not); unmounted after the block, lazily: a file a failed test left open must not keep
+    the mount (or its loop device)."""
     path.mkdir(parents=True, exist_ok=True)
     try:
-        _mount("-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path))
+        prepare()
     except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount a tmpfs at {path}: {getattr(exc, 'stderr', exc)}")
+        pytest.skip(f"cannot mount a file system at {path}: {getattr(exc, 'stderr', exc)}")
     try:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+def small_disk(path: Path, size_mb: int) -> contextlib.AbstractContextManager[Path]:
+    """A tmpfs of `size_mb` MB mounted at `path` for the block."""
+    return _mounted(path, lambda: _mount("-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)))
 
 
 # EXT4_IOC_SHUTDOWN (_IOR('X', 125, __u32)) with EXT4_GOING_FLAGS_NOLOGFLUSH: the file
@@ -42,22 +48,15 @@ _EXT4_IOC_SHUTDOWN = 0x8004587D
 _EXT4_GOING_FLAGS_NOLOGFLUSH = 2
 
 
-@contextlib.contextmanager
-def ext4_disk(path: Path, image: Path, size_mb: int = 64) -> Iterator[Path]:
-    """An ext4 file system in `image` mounted at `path` for the block (skips the test if it
-    cannot be made); unmounted afterwards."""
-    path.mkdir(parents=True, exist_ok=True)
-    try:
+def ext4_disk(path: Path, image: Path, size_mb: int = 64) -> contextlib.AbstractContextManager[Path]:
+    """An ext4 file system in `image` mounted at `path` for the block."""
+
+    def make() -> None:
         subprocess.run(["truncate", "-s", f"{size_mb}M", str(image)], check=True)
         subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
         mount_image(image, path)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount an ext4 image at {path}: {getattr(exc, 'stderr', exc)}")
-    try:
-        yield path
-    finally:
-        # Lazily: a file a failed test left open must not keep the mount (and its loop device).
-        subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+    return _mounted(path, make)
 
 
 def mount_image(image: Path, path: Path) -> None:
