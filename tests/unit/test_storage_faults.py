@@ -13,6 +13,8 @@ from disk_helpers import ext4_disk, fail_disk, fill_disk, small_disk
 from test_storage_support import make_batch
 
 from loglake.config import LogConfig
+from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.model import PartitionState, TopicDescription
 from loglake.errors import ErrorCode, KafkaError
 from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
 from loglake.storage.file_records import FileRecords
@@ -173,3 +175,17 @@ def test_a_missing_meta_properties_is_written_again_a_damaged_one_is_refused(tmp
         with pytest.raises(InconsistentMetaPropertiesError) as refused:
             LogManager([first, second], DEFAULTS, broker_id=3)
         assert str(second / META_PROPERTIES) in str(refused.value) and "delete the file" in str(refused.value)
+
+
+def test_the_embedded_store_on_a_full_disk_refuses_a_change_and_keeps_the_old_state(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "small", 1) as small:
+        store = EmbeddedMetadataStore(small)
+        store.create_topic(TopicDescription("kept", "id1", {0: (0,)}), {0: PartitionState(0, 0, (0,), 1)})
+        filler = fill_disk(small)
+        with pytest.raises(KafkaError) as refused:
+            store.create_topic(TopicDescription("lost", "id2", {0: (0,)}), {0: PartitionState(0, 0, (0,), 1)})
+        assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR and str(small) in refused.value.message
+        assert set(store.topics()) == {"kept"} and not list(small.glob("*.tmp"))
+        filler.unlink()
+        store.create_topic(TopicDescription("later", "id3", {0: (0,)}), {0: PartitionState(0, 0, (0,), 1)})
+        assert set(EmbeddedMetadataStore(small).topics()) == {"kept", "later"}
