@@ -26,7 +26,7 @@ TOPIC = "orders"
 PARTITIONS = 3
 RETRIABLE = {
     KafkaError.KAFKA_STORAGE_ERROR,
-    KafkaError.NOT_LEADER_OR_FOLLOWER,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -186,7 +186,7 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         # Broker 1 leads every partition.
         assignment = [[1, 2, 3], [1, 3, 2], [1, 2, 3]]
-        admin.create_topics([NewTopic(TOPIC, replica_assignment=assignment)])[TOPIC].result(30)
+        admin.create_topics([NewTopic(TOPIC, PARTITIONS, replica_assignment=assignment)])[TOPIC].result(30)
         cluster.wait_for(
             lambda s: sum(p["topic"] == TOPIC and p["leader"] == 1 and len(p["isr"]) == 3 for p in s["partitions"])
             == PARTITIONS
@@ -203,6 +203,10 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
             moved_after = time.monotonic() - broken_at
             before = load.acked_count()
             wait_until(lambda: load.acked_count() >= before + 3000, 60, "producers going on after the move")
+        print(
+            f"leadership moved {moved_after:.2f} s after the disk broke; {load.acked_count()} records acknowledged, "
+            f"{len(load.retriable_seen)} retriable client errors"
+        )
         assert not load.fatal, load.fatal[:5]
         assert moved_after < 10, f"leadership moved after {moved_after:.1f} s"
         # Broker 1 had only the broken dir: it shut down.

@@ -189,3 +189,14 @@ def test_the_embedded_store_on_a_full_disk_refuses_a_change_and_keeps_the_old_st
         filler.unlink()
         store.create_topic(TopicDescription("later", "id3", {0: (0,)}), {0: PartitionState(0, 0, (0,), 1)})
         assert set(EmbeddedMetadataStore(small).topics()) == {"kept", "later"}
+
+
+def test_a_replica_that_existed_is_not_created_again_while_a_dir_is_offline(tmp_path: Path) -> None:
+    broken, healthy = tmp_path / "broken", tmp_path / "healthy"
+    broken.write_text("not a directory")
+    manager = LogManager([broken, healthy], DEFAULTS)
+    with pytest.raises(KafkaError) as refused:
+        manager.get_or_create_log("old", 0, is_new=False)
+    assert refused.value.code == ErrorCode.KAFKA_STORAGE_ERROR and str(broken) in refused.value.message
+    assert manager.get_or_create_log("new", 0).dir.parent == healthy
+    manager.shutdown()

@@ -261,10 +261,14 @@ class LogManager:
     def get_future_log(self, topic: str, partition: int) -> Log | None:
         return self._future_logs.get((topic, partition))
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, is_new: bool = True
+    ) -> Log:
         """The partition's log, created in the log dir with the fewest partitions if new.
         A given `config` replaces the config of an existing log (it was loaded with the
-        defaults at start-up)."""
+        defaults at start-up). A replica that is not `is_new` (it existed before) is not
+        created while a log dir is offline: its log may be there (Kafka's rule), and a
+        second copy elsewhere would stop the next start-up."""
         with self._lock:
             log = self._logs.get((topic, partition))
             if log is not None:
@@ -278,6 +282,12 @@ class LogManager:
             if offline_in is not None:
                 raise KafkaError(
                     ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is in log dir {offline_in}, which is offline"
+                )
+            offline_dirs = self.failure_channel.offline_dirs()
+            if not is_new and offline_dirs:
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{topic}-{partition} is not here and may be on an offline log dir ({', '.join(map(str, offline_dirs))})",
                 )
             log_dir = self._preferred_dirs.pop((topic, partition), None)
             if log_dir is None or self.failure_channel.is_offline(log_dir):
