@@ -181,7 +181,14 @@ def ext4(logs: Path, image: Path) -> AbstractContextManager[Path]:
 @pytest.mark.parametrize(("disk", "break_it"), [(tmpfs, fill), (ext4, fail)], ids=["full", "failing"])
 def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: str, disk, break_it) -> None:  # noqa: ANN001
     logs, image = tmp_path / "broker-1" / "logs", tmp_path / "disk.img"
-    overrides = {**FAST, "min.insync.replicas": "2", "unclean.leader.election.enable": "false"}
+    overrides = {
+        **FAST,
+        "min.insync.replicas": "2",
+        "unclean.leader.election.enable": "false",
+        # Leadership goes back to broker 1 (the preferred replica) once it is in sync again.
+        "auto.leader.rebalance.enable": "true",
+        "leader.imbalance.check.interval.seconds": "1",
+    }
     with disk(logs, image), LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         # Broker 1 leads every partition.
@@ -218,7 +225,8 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
         repair()
         cluster.restart(1)
         cluster.wait_for(
-            lambda s: all(sorted(p["isr"]) == [1, 2, 3] for p in s["partitions"] if p["topic"] == TOPIC), timeout=60
+            lambda s: all(sorted(p["isr"]) == [1, 2, 3] and p["leader"] == 1 for p in s["partitions"] if p["topic"] == TOPIC),
+            timeout=60,
         )
 
 

@@ -5,6 +5,8 @@ dirs the healthy one keeps serving; damaged files at start-up are rebuilt."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -267,6 +269,16 @@ def test_with_two_log_dirs_one_full_the_other_keeps_serving(tmp_path: Path) -> N
             assert read_values(broker.bootstrap, "a", on_healthy, 200) == other.acked[on_healthy]
             create(broker.bootstrap, "b")
             assert dir_of(broker.bootstrap, "b", 0) == str(healthy)
+            # The CLI and the console show it.
+            cli = subprocess.run(
+                [sys.executable, "-m", "loglake.cli", "cluster", "status", "--bootstrap-http", broker.http_url],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert cli.returncode == 0 and f"OFFLINE {small} (append to a-{on_small}" in cli.stdout, cli.stdout
+            console = httpx.get(f"{broker.http_url}/ui", timeout=10).text
+            assert f"offline: {small}" in console
             assert broker.proc is not None and broker.proc.poll() is None
         finally:
             broker.kill()
