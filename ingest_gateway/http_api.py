@@ -219,10 +219,17 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.get("/topics/{topic}/partitions/{partition}/offsets")
     async def partition_offsets(topic: str, partition: int, timestamp: int | None = None) -> dict[str, Any]:
-        """Beginning and end offsets; with `timestamp` (ms), the first offset at or after it."""
+        """Beginning and end offsets (the end is the high watermark, where consumers stop;
+        `log_end_offset` also counts records the leader has that are not yet replicated to
+        the whole ISR); with `timestamp` (ms), the first offset at or after it. Only the
+        leader answers: another replica's view may be stale (NOT_LEADER_OR_FOLLOWER, 503)."""
         p = broker.replica_manager.leader_partition(topic, partition)
         if timestamp is None:
-            return {"beginning_offset": p.log_start_offset, "end_offset": p.high_watermark}
+            return {
+                "beginning_offset": p.log_start_offset,
+                "end_offset": p.high_watermark,
+                "log_end_offset": p.log_end_offset,
+            }
         found = p.offset_for_timestamp(timestamp)
         if found is None:
             return {"offset": None, "timestamp": None}

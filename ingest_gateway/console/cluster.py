@@ -60,6 +60,16 @@ class Record:
 
 
 @dataclass(frozen=True)
+class PartitionOffsets:
+    """A partition's offsets on its leader: readers see `start` to `high_watermark`
+    (exclusive); records up to `log_end` are written but not yet on every in-sync replica."""
+
+    start: int
+    high_watermark: int
+    log_end: int
+
+
+@dataclass(frozen=True)
 class Group:
     group_id: str
     state: str
@@ -168,10 +178,10 @@ class Cluster:
 
     # Records -------------------------------------------------------------------------------
 
-    async def offsets(self, topic: str, partition: int) -> tuple[int, int]:
-        """The partition's log start offset and high watermark, from its leader."""
+    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """The partition's log start offset, high watermark and log end, from its leader."""
         doc = await self.get_json(self.leader_of(topic, partition), f"/topics/{topic}/partitions/{partition}/offsets")
-        return doc["beginning_offset"], doc["end_offset"]
+        return PartitionOffsets(doc["beginning_offset"], doc["end_offset"], doc["log_end_offset"])
 
     async def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is at or after `timestamp_ms`, if any."""

@@ -262,16 +262,25 @@ def console_routes(
             raise ConsoleError(422, f"render must be one of {', '.join(RENDER_MODES)}, not {render!r}")
         p = _int("partition", partition, 0)
         async with cluster(request) as c:
-            start, end = await c.offsets(topic, p)
-            notice = None
+            offsets = await c.offsets(topic, p)
+            start, end = offsets.start, offsets.high_watermark
+            notices = []
+            if offsets.log_end > end:
+                # acks=0/1 records a follower has not fetched yet: on the leader, not readable.
+                notices.append(
+                    f"offsets {end} to {offsets.log_end - 1} are written on the leader but not yet on every "
+                    f"in-sync replica: they are shown once the high watermark ({end}) passes them"
+                )
             if offset.strip():
                 at = _int("offset", offset)
-                if not start <= at <= end:
-                    raise ConsoleError(416, f"offset {at} is out of range: {topic}-{p} has offsets {start} to {end}")
+                if not start <= at <= offsets.log_end:
+                    raise ConsoleError(
+                        416, f"offset {at} is out of range: {topic}-{p} has offsets {start} to {offsets.log_end}"
+                    )
             elif time.strip():
                 found = await c.offset_for_time(topic, p, _timestamp_ms(time))
                 if found is None:
-                    notice = f"no record at or after {time} (UTC): showing the end of the partition"
+                    notices.append(f"no record at or after {time} (UTC): showing the end of the partition")
                 at = end if found is None else found
             else:
                 at = max(start, end - PAGE_SIZE)
@@ -299,8 +308,8 @@ def console_routes(
                 render=render,
                 modes=RENDER_MODES,
                 rows=rows,
-                notice=notice,
-                previous=max(start, at - PAGE_SIZE) if at > start else None,
+                notices=notices,
+                previous=max(start, min(at, end) - PAGE_SIZE) if at > start else None,
                 next=records[-1].offset + 1 if records and records[-1].offset + 1 < end else None,
                 page_size=PAGE_SIZE,
             )

@@ -16,7 +16,7 @@ from cluster_helpers import FAST, call
 from ingest_gateway.kafka_client import KafkaConnectionError
 from ingest_gateway.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
-from loglake.groups.coordinator import offsets_partition_for
+from loglake.groups.runtime import offsets_partition_for
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
