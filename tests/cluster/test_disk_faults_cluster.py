@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Self
 
 import pytest
 from cluster_helpers import FAST
@@ -51,7 +52,7 @@ class Load:
         self._threads = [threading.Thread(target=self._produce, args=(i,), daemon=True) for i in range(producers)]
         self._threads.append(threading.Thread(target=self._consume, daemon=True))
 
-    def __enter__(self) -> Load:
+    def __enter__(self) -> Self:
         for thread in self._threads:
             thread.start()
         return self
@@ -80,7 +81,7 @@ class Load:
             }
         )
 
-        def delivered(err: KafkaError | None, msg) -> None:  # noqa: ANN001
+        def delivered(err: KafkaError | None, msg) -> None:
             if err is not None:
                 self.fatal.append(err)  # the idempotent producer retries every retriable error itself
                 return
@@ -147,7 +148,9 @@ def read_everything(bootstrap: str) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
-def assert_exactly_once_in_order(acked: dict[int, list[tuple[int, int]]], stored: dict[int, list[tuple[int, int]]]) -> None:
+def assert_exactly_once_in_order(
+    acked: dict[int, list[tuple[int, int]]], stored: dict[int, list[tuple[int, int]]]
+) -> None:
     for partition in range(PARTITIONS):
         log = stored.get(partition, [])
         assert len(log) == len(set(log)), f"duplicates in partition {partition}"
@@ -179,7 +182,7 @@ def ext4(logs: Path, image: Path) -> AbstractContextManager[Path]:
 
 
 @pytest.mark.parametrize(("disk", "break_it"), [(tmpfs, fill), (ext4, fail)], ids=["full", "failing"])
-def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: str, disk, break_it) -> None:  # noqa: ANN001
+def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: str, disk, break_it) -> None:
     logs, image = tmp_path / "broker-1" / "logs", tmp_path / "disk.img"
     overrides = {
         **FAST,
@@ -195,15 +198,19 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
         assignment = [[1, 2, 3], [1, 3, 2], [1, 2, 3]]
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, replica_assignment=assignment)])[TOPIC].result(30)
         cluster.wait_for(
-            lambda s: sum(p["topic"] == TOPIC and p["leader"] == 1 and len(p["isr"]) == 3 for p in s["partitions"])
-            == PARTITIONS
+            lambda s: (
+                sum(p["topic"] == TOPIC and p["leader"] == 1 and len(p["isr"]) == 3 for p in s["partitions"])
+                == PARTITIONS
+            )
         )
         with Load(cluster.bootstrap) as load:
             wait_until(lambda: load.acked_count() >= 3000, 60, "records acknowledged before the fault")
             repair = break_it(logs, image)
             broken_at = time.monotonic()
             cluster.wait_for(
-                lambda s: all(p["leader"] in (2, 3) and 1 not in p["isr"] for p in s["partitions"] if p["topic"] == TOPIC),
+                lambda s: all(
+                    p["leader"] in (2, 3) and 1 not in p["isr"] for p in s["partitions"] if p["topic"] == TOPIC
+                ),
                 timeout=30,
                 exclude=(1,),
             )
@@ -225,7 +232,9 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
         repair()
         cluster.restart(1)
         cluster.wait_for(
-            lambda s: all(sorted(p["isr"]) == [1, 2, 3] and p["leader"] == 1 for p in s["partitions"] if p["topic"] == TOPIC),
+            lambda s: all(
+                sorted(p["isr"]) == [1, 2, 3] and p["leader"] == 1 for p in s["partitions"] if p["topic"] == TOPIC
+            ),
             timeout=60,
         )
 

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 from disk_helpers import ext4_disk, fail_disk, fill_disk, small_disk
-from test_storage_support import make_batch
-
 from loglake.config import LogConfig
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.model import PartitionState, TopicDescription
@@ -21,6 +19,7 @@ from loglake.storage.file_records import FileRecords
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT
 from loglake.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from loglake.storage.meta_properties import META_PROPERTIES, InconsistentMetaPropertiesError
+from test_storage_support import make_batch
 
 DEFAULTS = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512)
 

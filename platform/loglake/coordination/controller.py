@@ -453,7 +453,9 @@ class Controller:
                 try:
                     if state is None:  # created a moment ago, its state not written yet
                         raise KafkaError(_ELECTION_FAILED[election_type], "the partition is not online yet; retry")
-                    new = _elected_state(election_type, topic.assignment[p], state, self._eligible(name, p, live), epoch)
+                    new = _elected_state(
+                        election_type, topic.assignment[p], state, self._eligible(name, p, live), epoch
+                    )
                     if self._store.update_partition_state(name, p, new, state.version) is None:
                         raise KafkaError(
                             _ELECTION_FAILED[election_type], "the partition state changed during the election; retry"

@@ -296,9 +296,7 @@ class LogManager:
             self._logs[(topic, partition)] = log
             return log
 
-    def _open_new(
-        self, dir: Path, config: LogConfig, log_start_offset: int = 0, recovery_point: int = 0
-    ) -> Log:
+    def _open_new(self, dir: Path, config: LogConfig, log_start_offset: int = 0, recovery_point: int = 0) -> Log:
         """Create a log in `dir`; an I/O error takes its log dir offline (KAFKA_STORAGE_ERROR)."""
         try:
             log = Log.open(dir, config, recovery_point, log_start_offset, scheduler=self.scheduler)
