@@ -59,6 +59,19 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify_lock = threading.RLock()
         self._load()
 
+    def _reset_persistent(self) -> None:
+        """What the file holds, empty (before `_load`); registrations and watches stay."""
+        self._cluster_id: str | None = None
+        self._controller_epoch = 0
+        self._next_producer_id = 0
+        self._pending_deletions: set[str] = set()
+        self._broker_configs: dict[str, dict[str, str]] = {}
+        self._entity_configs: dict[str, dict[str, str]] = {}  # users/<u>, clients/<c>, ...
+        self._acls: dict[ResourcePattern, list[AccessControlEntry]] = {}
+        self._topics: dict[str, TopicDescription] = {}
+        self._states: dict[str, dict[int, PartitionState]] = {}
+        self._tiered: dict[str, dict[int, int]] = {}
+
     def _load(self) -> None:
         if not self._path.exists():
             return
@@ -133,19 +146,6 @@ class EmbeddedMetadataStore(MetadataStore):
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"the cluster metadata could not be written to {self._path}: {exc}"
             ) from exc
-
-    def _reset_persistent(self) -> None:
-        """What the file holds, empty (before `_load`); registrations and watches stay."""
-        self._cluster_id: str | None = None
-        self._controller_epoch = 0
-        self._next_producer_id = 0
-        self._pending_deletions: set[str] = set()
-        self._broker_configs: dict[str, dict[str, str]] = {}
-        self._entity_configs: dict[str, dict[str, str]] = {}  # users/<u>, clients/<c>, ...
-        self._acls: dict[ResourcePattern, list[AccessControlEntry]] = {}
-        self._topics: dict[str, TopicDescription] = {}
-        self._states: dict[str, dict[int, PartitionState]] = {}
-        self._tiered: dict[str, dict[int, int]] = {}
 
     # Watches -------------------------------------------------------------------------------
 
