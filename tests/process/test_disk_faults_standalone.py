@@ -139,6 +139,9 @@ def test_a_full_disk_answers_every_request_and_loses_nothing_acknowledged(tmp_pa
             with pytest.raises(KafkaException) as refused:
                 admin.create_topics([NewTopic("u", 1, 1)])["u"].result(15)
             assert refused.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
+            with pytest.raises(KafkaException) as not_deleted:
+                admin.delete_topics(["t"])["t"].result(15)
+            assert not_deleted.value.args[0].code() == KafkaError.KAFKA_STORAGE_ERROR
             assert call_fetch(broker.bootstrap, "t") == ErrorCode.KAFKA_STORAGE_ERROR
             assert call_produce(broker.bootstrap, "t") == ErrorCode.KAFKA_STORAGE_ERROR
             late = Writer(broker.bootstrap)
@@ -280,6 +283,9 @@ def test_with_two_log_dirs_one_full_the_other_keeps_serving(tmp_path: Path) -> N
             assert read_values(broker.bootstrap, "a", on_healthy, 200) == other.acked[on_healthy]
             create(broker.bootstrap, "b")
             assert dir_of(broker.bootstrap, "b", 0) == str(healthy)
+            move = {"dirs": [{"path": str(small), "topics": [{"name": "b", "partitions": [0]}]}]}
+            moved = call(broker.bootstrap, ApiKey.ALTER_REPLICA_LOG_DIRS, 2, move)
+            assert moved["results"][0]["partitions"][0]["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
             # The CLI and the console show it.
             cli = subprocess.run(
                 [sys.executable, "-m", "loglake.cli", "cluster", "status", "--bootstrap-http", broker.http_url],
