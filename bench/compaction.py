@@ -29,7 +29,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.config import LogConfig
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner

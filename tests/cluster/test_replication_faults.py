@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from cluster_helpers import create_topic, partition_of, read_all, serving, serving_get
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

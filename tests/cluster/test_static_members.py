@@ -11,7 +11,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import call
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 from loglake.groups.runtime import offsets_partition_for
 

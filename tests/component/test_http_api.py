@@ -11,8 +11,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.http_api import create_app
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.http.app import create_app
 from loglake.partitioner import partition_for_key
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
