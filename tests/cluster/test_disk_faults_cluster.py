@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from disk_helpers import ext4_disk, fail_disk, fill_disk, repair_disk, small_disk
 
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(240)]
 

@@ -20,8 +20,8 @@ from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch
 
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
+from ingest_gateway.network.kafka_client import KafkaClient
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDALONE = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
