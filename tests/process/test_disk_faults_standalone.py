@@ -4,11 +4,9 @@ dirs the healthy one keeps serving; damaged files at start-up are rebuilt."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -19,9 +17,9 @@ from disk_helpers import fill_disk, small_disk
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch
+from protocol_helpers import call
 
 from harness.process import BrokerProcess
-from ingest_gateway.network.kafka_client import KafkaClient
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDALONE = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0"}
@@ -35,16 +33,6 @@ ALLOWED_DELIVERY_ERRORS = {
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def health(broker: BrokerProcess) -> httpx.Response:
@@ -168,20 +156,6 @@ def test_a_full_disk_answers_every_request_and_loses_nothing_acknowledged(tmp_pa
             broker.kill()
 
 
-def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
-    """One request to the broker with our own client (a fresh connection); the response body."""
-    host, port = bootstrap.split(":")
-
-    async def go() -> dict:
-        client = KafkaClient(host, int(port))
-        try:
-            return await client.request(api_key, version, body)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())
-
-
 def call_produce(bootstrap: str, topic: str) -> int:
     """An acks=all Produce of one record to partition 0; its error code."""
     batch = encode_batch([(None, b"late", [], None)], int(time.time() * 1000))
@@ -200,37 +174,10 @@ def call_produce(bootstrap: str, topic: str) -> int:
 
 
 def call_fetch(bootstrap: str, topic: str) -> int:
-    """A Fetch of partition 0 from offset 0; its error code."""
-    response = call(
-        bootstrap,
-        ApiKey.FETCH,
-        11,
-        {
-            "replica_id": -1,
-            "max_wait_ms": 100,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
+    """A Fetch (v4) of partition 0 from offset 0; its error code."""
+    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    request = {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0}
+    response = call(bootstrap, ApiKey.FETCH, 4, {**request, "topics": [{"topic": topic, "partitions": [partition]}]})
     return response["responses"][0]["partitions"][0]["error_code"]
 
 
