@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -143,7 +144,10 @@ class ReplicaManager:
         }
         # Told the partitions that went offline (on the event loop): the broker tells the controller.
         self.log_dir_failure_listeners: list[Callable[[list[TopicPartition]], None]] = []
+        # The event loop, once `start` ran; dirs that went offline before wait for it.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._offline_before_start: list[tuple[Path, list[TopicPartition]]] = []
+        self._loop_lock = threading.Lock()
         log_manager.offline_listeners.append(self._on_log_dir_offline)
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -302,10 +306,12 @@ class ReplicaManager:
 
     def _on_log_dir_offline(self, log_dir: Path, partitions: list[TopicPartition]) -> None:
         # On the log manager's scheduler thread: the partitions live on the event loop.
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            self.handle_log_dir_failure(log_dir, partitions)
-        else:
+        with self._loop_lock:
+            loop = self._loop
+            if loop is None:
+                self._offline_before_start.append((log_dir, partitions))
+                return
+        if not loop.is_closed():
             loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir, partitions)
 
     def handle_log_dir_failure(self, log_dir: Path, partitions: list[TopicPartition]) -> None:
@@ -603,7 +609,11 @@ class ReplicaManager:
     def start(self) -> None:
         """Start the background work (from the event loop): the ISR expiration check, and
         fetchers for partitions followed before the loop ran."""
-        self._loop = asyncio.get_running_loop()
+        with self._loop_lock:
+            self._loop = asyncio.get_running_loop()
+            pending, self._offline_before_start = self._offline_before_start, []
+        for log_dir, partitions in pending:
+            self.handle_log_dir_failure(log_dir, partitions)
         if self._isr_task is None:
             self._isr_task = asyncio.get_running_loop().create_task(
                 self._isr_expiration_loop(), name=f"isr-expiration-{self.broker_id}"

@@ -5,6 +5,7 @@ a replica that existed is not created again elsewhere while a dir is offline."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from disk_helpers import small_disk
@@ -80,3 +81,29 @@ def test_a_replica_of_an_offline_dir_found_at_start_up_is_reported(tmp_path: Pat
         raise AssertionError("an offline replica answered")
     replicas.shutdown()
     logs.shutdown()
+
+
+def test_a_dir_that_fails_before_the_event_loop_runs_is_handled_when_it_starts(tmp_path: Path) -> None:
+    with small_disk(tmp_path / "small", 1) as small:
+        logs = LogManager([small], CONFIG)
+        replicas = ReplicaManager(0, logs, CONFIG)
+        handed_over = threading.Event()
+        logs.offline_listeners.append(lambda *_: handed_over.set())
+        log = logs.get_or_create_log("early", 0)
+        try:
+            for _ in range(200):
+                log.append_as_leader(batch(), 0)
+        except KafkaError as exc:
+            assert exc.code == ErrorCode.KAFKA_STORAGE_ERROR
+        assert handed_over.wait(10)
+        reported: list[list[tuple[str, int]]] = []
+        replicas.log_dir_failure_listeners.append(reported.append)
+
+        async def run() -> None:
+            replicas.start()
+            await replicas.stop()
+
+        asyncio.run(run())
+        assert reported == [[("early", 0)]] and replicas.offline_partitions.keys() == {("early", 0)}
+        replicas.shutdown()
+        logs.shutdown()
