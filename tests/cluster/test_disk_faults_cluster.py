@@ -163,9 +163,8 @@ def assert_exactly_once_in_order(
 
 
 def fill(logs: Path, _image: Path) -> Callable[[], None]:
-    """Fill the disk but 2 MB (the load fills the rest); returns how to free it."""
-    filler = fill_disk(logs, leave_bytes=2 << 20)
-    return filler.unlink
+    """Fill the disk (the next append fails); returns how to free it."""
+    return fill_disk(logs).unlink
 
 
 def fail(logs: Path, image: Path) -> Callable[[], None]:
