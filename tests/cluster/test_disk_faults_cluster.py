@@ -224,6 +224,7 @@ def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: 
         assert moved_after < 10, f"leadership moved after {moved_after:.1f} s"
         # Broker 1 had only the broken dir: it shut down.
         wait_until(lambda: 1 not in cluster.live(), 30, "broker 1 to shut down")
+        assert cluster.brokers[1].proc is not None and cluster.brokers[1].proc.returncode == 1
         stored = read_everything(cluster.bootstrap)
         assert_exactly_once_in_order(load.acked, stored)
         assert all(v in stored[p] for p, values in load.consumed.items() for v in values)
