@@ -30,14 +30,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def run(config: BrokerConfig) -> None:
     broker = Broker(config)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, broker.stop_requested.set)
     await broker.start()
     print(f"loglake broker {config.broker_id} started", flush=True)
-    await stop.wait()
+    await broker.stop_requested.wait()
     await broker.stop()
+    if broker.fatal_error is not None:
+        print(f"loglake broker {config.broker_id} stopped: {broker.fatal_error}", flush=True)
+        raise SystemExit(1)
     print(f"loglake broker {config.broker_id} stopped cleanly", flush=True)
 
 

@@ -118,7 +118,12 @@ class RequestRouter:
         header.client_id = header.client_id or ""
         response: Mapping[str, Any] | None = self._authorization.denied_response(key, version, body)
         if response is None:
-            response = await api.handler(header, body)
+            try:
+                response = await api.handler(header, body)
+            except OSError as exc:
+                # Disk errors become KAFKA_STORAGE_ERROR where they happen: one that got
+                # here is a bug, not a closed socket, so it is not closed quietly.
+                raise RuntimeError(f"{ApiKey(key).name} failed on an I/O error: {exc}") from exc
         if response is None:
             return None
         if self._metrics is not None:

@@ -140,8 +140,21 @@ def create_app(broker: Broker) -> FastAPI:
     )
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "broker_id": broker.config.broker_id}
+    async def healthz() -> Response:
+        """ "ok"; "degraded" (200) while some log dir is offline and the others serve;
+        "offline" (503) when every log dir is."""
+        body: dict[str, Any] = {"status": "ok", "broker_id": broker.config.broker_id}
+        offline = broker.log_manager.failure_channel.offline_dirs()
+        if not offline:
+            return JSONBytesResponse(body)
+        body["offline_log_dirs"] = {str(d): why for d, why in offline.items()}
+        body["offline_partitions"] = len(broker.replica_manager.offline_partitions)
+        if broker.log_manager.live_dirs:
+            body["status"] = "degraded"
+            return JSONBytesResponse(body)
+        body["status"] = "offline"
+        body["message"] = f"every log dir is offline: {', '.join(map(str, offline))}"
+        return JSONBytesResponse(body, status_code=503)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -59,6 +59,10 @@ _STATUS = {
     ErrorCode.COORDINATOR_NOT_AVAILABLE: 503,
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: 503,
     ErrorCode.NOT_COORDINATOR: 503,
+    # The partition's log dir is offline (a full or failing disk): WebDAV's Insufficient
+    # Storage says what it is; a client retries once the leadership moved.
+    ErrorCode.KAFKA_STORAGE_ERROR: 507,
+    ErrorCode.LOG_DIR_NOT_FOUND: 404,
 }
 
 RETRIABLE = frozenset(
@@ -74,6 +78,7 @@ RETRIABLE = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
         ErrorCode.NOT_COORDINATOR,
+        ErrorCode.KAFKA_STORAGE_ERROR,
     }
 )
 

@@ -375,6 +375,16 @@ class BrokerCollector(Collector):
         yield _counter(
             prefix + "isr_expands_total", "ISR expansions written by this leader (IsrExpandsPerSec)", rm.isr_expands
         )
+        yield _gauge(
+            prefix + "offline_replica_count",
+            "Partitions of this broker on an offline log dir (OfflineReplicaCount)",
+            len(rm.offline_partitions),
+        )
+        yield _gauge(
+            "kafka_log_log_manager_offline_log_directory_count",
+            "Log dirs offline after an I/O error (OfflineLogDirectoryCount)",
+            len(self._broker.log_manager.offline_dirs),
+        )
 
     def _adding(self, partition: Partition) -> tuple[int, ...]:
         """Replicas a reassignment is adding: not counted as missing until they catch up (Kafka's rule)."""

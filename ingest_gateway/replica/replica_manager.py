@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,7 @@ from loglake.config import LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
 from loglake.security.client import PLAINTEXT, ClientSecurity
-from loglake.storage.checkpoints import OffsetCheckpointFile
+from loglake.storage.checkpoints import CheckpointFileError, OffsetCheckpointFile
 from loglake.storage.file_records import LogSlice
 from loglake.storage.log_manager import LogManager
 
@@ -136,6 +137,18 @@ class ReplicaManager:
         self.isr_expands = 0
         # Bytes and records appended per topic go here (None: metrics.enabled=false).
         self.metrics: BrokerMetrics | None = None
+        # Partitions whose log is on an offline log dir, with why: they answer
+        # KAFKA_STORAGE_ERROR until the broker restarts (Kafka's HostedPartition.Offline).
+        self.offline_partitions: dict[TopicPartition, str] = {
+            key: f"its log dir {log_dir} is offline" for key, log_dir in log_manager.offline_partitions().items()
+        }
+        # Told the partitions that went offline (on the event loop): the broker tells the controller.
+        self.log_dir_failure_listeners: list[Callable[[list[TopicPartition]], None]] = []
+        # The event loop, once `start` ran; dirs that went offline before wait for it.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._offline_before_start: list[tuple[Path, list[TopicPartition]]] = []
+        self._loop_lock = threading.Lock()
+        log_manager.offline_listeners.append(self._on_log_dir_offline)
 
     def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
         return None if self.endpoint_of is None else self.endpoint_of(broker_id)
@@ -144,8 +157,12 @@ class ReplicaManager:
         out: dict[TopicPartition, int] = {}
         for d in self.log_manager.live_dirs:
             path = Path(d) / HIGH_WATERMARK_CHECKPOINT
-            if path.exists():
+            try:
                 out.update(OffsetCheckpointFile(path).read())
+            except CheckpointFileError as exc:
+                # The high watermarks come back from the leaders (and, on a leader, from
+                # its followers' fetches); until then consumers wait, nothing is lost.
+                log.warning("ignoring the damaged %s: %s", path, exc)
         return out
 
     def checkpoint_high_watermarks(self) -> None:
@@ -157,8 +174,14 @@ class ReplicaManager:
             log_ = self.log_manager.get_log(*key)
             if log_ is not None and key not in self.partitions:
                 by_dir.setdefault(log_.dir.parent, {})[key] = hw
+        channel = self.log_manager.failure_channel
         for d, offsets in by_dir.items():
-            OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(offsets)
+            if channel.is_offline(d):
+                continue
+            try:
+                OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(offsets)
+            except OSError as exc:
+                channel.report(d, f"writing {HIGH_WATERMARK_CHECKPOINT}", exc)
 
     # Controller requests --------------------------------------------------------------
 
@@ -178,13 +201,27 @@ class ReplicaManager:
         self._fence(controller_epoch)
         to_follow: dict[TopicPartition, tuple[int, int, int]] = {}
         stop_following: list[TopicPartition] = []
+        storage_errors: list[TopicPartition] = []
         for entry in entries:
             key = (entry.topic, entry.partition)
             config = LogConfig.from_properties(entry.config, self.log_defaults)
             state = entry.state
             partition = self.partitions.get(key)
             if partition is None:
-                log_ = self.log_manager.get_or_create_log(entry.topic, entry.partition, config)
+                try:
+                    # Epoch 0: the partition was just created (Kafka's isNew).
+                    log_ = self.log_manager.get_or_create_log(
+                        entry.topic, entry.partition, config, is_new=state.leader_epoch == 0
+                    )
+                except KafkaError as exc:
+                    if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                        raise
+                    # The other partitions go on; the controller hears of this one below.
+                    log.warning("broker %d: not hosting %s-%d: %s", self.broker_id, *key, exc.message)
+                    if key not in self.offline_partitions:
+                        self.offline_partitions[key] = exc.message
+                        storage_errors.append(key)
+                    continue
                 partition = Partition(
                     entry.topic,
                     entry.partition,
@@ -238,6 +275,8 @@ class ReplicaManager:
             self.fetcher_manager.remove_fetcher_partitions(stop_following)
         if to_follow:
             self.fetcher_manager.add_fetcher_partitions(to_follow)
+        if storage_errors:
+            self._tell_offline(storage_errors)
 
     def _notify_leadership(self, key: TopicPartition, is_leader: bool) -> None:
         for listener in self.leadership_listeners:
@@ -253,9 +292,51 @@ class ReplicaManager:
             if partition is not None and partition.is_leader:
                 self._notify_leadership(key, False)
             if delete:
-                # Also a log this broker loaded from disk but was never told to host again.
-                self.log_manager.delete_log(*key)
+                self.offline_partitions.pop(key, None)
+                try:
+                    # Also a log this broker loaded from disk but was never told to host again.
+                    self.log_manager.delete_log(*key)
+                except KafkaError as exc:
+                    # Its dir went offline meanwhile: the files go when the topic's stray
+                    # log is found at the next start.
+                    log.warning("broker %d: could not delete %s-%d: %s", self.broker_id, *key, exc.message)
         self.checkpoint_high_watermarks()
+
+    # Log dir failures ----------------------------------------------------------------------
+
+    def _on_log_dir_offline(self, log_dir: Path, partitions: list[TopicPartition]) -> None:
+        # On the log manager's scheduler thread: the partitions live on the event loop.
+        with self._loop_lock:
+            loop = self._loop
+            if loop is None:
+                self._offline_before_start.append((log_dir, partitions))
+                return
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(self.handle_log_dir_failure, log_dir, partitions)
+
+    def handle_log_dir_failure(self, log_dir: Path, partitions: list[TopicPartition]) -> None:
+        """A log dir went offline (Kafka's ReplicaManager.handleLogDirFailure): stop
+        fetching for its partitions, stop hosting them (they answer KAFKA_STORAGE_ERROR),
+        wake whoever waits on them, and tell the listeners (the broker tells the controller)."""
+        self.fetcher_manager.remove_fetcher_partitions(partitions)
+        for key in partitions:
+            self.offline_partitions[key] = f"its log dir {log_dir} is offline"
+            partition = self.partitions.pop(key, None)
+            self._wake(key)
+            self._wake_log_end(key)
+            if partition is not None and partition.is_leader:
+                self._notify_leadership(key, False)
+        self._tell_offline(partitions)
+
+    def _tell_offline(self, partitions: list[TopicPartition]) -> None:
+        for listener in self.log_dir_failure_listeners:
+            listener(partitions)
+
+    def _offline_error(self, key: TopicPartition) -> KafkaError | None:
+        why = self.offline_partitions.get(key) if self.offline_partitions else None
+        if why is None:
+            return None
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{key[0]}-{key[1]} is offline: {why}")
 
     # Produce ----------------------------------------------------------------------------
 
@@ -263,7 +344,7 @@ class ReplicaManager:
         """A partition this broker hosts, leader or follower."""
         p = self.partitions.get((topic, partition))
         if p is None:
-            raise KafkaError(
+            raise self._offline_error((topic, partition)) or KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker hosts no partition {topic}-{partition}"
             )
         return p
@@ -399,7 +480,9 @@ class ReplicaManager:
         for req in requests:
             partition = self.partitions.get((req.topic, req.partition))
             if partition is None:
-                results.append(FollowerFetchResult(req.topic, req.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                offline = self._offline_error((req.topic, req.partition))
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if offline is None else offline.code
+                results.append(FollowerFetchResult(req.topic, req.partition, code))
                 has_error = True
                 continue
             try:
@@ -526,6 +609,11 @@ class ReplicaManager:
     def start(self) -> None:
         """Start the background work (from the event loop): the ISR expiration check, and
         fetchers for partitions followed before the loop ran."""
+        with self._loop_lock:
+            self._loop = asyncio.get_running_loop()
+            pending, self._offline_before_start = self._offline_before_start, []
+        for log_dir, partitions in pending:
+            self.handle_log_dir_failure(log_dir, partitions)
         if self._isr_task is None:
             self._isr_task = asyncio.get_running_loop().create_task(
                 self._isr_expiration_loop(), name=f"isr-expiration-{self.broker_id}"

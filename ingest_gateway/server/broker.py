@@ -138,6 +138,7 @@ class Broker:
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
+        self.replica_manager.log_dir_failure_listeners.append(self._on_partitions_offline)
         metrics_config = MetricsConfig.from_properties(config.raw)
         self.metrics = BrokerMetrics(self, metrics_config) if metrics_config.enabled else None
         if self.metrics is not None:
@@ -174,6 +175,9 @@ class Broker:
         # Internal topic leadership changes seen before the event loop ran (startup).
         self._pending_loads: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
+        # Set by a signal, or by the broker itself when it can store nothing any more.
+        self.stop_requested = asyncio.Event()
+        self.fatal_error: str | None = None
 
     def _serve_apis(self) -> RequestRouter:
         """The Kafka APIs, each module given the collaborators it uses."""
@@ -252,6 +256,7 @@ class Broker:
         self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
         self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
         self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
+        self.store.watch_log_dir_failures(lambda token: on_loop(self.controller.on_log_dir_failures, token))
         self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
         self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
         self.track_background(asyncio.create_task(self._preferred_leader_loop()))
@@ -396,6 +401,28 @@ class Broker:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.store.close()
+
+    def _on_partitions_offline(self, partitions: list[tuple[str, int]]) -> None:
+        """Partitions went offline with a log dir: tell the controller (Kafka's
+        /log_dir_event_notification), which moves their leadership away."""
+        if self.clustered:
+            self.track_background(asyncio.create_task(self._notify_log_dir_failure(partitions)))
+            return
+        self.store.notify_log_dir_failure(self.config.broker_id, partitions)
+        # Not from within the LeaderAndIsr that may have found them offline.
+        asyncio.get_running_loop().call_soon(self.controller.on_log_dir_failures)
+
+    async def _notify_log_dir_failure(self, partitions: list[tuple[str, int]]) -> None:
+        try:
+            await asyncio.to_thread(self.store.notify_log_dir_failure, self.config.broker_id, partitions)
+        except Exception:
+            log.exception("broker %d could not tell the controller of its offline partitions", self.config.broker_id)
+        if not self.log_manager.live_dirs:
+            # Kafka's rule: a broker that can store nothing leaves the cluster, whose other
+            # brokers lead its partitions now. (A standalone broker stays up to answer.)
+            self.fatal_error = f"every log dir is offline: {self.log_manager.failure_channel.offline_dirs()}"
+            log.critical("broker %d is shutting down: %s", self.config.broker_id, self.fatal_error)
+            self.stop_requested.set()
 
     def _write_isr(self, topic: str, partition: int, state: PartitionState):
         """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""

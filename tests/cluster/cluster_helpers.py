@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 from typing import Any
@@ -11,9 +10,7 @@ import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest_gateway.network.kafka_client import KafkaClient
 from harness.local_cluster import LocalCluster
-from loglake.protocol import ApiKey
 
 # Settings that make failures show within seconds: short ZooKeeper sessions and ISR lag,
 # no initial rebalance delay, few offsets partitions, no background leader moves.
@@ -71,17 +68,3 @@ def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout
 def partition_of(status: dict, topic: str, partition: int = 0) -> dict:
     """One partition's entry of a /cluster status."""
     return next(p for p in status["partitions"] if p["topic"] == topic and p["partition"] == partition)
-
-
-def call(bootstrap: str, api_key: ApiKey, version: int, body: dict) -> dict:
-    """One Kafka protocol request to one broker ("host:port"); the decoded response body."""
-    host, port = bootstrap.split(":")
-
-    async def go() -> dict:
-        client = KafkaClient(host, int(port))
-        try:
-            return await client.request(api_key, version, body)
-        finally:
-            await client.close()
-
-    return asyncio.run(go())

@@ -11,7 +11,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from cluster_helpers import FAST, call
+from cluster_helpers import FAST
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from harness.process import BrokerProcess
 from loglake.protocol import ApiKey

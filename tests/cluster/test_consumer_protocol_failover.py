@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_helpers import FAST, call
+from cluster_helpers import FAST
+from protocol_helpers import call
 from ingest_gateway.network.kafka_client import KafkaConnectionError
 from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode

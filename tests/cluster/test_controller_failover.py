@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster_helpers import FAST, call, partition_of, serving_get
+from cluster_helpers import FAST, partition_of, serving_get
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey

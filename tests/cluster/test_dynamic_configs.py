@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from confluent_kafka.admin import NewTopic, ResourceType
 from kazoo.client import KazooClient
 
-from cluster_helpers import call
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 

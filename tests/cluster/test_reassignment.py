@@ -16,7 +16,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from cluster_helpers import FAST, call, create_topic, read_all
+from cluster_helpers import FAST, create_topic, read_all
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from cluster_helpers import call
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 from loglake.groups.runtime import offsets_partition_for

@@ -10,7 +10,8 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from cluster_helpers import FAST, call, create_topic
+from cluster_helpers import FAST, create_topic
+from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.faults import FAULT_ENV
 from loglake.protocol import ApiKey

@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from tcp_proxy import TcpProxy
 
 from loglake.coordination.controller import Controller
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination import zookeeper
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.errors import ErrorCode, KafkaError
@@ -608,3 +608,24 @@ def test_user_and_client_names_are_sanitized_in_znode_paths(make_store) -> None:
     store.update_entity_config("users/CN%3Da%2Fb/clients/x%20y", lambda c: {**c, "producer_byte_rate": "10"})
     assert store.client.exists("/config/users/CN%3Da%2Fb/clients/x%20y") is not None
     assert store.entity_configs()["users/CN%3Da%2Fb/clients/x%20y"] == {"producer_byte_rate": "10"}
+
+
+def test_log_dir_failures_use_kafkas_notification_znodes(make_store) -> None:
+    broker, controller = make_store(), make_store()
+    notified = Recorder()
+    controller.watch_log_dir_failures(notified)
+    assert controller.take_log_dir_failures() == []
+    broker.notify_log_dir_failure(2, [("t", 0), ("u", 3)])
+    broker.notify_log_dir_failure(3, [])
+    wait_for(lambda: len(notified.last or ()) == 2, what="two notification znodes")
+    children = sorted(broker.client.get_children("/log_dir_event_notification"))
+    assert all(c.startswith("log_dir_event_") for c in children)
+    assert raw(broker, f"/log_dir_event_notification/{children[0]}") == {
+        "version": 1,
+        "broker": 2,
+        "event": 1,
+        "partitions": [{"topic": "t", "partition": 0}, {"topic": "u", "partition": 3}],
+    }
+    assert controller.take_log_dir_failures() == [LogDirFailure(2, (("t", 0), ("u", 3))), LogDirFailure(3, ())]
+    assert broker.client.get_children("/log_dir_event_notification") == []
+    assert controller.take_log_dir_failures() == []

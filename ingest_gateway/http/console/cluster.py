@@ -151,6 +151,15 @@ class Cluster:
         down = {r for p in self.status["partitions"] for r in p["replicas"]} - known
         return sorted(alive + [BrokerInfo(r, None, None, None, False) for r in down], key=lambda b: b.broker_id)
 
+    async def offline_log_dirs(self) -> dict[int, dict[str, str] | str]:
+        """Each live broker's offline log dirs with why (its /healthz); what went wrong
+        instead where it did not answer."""
+        ids = [b["broker_id"] for b in self.status["brokers"]]
+        answers = await asyncio.gather(*(self.get_json(i, "/healthz") for i in ids), return_exceptions=True)
+        return {
+            i: str(a) if isinstance(a, BaseException) else a.get("offline_log_dirs", {}) for i, a in zip(ids, answers)
+        }
+
     def partitions_of(self, topic: str) -> list[dict[str, Any]]:
         return [p for p in self.status["partitions"] if p["topic"] == topic]
 

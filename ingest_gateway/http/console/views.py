@@ -140,7 +140,15 @@ def console_routes(
             status = c.status
             topics = sorted({p["topic"] for p in status["partitions"]})
             flagged = [p for p in status["partitions"] if p["under_replicated"] or p["offline"]]
-            return page(request, "overview.html", status=status, brokers=c.brokers(), topics=topics, flagged=flagged)
+            return page(
+                request,
+                "overview.html",
+                status=status,
+                brokers=c.brokers(),
+                topics=topics,
+                flagged=flagged,
+                log_dirs=await c.offline_log_dirs(),
+            )
 
     # Topics ------------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from loglake.cli.common import cell, check, client, command_group, http_command, print_table
+import httpx
+
+from loglake.cli.common import cell, check, client, command_group, http_client, http_command, print_table
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
@@ -14,7 +16,7 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     print(f"Controller: broker {cell(controller['broker_id'])} (epoch {controller['epoch']})")
     print(f"Brokers: {len(status['brokers'])}")
     for b in status["brokers"]:
-        print(f"\tbroker {b['broker_id']}\tkafka {b['kafka']}\thttp {b['http']}")
+        print(f"\tbroker {b['broker_id']}\tkafka {b['kafka']}\thttp {b['http']}\tlog dirs: {log_dir_health(b['http'])}")
     print(
         f"Partitions: {len(status['partitions'])}\tUnderReplicated: {status['under_replicated_partitions']}"
         f"\tOffline: {status['offline_partitions']}"
@@ -38,6 +40,19 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     if len(rows) > 1:
         print_table(rows)
     return 0
+
+
+def log_dir_health(http_url: str) -> str:
+    """What a broker's /healthz says of its log dirs: "ok", or each offline dir and why."""
+    try:
+        with http_client(http_url, 5) as c:
+            health = c.get("/healthz").json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return f"unknown ({exc})"
+    offline = health.get("offline_log_dirs") or {}
+    if not offline:
+        return "ok"
+    return "; ".join(f"OFFLINE {path} ({reason})" for path, reason in sorted(offline.items()))
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from loglake.cluster.assignment import assign_replicas, validate_manual_assignment
 from loglake.config import LogConfig, validate_topic_configs, validate_topic_name
-from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
+from loglake.coordination.model import LeaderAndIsrPartition, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
@@ -82,6 +82,9 @@ class Controller:
         # The live brokers as the broker events gave them: id -> broker epoch.
         self._broker_epochs: dict[int, int] = {}
         self._known_topics: set[str] = set()
+        # Replicas on a failed log dir, by broker (Kafka's replicasOnOfflineDirs): not
+        # eligible to lead or be in sync until their broker registers again (restarted).
+        self._offline_replicas: dict[int, set[tuple[str, int]]] = {}
         self.stats = ControllerStats()
 
     @property
@@ -100,6 +103,9 @@ class Controller:
                 return False
             brokers = self._store.brokers()
             self._broker_epochs = {b.broker_id: b.epoch for b in brokers.values()}
+            # Failures the previous controller handled are in the partition states already.
+            self._offline_replicas = {}
+            self._record_log_dir_failures(self._store.take_log_dir_failures())
             topics = self._store.topics()
             self._known_topics = set(topics)
             for topic in topics.values():
@@ -143,6 +149,9 @@ class Controller:
             bounced = {b for b in live & known if brokers[b] != self._broker_epochs[b]}
             dead, joined = known - live, (live - known) | bounced
             self._broker_epochs = dict(brokers)
+            for broker in dead | joined:
+                # A restarted broker tried its log dirs again: what loaded is online.
+                self._offline_replicas.pop(broker, None)
             if not dead and not joined:
                 return
             for topic in self._store.topics().values():
@@ -197,6 +206,51 @@ class Controller:
                     completed |= not topics[name].is_reassigning(p)
             if completed:
                 self._channel.send_update_metadata(self.epoch)
+
+    def on_log_dir_failures(self, _token: object = None) -> None:
+        """Brokers lost log dirs (KIP-112): their replicas there can neither lead nor stay
+        in sync. Partitions they led get a new leader from the rest of the ISR (unclean
+        only if configured; offline, leader -1, without a candidate); the others drop
+        them from the ISR. Every replica of those partitions is told, the failed broker
+        included (it stops fetching them)."""
+        with self._lock:
+            if self.epoch is None:
+                return
+            touched = self._record_log_dir_failures(self._store.take_log_dir_failures())
+            if not touched:
+                return
+            topics = self._store.topics()
+            for name, partitions in sorted(touched.items()):
+                topic = topics.get(name)
+                if topic is None:
+                    continue
+                changed = set(self._elect_offline_leaders(topic, self._live))
+                changed |= set(self._remove_dead_from_isr(topic, self._live))
+                self._send_leader_and_isr(topic, sorted(changed | (partitions & set(topic.assignment))))
+            self._channel.send_update_metadata(self.epoch)
+
+    def _record_log_dir_failures(self, failures: list[LogDirFailure]) -> dict[str, set[int]]:
+        """Remember the offline replicas of live brokers (a dead broker's failure is void:
+        its restart tries the dir again); returns the partitions concerned, by topic."""
+        touched: dict[str, set[int]] = {}
+        for failure in failures:
+            if failure.broker_id not in self._live:
+                continue
+            log.warning(
+                "broker %d lost a log dir: its replicas of %d partitions are offline",
+                failure.broker_id,
+                len(failure.partitions),
+            )
+            self._offline_replicas.setdefault(failure.broker_id, set()).update(failure.partitions)
+            for name, p in failure.partitions:
+                touched.setdefault(name, set()).add(p)
+        return touched
+
+    def _eligible(self, name: str, p: int, live: set[int]) -> set[int]:
+        """The brokers of `live` whose replica of the partition is not on a failed log dir."""
+        if not self._offline_replicas:
+            return live
+        return {b for b in live if (name, p) not in self._offline_replicas.get(b, ())}
 
     def on_reassignment_request(self, _token: object = None) -> None:
         """A tool wrote /admin/reassign_partitions: start those reassignments, remove the request."""
@@ -399,7 +453,9 @@ class Controller:
                 try:
                     if state is None:  # created a moment ago, its state not written yet
                         raise KafkaError(_ELECTION_FAILED[election_type], "the partition is not online yet; retry")
-                    new = _elected_state(election_type, topic.assignment[p], state, live, epoch)
+                    new = _elected_state(
+                        election_type, topic.assignment[p], state, self._eligible(name, p, live), epoch
+                    )
                     if self._store.update_partition_state(name, p, new, state.version) is None:
                         raise KafkaError(
                             _ELECTION_FAILED[election_type], "the partition state changed during the election; retry"
@@ -562,9 +618,10 @@ class Controller:
         unclean = LogConfig.from_properties(topic.config, self._topic_defaults()).unclean_leader_election_enable
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
-            if state.leader in live:
+            eligible = self._eligible(topic.name, p, live)
+            if state.leader in eligible:
                 continue
-            new = _offline_partition_leader(topic.assignment[p], state, live, unclean, epoch)
+            new = _offline_partition_leader(topic.assignment[p], state, eligible, unclean, epoch)
             if new is None:
                 if state.leader == -1:
                     continue
@@ -576,13 +633,15 @@ class Controller:
         return changed
 
     def _remove_dead_from_isr(self, topic: TopicDescription, live: set[int]) -> list[int]:
-        """Drop followers not in `live` from the ISR of partitions whose leader is live."""
+        """Drop followers not in `live` (or whose replica is on a failed log dir) from the
+        ISR of partitions whose leader is live."""
         epoch = self._require_active()
         changed = []
         for p, state in self._store.partition_states(topic.name).items():
-            if state.leader not in live:
+            eligible = self._eligible(topic.name, p, live)
+            if state.leader not in eligible:
                 continue
-            isr = tuple(r for r in state.isr if r in live)
+            isr = tuple(r for r in state.isr if r in eligible)
             if isr == state.isr:
                 continue
             new = PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)

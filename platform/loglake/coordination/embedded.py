@@ -2,7 +2,8 @@
 
 It lets `make demo` and a standalone broker run the same controller code as a cluster,
 without ZooKeeper. The file is replaced atomically (write, fsync, rename) on every
-change, so a crash leaves either the old or the new document.
+change, so a crash leaves either the old or the new document; a change that cannot be
+written (a full or failing disk) is not made, and fails with KAFKA_STORAGE_ERROR.
 
 The single node is always the controller once it called `elect_controller` (each call
 is a new election with the next epoch). There is no session: nothing expires, and
@@ -13,17 +14,17 @@ synchronously, on the thread of the call that changed what they watch.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.security.acls import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 from loglake.errors import ErrorCode, KafkaError
+from loglake.storage.fileutil import atomic_write_text
 
 METADATA_FILE = "embedded-cluster-metadata.json"
 
@@ -44,26 +45,32 @@ class EmbeddedMetadataStore(MetadataStore):
         self._path = Path(log_dir) / METADATA_FILE
         self._path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._cluster_id: str | None = None
         self._brokers: dict[int, BrokerEndpoint] = {}
-        self._topics: dict[str, TopicDescription] = {}
-        self._states: dict[str, dict[int, PartitionState]] = {}
-        self._controller_epoch = 0
         self._controller_id: int | None = None
+        self._reset_persistent()
+        self._watches: list[_LocalWatch] = []
+        # ISR change notifications (one broker: its own), kept in memory like the watches.
+        self._isr_changes: list[list[tuple[str, int]]] = []
+        self._isr_changes_notified = 0
+        self._log_dir_failures: list[LogDirFailure] = []
+        self._log_dir_failures_notified = 0
+        # Held while callbacks run, so each watch hears of changes one at a time and in
+        # order; reentrant so a callback may itself change the store.
+        self._notify_lock = threading.RLock()
+        self._load()
+
+    def _reset_persistent(self) -> None:
+        """What the file holds, empty (before `_load`); registrations and watches stay."""
+        self._cluster_id: str | None = None
+        self._controller_epoch = 0
         self._next_producer_id = 0
         self._pending_deletions: set[str] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._entity_configs: dict[str, dict[str, str]] = {}  # users/<u>, clients/<c>, ...
         self._acls: dict[ResourcePattern, list[AccessControlEntry]] = {}
+        self._topics: dict[str, TopicDescription] = {}
+        self._states: dict[str, dict[int, PartitionState]] = {}
         self._tiered: dict[str, dict[int, int]] = {}
-        self._watches: list[_LocalWatch] = []
-        # ISR change notifications (one broker: its own), kept in memory like the watches.
-        self._isr_changes: list[list[tuple[str, int]]] = []
-        self._isr_changes_notified = 0
-        # Held while callbacks run, so each watch hears of changes one at a time and in
-        # order; reentrant so a callback may itself change the store.
-        self._notify_lock = threading.RLock()
-        self._load()
 
     def _load(self) -> None:
         if not self._path.exists():
@@ -130,12 +137,15 @@ class EmbeddedMetadataStore(MetadataStore):
                 for name, t in self._topics.items()
             },
         }
-        tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        try:
+            atomic_write_text(self._path, json.dumps(doc, indent=1, sort_keys=True))
+        except OSError as exc:
+            # The change is not made: memory goes back to what the file holds.
+            self._reset_persistent()
+            self._load()
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"the cluster metadata could not be written to {self._path}: {exc}"
+            ) from exc
 
     # Watches -------------------------------------------------------------------------------
 
@@ -152,6 +162,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 return sorted(self._pending_deletions)
             if kind == "isr_changes":
                 return self._isr_changes_notified
+            if kind == "log_dir_failures":
+                return self._log_dir_failures_notified
             if kind == "broker_configs":
                 return {entity: dict(c) for entity, c in self._broker_configs.items()}
             if kind == "entity_configs":
@@ -205,6 +217,20 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         self._watch("isr_changes", callback)
+
+    def notify_log_dir_failure(self, broker_id: int, partitions: list[tuple[str, int]]) -> None:
+        with self._lock:
+            self._log_dir_failures.append(LogDirFailure(broker_id, tuple(partitions)))
+            self._log_dir_failures_notified += 1
+        self._notify("log_dir_failures")
+
+    def take_log_dir_failures(self) -> list[LogDirFailure]:
+        with self._lock:
+            taken, self._log_dir_failures = self._log_dir_failures, []
+        return taken
+
+    def watch_log_dir_failures(self, callback: Callable[[object], None]) -> None:
+        self._watch("log_dir_failures", callback)
 
     def entity_config(self, entity: str) -> dict[str, str]:
         with self._lock:

@@ -101,3 +101,11 @@ class LeaderAndIsrPartition:
     replicas: tuple[int, ...]
     state: PartitionState
     config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogDirFailure:
+    """A broker's log dir went offline, taking its replicas of `partitions` with it."""
+
+    broker_id: int
+    partitions: tuple[tuple[str, int], ...]

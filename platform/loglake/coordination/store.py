@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Callable
 
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
 from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MECHANISMS
@@ -119,6 +119,23 @@ class MetadataStore(ABC):
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         """Call `callback` (with a token that differs each time) now and whenever an ISR
         change is notified."""
+
+    # Log dir failures (KIP-112) ----------------------------------------------------------------
+
+    @abstractmethod
+    def notify_log_dir_failure(self, broker_id: int, partitions: list[tuple[str, int]]) -> None:
+        """A log dir of `broker_id` went offline with these partitions' replicas: tell the
+        controller (ZooKeeper: a /log_dir_event_notification/log_dir_event_ node, as Kafka's
+        brokers write, with the partitions added)."""
+
+    @abstractmethod
+    def take_log_dir_failures(self) -> list[LogDirFailure]:
+        """Every log dir failure notified and not yet taken, oldest first; taking removes them."""
+
+    @abstractmethod
+    def watch_log_dir_failures(self, callback: Callable[[object], None]) -> None:
+        """Call `callback` (with a token that differs each time) now and whenever a log dir
+        failure is notified."""
 
     def reassignment_request(self) -> dict[tuple[str, int], tuple[int, ...]]:
         """A reassignment written by a tool (ZooKeeper: /admin/reassign_partitions, Kafka's

@@ -55,7 +55,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.retry import KazooRetry
 
-from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.security.acls import RESOURCE_NAMES, AccessControlEntry, PatternType, ResourcePattern
 from loglake.errors import ErrorCode, KafkaError
@@ -85,6 +85,10 @@ DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGES = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
+LOG_DIR_EVENTS = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+# Kafka's LogDirEventNotificationHandler.LogDirFailureEvent.
+LOG_DIR_FAILURE_EVENT = 1
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CLUSTER_ID = "/cluster/id"
 PERSISTENT_ROOTS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS)
@@ -102,6 +106,10 @@ def _now_ms() -> str:
 
 def _host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _partitions_of(doc: dict) -> list[tuple[str, int]]:
+    return [(str(e["topic"]), int(e["partition"])) for e in doc.get("partitions", [])]
 
 
 def topic_path(name: str) -> str:
@@ -771,29 +779,52 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._retry(self._client.create, f"{ISR_CHANGES}/{ISR_CHANGE_PREFIX}", doc, sequence=True, makepath=True)
 
     def take_isr_changes(self) -> list[tuple[str, int]]:
-        return self._retry(self._take_isr_changes)
+        docs = self._retry(self._take_notifications, ISR_CHANGES)
+        return [tp for doc in docs for tp in _partitions_of(doc)]
 
-    def _take_isr_changes(self) -> list[tuple[str, int]]:
+    def _take_notifications(self, parent: str) -> list[dict]:
+        """The documents of `parent`'s sequential children, oldest first, each deleted once read."""
         try:
-            children = self._client.get_children(ISR_CHANGES)
+            children = self._client.get_children(parent)
         except NoNodeError:
             return []
-        replies = {c: self._client.get_async(f"{ISR_CHANGES}/{c}") for c in children}
+        replies = {c: self._client.get_async(f"{parent}/{c}") for c in children}
         taken = []
         for child, reply in sorted(replies.items()):
             try:
-                doc = json.loads(reply.get()[0])
+                taken.append(json.loads(reply.get()[0]))
             except NoNodeError:
                 continue  # taken by a controller that was active a moment ago
-            taken.extend((str(e["topic"]), int(e["partition"])) for e in doc.get("partitions", []))
             try:
-                self._client.delete(f"{ISR_CHANGES}/{child}")
+                self._client.delete(f"{parent}/{child}")
             except NoNodeError:
                 pass
         return taken
 
     def watch_isr_changes(self, callback: Callable[[object], None]) -> None:
         self._add_watch(self._children_reader(ISR_CHANGES), tuple, callback)
+
+    def notify_log_dir_failure(self, broker_id: int, partitions: list[tuple[str, int]]) -> None:
+        doc = _dumps(
+            {
+                "version": 1,
+                "broker": broker_id,
+                "event": LOG_DIR_FAILURE_EVENT,
+                "partitions": [{"topic": t, "partition": p} for t, p in partitions],
+            }
+        )
+        self._retry(self._client.create, f"{LOG_DIR_EVENTS}/{LOG_DIR_EVENT_PREFIX}", doc, sequence=True, makepath=True)
+
+    def take_log_dir_failures(self) -> list[LogDirFailure]:
+        docs = self._retry(self._take_notifications, LOG_DIR_EVENTS)
+        return [
+            LogDirFailure(int(doc["broker"]), tuple(_partitions_of(doc)))
+            for doc in docs
+            if doc.get("event") == LOG_DIR_FAILURE_EVENT
+        ]
+
+    def watch_log_dir_failures(self, callback: Callable[[object], None]) -> None:
+        self._add_watch(self._children_reader(LOG_DIR_EVENTS), tuple, callback)
 
     def reassignment_request(self) -> dict[tuple[str, int], tuple[int, ...]]:
         try:

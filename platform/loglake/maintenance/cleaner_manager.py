@@ -145,9 +145,12 @@ class LogCleanerManager:
 
     def _write_checkpoint(self, log_dir: Path) -> None:
         hosted = {(log.topic, log.partition) for log in self._log_manager.all_logs() if log.dir.parent == log_dir}
-        OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).write(
-            {k: v for k, v in self._checkpoints.items() if k in hosted}
-        )
+        try:
+            OffsetCheckpointFile(log_dir / CLEANER_OFFSET_CHECKPOINT).write(
+                {k: v for k, v in self._checkpoints.items() if k in hosted}
+            )
+        except OSError as exc:
+            self._log_manager.failure_channel.report(log_dir, f"writing {CLEANER_OFFSET_CHECKPOINT}", exc)
 
     def describe(self, log: Log) -> dict[str, Any]:
         """Dirty ratio and last cleaning of a compacted log (for `topics describe`)."""

@@ -130,13 +130,16 @@ class LogCleaner:
         log = candidate.log
         stats = CleanerStats()
         offset_map = OffsetMap(self.map_capacity)
-        build_offset_map(log, candidate.first_dirty_offset, candidate.first_uncleanable_offset, offset_map, stats)
-        if offset_map.end_offset == candidate.first_dirty_offset and candidate.dirty_bytes:
-            raise LogCleaningAborted(
-                f"not one batch of {log.topic}-{log.partition} fits log.cleaner.dedupe.buffer.size="
-                f"{self.config.dedupe_buffer_size}"
-            )
-        result = clean_log(log, offset_map, now_ms(), stats)
+        try:
+            build_offset_map(log, candidate.first_dirty_offset, candidate.first_uncleanable_offset, offset_map, stats)
+            if offset_map.end_offset == candidate.first_dirty_offset and candidate.dirty_bytes:
+                raise LogCleaningAborted(
+                    f"not one batch of {log.topic}-{log.partition} fits log.cleaner.dedupe.buffer.size="
+                    f"{self.config.dedupe_buffer_size}"
+                )
+            result = clean_log(log, offset_map, now_ms(), stats)
+        except OSError as exc:
+            raise log.storage_error("cleaning", exc) from exc  # its log dir goes offline
         self._record(log, "broker", result, candidate.dirty_ratio)
         return result
 
@@ -152,7 +155,10 @@ class LogCleaner:
         result = None
         try:
             stats = CleanerStats()
-            result = clean_log(log, OffsetMap.of(keys, offsets, end_offset), now, stats)
+            try:
+                result = clean_log(log, OffsetMap.of(keys, offsets, end_offset), now, stats)
+            except OSError as exc:
+                raise log.storage_error("cleaning", exc) from exc
             self._record(log, "spark", result, None)
             return result
         finally:

@@ -45,6 +45,8 @@ class CheckpointFile:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
+        except UnicodeDecodeError:
+            raise CheckpointFileError(f"{self.path}: not text") from None
         lines = text.splitlines()
         if len(lines) < 2:
             raise CheckpointFileError(f"{self.path}: expected a version and a count, got {len(lines)} lines")

@@ -72,12 +72,18 @@ class FileRecords:
         """Write `buffers` back to back at the end; returns the position they start at."""
         position = self._size
         total = sum(memoryview(b).nbytes for b in buffers)
-        written = os.pwritev(self._fd, buffers, position)
-        if written < total:  # short writes are rare on regular files; finish byte-wise
-            rest = memoryview(b"".join(buffers))[written:]
-            while rest:
-                n = os.pwrite(self._fd, rest, position + total - len(rest))
-                rest = rest[n:]
+        try:
+            written = os.pwritev(self._fd, buffers, position)
+            if written < total:  # a short write (a disk filling up): finish it, or fail below
+                rest = memoryview(b"".join(buffers))[written:]
+                while rest:
+                    n = os.pwrite(self._fd, rest, position + total - len(rest))
+                    rest = rest[n:]
+        except OSError:
+            # Whatever part got written goes, so the file never holds half a batch that a
+            # later append or a clean restart could take for data.
+            os.ftruncate(self._fd, position)
+            raise
         self._size = position + total
         return position
 

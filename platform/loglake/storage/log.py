@@ -21,6 +21,7 @@ and starts no later than the first segment whose `.txnindex` recovery emptied.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shutil
@@ -35,6 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from loglake.config import LogConfig
 from loglake.scheduler import Scheduler
@@ -53,8 +55,10 @@ from loglake.record.header import (
     validate_batch,
 )
 from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlice
-from loglake.storage.fileutil import fsync_dir
+from loglake.storage.checkpoints import CheckpointFileError
+from loglake.storage.fileutil import fsync_dir, remove_temp_files
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
+from loglake.storage.log_dir_failure import LogDirFailureChannel
 from loglake.storage.producer_state import BatchMetadata, LastRecord, ProducerStateManager, sync_snapshot
 from loglake.storage.segment import DELETED_FILE_SUFFIX, LogSegment, now_ms
 from loglake.storage.segment_swap import complete_interrupted_swaps, swap_in
@@ -73,6 +77,33 @@ _BASE_TIMESTAMP_POS = 27
 
 # Rolled segments are fsynced off the append path, as Kafka's "flush-log" task does.
 _flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loglake-flush")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _storage_op(
+    what: str, check_online: bool = True
+) -> Callable[[Callable[Concatenate[Log, _P], _R]], Callable[Concatenate[Log, _P], _R]]:
+    """Route an OSError of the method to the log's failure channel (its dir goes offline)
+    and raise KAFKA_STORAGE_ERROR instead; with `check_online`, refuse at once when the
+    dir is offline already, so nothing more is tried on a failed disk."""
+
+    def wrap(method: Callable[Concatenate[Log, _P], _R]) -> Callable[Concatenate[Log, _P], _R]:
+        @functools.wraps(method)
+        def run(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            channel = self.failure_channel
+            if check_online and channel is not None:
+                channel.check_online(self._dir.parent)
+            try:
+                return method(self, *args, **kwargs)
+            except OSError as exc:
+                raise self.storage_error(what, exc) from exc
+
+        return run
+
+    return wrap
 
 
 def parse_topic_partition(name: str) -> tuple[str, int] | None:
@@ -162,6 +193,8 @@ class Log:
         self._producers = ProducerStateManager(dir)  # loaded by open()
         # The producer state's first unstable offset, published for lock-free readers.
         self._first_unstable: int | None = None
+        # Where this log's I/O errors go (set by the LogManager); None: they only raise.
+        self.failure_channel: LogDirFailureChannel | None = None
 
     @classmethod
     def open(
@@ -186,7 +219,15 @@ class Log:
         if not dir.exists():
             dir.mkdir(parents=True)
             fsync_dir(dir.parent)
-        epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+        remove_temp_files(dir)
+        try:
+            epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+        except CheckpointFileError as exc:
+            # The batches carry their leader epochs: recovering every segment refills it.
+            logger.warning("%s; rebuilding it from the log, whose segments are all recovered", exc)
+            (dir / LEADER_EPOCH_CHECKPOINT).unlink()
+            epochs = LeaderEpochFileCache(dir / LEADER_EPOCH_CHECKPOINT)
+            had_clean_shutdown, recovery_point = False, 0
         complete_interrupted_swaps(dir)
         segments = _load_segments(dir, config, epochs, None if had_clean_shutdown else recovery_point)
         if not segments:
@@ -204,6 +245,13 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, end={self.log_end_offset})"
+
+    def storage_error(self, what: str, cause: OSError) -> KafkaError:
+        """Report an I/O error of this log (its dir goes offline); the error to raise."""
+        message = f"{what} {self.topic}-{self.partition} in {self._dir.parent}"
+        if self.failure_channel is None:
+            return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{message} failed: {cause}")
+        return self.failure_channel.report(self._dir.parent, message + " failed", cause)
 
     # State -------------------------------------------------------------------------------
 
@@ -301,6 +349,7 @@ class Log:
                 break
         return aborted
 
+    @_storage_op("writing the leader epochs of")
     def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
         """A new leader epoch starts at `start_offset` (normally the LEO on election)."""
         with self._lock:
@@ -312,6 +361,7 @@ class Log:
 
     # Appending ---------------------------------------------------------------------------
 
+    @_storage_op("append to")
     def append_as_leader(
         self, records: Bytes, leader_epoch: int, now_ms: int | None = None, *, from_coordinator: bool = False
     ) -> LogAppendInfo:
@@ -384,6 +434,7 @@ class Log:
             len(view),
         )
 
+    @_storage_op("append to")
     def append_as_follower(self, records: Bytes) -> LogAppendInfo:
         """Append batches replicated from the leader, keeping their offsets and epochs.
 
@@ -468,18 +519,18 @@ class Log:
 
     @contextmanager
     def _undone_on_io_error(self) -> Iterator[None]:
-        """Keep an append all or nothing when the disk fails midway: cut what it wrote."""
+        """Keep an append all or nothing when the disk fails midway: cut what it wrote
+        (the caller's `_storage_op` then takes the dir offline)."""
         start = self._end.offset
         try:
             yield
-        except OSError as exc:
+        except OSError:
             try:
                 self._truncate_locked(start)
             except OSError:
+                # Recovery at the next start cuts it: the recovery point is below it.
                 logger.exception("could not undo a failed append to %s", self._dir)
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"append to {self.topic}-{self.partition} failed: {exc}"
-            ) from exc
+            raise
 
     def _finish_append(self, next_offset: int) -> bool:
         """Publish the new log end; returns whether flush.messages asks for a flush."""
@@ -489,6 +540,7 @@ class Log:
 
     # Reading -----------------------------------------------------------------------------
 
+    @_storage_op("read of")
     def read(
         self, start_offset: int, max_bytes: int, max_offset: int | None = None, min_one_message: bool = True
     ) -> LogSlice:
@@ -531,6 +583,7 @@ class Log:
                 return found
         return LogSlice.empty(start_offset)
 
+    @_storage_op("read of")
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with a timestamp >= `timestamp`: the
         first batch whose max timestamp reaches it, then the first such record in it.
@@ -551,6 +604,7 @@ class Log:
 
     # Segments ----------------------------------------------------------------------------
 
+    @_storage_op("roll of")
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the LEO (no-op when the active one is empty)."""
         with self._lock:
@@ -574,9 +628,10 @@ class Log:
         # the published end, which is what the state covers.
         self._producers.remove_expired_producers(now)
         snapshot = self._producers.take_snapshot(self._end.offset, sync=False)
-        self._pending_flushes.append(_flusher.submit(_sync_snapshot_in_background, snapshot))
+        self._pending_flushes.append(_flusher.submit(self._sync_snapshot_in_background, snapshot))
         return segment
 
+    @_storage_op("roll of")
     def roll_if_segment_ms_elapsed(self, now: int | None = None) -> bool:
         """Roll a non-empty active segment older than segment.ms even though nothing is
         appended (a quiet topic), so retention and tiering can take it. Returns whether it rolled."""
@@ -589,6 +644,7 @@ class Log:
             self._end = LogOffsetMetadata(self._end.offset, self._segments[-1].base_offset, 0)
             return True
 
+    @_storage_op("retention of")
     def delete_old_segments(self, high_watermark: int, now: int | None = None, tiered_offset: int = 0) -> int:
         """Kafka's UnifiedLog.deleteOldSegments: delete the oldest segments wholly below the
         log start offset; then, if cleanup.policy has `delete`, the oldest while the log
@@ -642,6 +698,7 @@ class Log:
 
         return self._delete_leading_segments(deletable)
 
+    @_storage_op("moving the start of")
     def increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start forward (DeleteRecords, retention); whole segments below it
         are deleted. Returns False if `offset` is not past the current start."""
@@ -714,6 +771,7 @@ class Log:
                 for pid, entry in self._producers.producers.items()
             }
 
+    @_storage_op("swapping cleaned segments into")
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment], truncation_count: int) -> bool:
         """Swap the flushed `.cleaned` segment `new` in for the consecutive rolled segments
         `old` (see `segment_swap`). Returns False, deleting `new`, when the log changed under
@@ -738,6 +796,7 @@ class Log:
 
     # Truncation --------------------------------------------------------------------------
 
+    @_storage_op("truncation of")
     def truncate_to(self, offset: int) -> bool:
         """Drop every offset >= `offset` (a follower's divergent tail); returns whether
         anything was dropped. A batch holding `offset` goes whole; the LEO becomes `offset`."""
@@ -774,6 +833,7 @@ class Log:
         self._recovery_point = min(self._recovery_point, offset)
         self._truncations += 1
 
+    @_storage_op("truncation of")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete everything; the log restarts empty at `offset` (start = end = offset)."""
         with self._lock:
@@ -822,6 +882,7 @@ class Log:
 
     # Durability and lifecycle ------------------------------------------------------------
 
+    @_storage_op("flush of")
     def flush(self, up_to: int | None = None) -> None:
         """fsync the not-yet-flushed segments holding offsets below `up_to` (default: the
         LEO) and move the recovery point there."""
@@ -853,13 +914,24 @@ class Log:
     def _flush_in_background(self, up_to: int) -> None:
         try:
             self.flush(up_to)
+        except KafkaError:
+            pass  # a storage error, reported to the failure channel by flush
         except Exception:
             logger.exception("flushing %s up to offset %d failed", self._dir, up_to)
+
+    def _sync_snapshot_in_background(self, path: Path) -> None:
+        try:
+            sync_snapshot(path)
+        except OSError as exc:
+            self.storage_error("fsync of the producer state snapshot of", exc)
+        except Exception:
+            logger.exception("fsync of producer state snapshot %s failed", path)
 
     def _await_background_flushes(self) -> None:
         for future in self._pending_flushes:
             future.result()
 
+    @_storage_op("closing", check_online=False)
     def close(self) -> None:
         """Snapshot the producer state, then close every file (no flush of the segments:
         call flush() first for a clean shutdown)."""
@@ -874,6 +946,14 @@ class Log:
             for segment in self._segments:
                 segment.close()
 
+    def close_handlers(self) -> None:
+        """Close every file without writing anything: its log dir went offline (a fetch
+        still sending from it fails, as the disk would make it)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close_handlers()
+
+    @_storage_op("moving")
     def rename_dir(self, new_dir: Path) -> None:
         """Move the partition directory (e.g. to `<dir>.<uuid>-delete`); files stay open."""
         with self._lock:
@@ -885,6 +965,7 @@ class Log:
             self._epochs.path = new_dir / LEADER_EPOCH_CHECKPOINT
             self._producers.dir = new_dir
 
+    @_storage_op("deleting", check_online=False)
     def delete(self) -> None:
         """Remove the log's files and directory. Slices already handed out stay readable."""
         self._await_background_flushes()
@@ -899,13 +980,6 @@ class Log:
 
 def _now(now: int | None) -> int:
     return now_ms() if now is None else now
-
-
-def _sync_snapshot_in_background(path: Path) -> None:
-    try:
-        sync_snapshot(path)
-    except Exception:
-        logger.exception("fsync of producer state snapshot %s failed", path)
 
 
 def _duplicate_append_info(

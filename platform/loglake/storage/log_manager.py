@@ -6,8 +6,14 @@ recovery point. The marker is removed once the logs are loaded, so a crash from 
 is noticed at the next start, and written again by `shutdown` after the final flush and
 checkpoints.
 
-A log dir that cannot be opened at start-up is offline (Kafka's offline log dir): no log
-is loaded from or created in it, and DescribeLogDirs reports it with KAFKA_STORAGE_ERROR.
+A log dir that cannot be opened at start-up, or whose disk fails or fills up later, is
+offline (Kafka's offline log dir, KIP-112): every I/O error in it is reported to the
+manager's `LogDirFailureChannel`, which takes the dir offline at once (nothing more is
+tried on its disk); then, on the scheduler thread, `handle_log_dir_failure` drops its
+logs, remembers their partitions as offline (they are not created again elsewhere: their
+data is still on the failed disk) and tells the `offline_listeners` (the broker's replica
+manager). New logs go to the live dirs only; DescribeLogDirs reports an offline dir with
+KAFKA_STORAGE_ERROR. The dir is tried again at the next start.
 
 Moving a replica to another log dir (AlterReplicaLogDirs, KIP-113) goes through a future
 log, `<topic>-<partition>.<uuid>-future` in the target dir, which the broker fills from
@@ -42,7 +48,8 @@ from loglake.storage.checkpoints import (
     CheckpointFileError,
     OffsetCheckpointFile,
 )
-from loglake.storage.fileutil import atomic_write_text
+from loglake.storage.fileutil import atomic_write_text, remove_temp_files
+from loglake.storage.log_dir_failure import LogDirFailureChannel
 from loglake.storage.log import Log, future_log_dir_name, parse_future_topic_partition, parse_topic_partition
 from loglake.storage.meta_properties import (
     META_PROPERTIES,
@@ -74,7 +81,14 @@ class LogManager:
         self.log_dirs = [Path(d).absolute() for d in log_dirs]
         self.default_config = default_config
         self.broker_id = broker_id
-        self.offline_dirs: set[Path] = set()
+        self.failure_channel = LogDirFailureChannel()
+        self.failure_channel.listeners.append(self._on_dir_offline)
+        # Told (log dir, its partitions now offline) on the scheduler thread after a dir
+        # went offline; `live_dirs` is then empty if it was the last one.
+        self.offline_listeners: list[Callable[[Path, list[TopicPartition]], None]] = []
+        self._handled_offline: set[Path] = set()
+        # Partitions whose log is in an offline dir: not created anywhere else until restart.
+        self._offline_partitions: dict[TopicPartition, Path] = {}
         self._logs: dict[TopicPartition, Log] = {}
         self._future_logs: dict[TopicPartition, Log] = {}
         # Where a partition not yet hosted is to be created (AlterReplicaLogDirs before LeaderAndIsr).
@@ -92,25 +106,72 @@ class LogManager:
         for log_dir in self.live_dirs:
             try:
                 self._load_dir(log_dir)
-            except OSError:
-                self._take_offline(log_dir)
+            except OSError as exc:
+                self._take_offline(log_dir, "loading the logs", exc)
         self._promote_orphan_futures()
         # How long loading (and, after an unclean shutdown, recovering) the logs took.
         self.recovery_seconds = time.monotonic() - started
 
     @property
     def live_dirs(self) -> list[Path]:
-        return [d for d in self.log_dirs if d not in self.offline_dirs]
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
 
-    def _take_offline(self, log_dir: Path) -> None:
-        logger.exception("log dir %s is offline", log_dir)
-        self.offline_dirs.add(log_dir)
-        for logs in (self._logs, self._future_logs):
-            for key, log in list(logs.items()):
-                if log.dir.parent == log_dir:
-                    del logs[key]
+    @property
+    def offline_dirs(self) -> set[Path]:
+        return set(self.failure_channel.offline_dirs())
+
+    def offline_partitions(self) -> dict[TopicPartition, Path]:
+        """Partitions whose log is in an offline dir, with that dir."""
+        with self._lock:
+            return dict(self._offline_partitions)
+
+    def _take_offline(self, log_dir: Path, what: str, cause: OSError) -> None:
+        """At start-up: a dir that cannot be read or stamped stays offline; the broker
+        starts on the others (Kafka's rule), and refuses to start without any."""
+        self.failure_channel.report(log_dir, f"{what} in {log_dir} failed", cause)
+        self.handle_log_dir_failure(log_dir)
         if not self.live_dirs:
-            raise RuntimeError(f"every log dir is offline: {[str(d) for d in self.log_dirs]}")
+            raise RuntimeError(
+                f"every log dir is offline: {self.failure_channel.offline_dirs()}; "
+                "fix or replace the disks (or the log.dirs setting) and start again"
+            )
+
+    def _on_dir_offline(self, log_dir: Path) -> None:
+        # On the failing call's thread, perhaps under a log's lock: hand the work over.
+        self.scheduler.schedule_once(f"log-dir-failure {log_dir}", lambda: self.handle_log_dir_failure(log_dir))
+
+    def handle_log_dir_failure(self, log_dir: Path) -> list[TopicPartition]:
+        """Drop the logs of an offline dir (Kafka's LogManager.handleLogDirFailure): their
+        partitions are offline until restart, a future log there is abandoned (the
+        current log stays), and the future logs of its partitions elsewhere are dropped
+        too. Tells the `offline_listeners`; returns the partitions now offline. Runs once
+        per dir."""
+        with self._lock:
+            if log_dir in self._handled_offline:
+                return []
+            self._handled_offline.add(log_dir)
+            offline = sorted(key for key, log in self._logs.items() if log.dir.parent == log_dir)
+            dropped = []
+            for key in offline:
+                dropped.append(self._logs.pop(key))
+                self._offline_partitions[key] = log_dir
+            for key, future in list(self._future_logs.items()):
+                if future.dir.parent == log_dir or key in self._offline_partitions:
+                    dropped.append(self._future_logs.pop(key))
+            self._preferred_dirs = {k: d for k, d in self._preferred_dirs.items() if d != log_dir}
+        for log in dropped:
+            if log.dir.parent == log_dir:
+                log.close_handlers()  # the failed disk's files; the others' stay for restart
+        logger.error(
+            "log dir %s is offline: %d partitions offline (%s); %d log dirs remain online",
+            log_dir,
+            len(offline),
+            ", ".join(f"{t}-{p}" for t, p in offline[:20]) + (" ..." if len(offline) > 20 else ""),
+            len(self.live_dirs),
+        )
+        for listener in list(self.offline_listeners):
+            listener(log_dir, offline)
+        return offline
 
     def _check_meta_properties(self, cluster_id: str | None) -> str:
         """Every dir must be this broker's and this cluster's; new dirs are stamped."""
@@ -119,8 +180,8 @@ class LogManager:
             try:
                 log_dir.mkdir(parents=True, exist_ok=True)
                 meta = MetaProperties.read(log_dir / META_PROPERTIES)
-            except OSError:
-                self._take_offline(log_dir)
+            except OSError as exc:
+                self._take_offline(log_dir, f"reading {META_PROPERTIES}", exc)
                 continue
             if meta is None:
                 continue
@@ -142,12 +203,16 @@ class LogManager:
         resolved = cluster_ids.pop() if cluster_ids else new_cluster_id()
         for log_dir in self.live_dirs:
             if log_dir not in found:
-                MetaProperties(self.broker_id, resolved).write(log_dir / META_PROPERTIES)
+                try:
+                    MetaProperties(self.broker_id, resolved).write(log_dir / META_PROPERTIES)
+                except OSError as exc:
+                    self._take_offline(log_dir, f"writing {META_PROPERTIES}", exc)
         return resolved
 
     def _load_dir(self, log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
+        remove_temp_files(log_dir)
         recovery_points = _read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = _read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         loaded = 0
@@ -200,10 +265,14 @@ class LogManager:
     def get_future_log(self, topic: str, partition: int) -> Log | None:
         return self._future_logs.get((topic, partition))
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None, is_new: bool = True
+    ) -> Log:
         """The partition's log, created in the log dir with the fewest partitions if new.
         A given `config` replaces the config of an existing log (it was loaded with the
-        defaults at start-up)."""
+        defaults at start-up). A replica that is not `is_new` (it existed before) is not
+        created while a log dir is offline: its log may be there (Kafka's rule), and a
+        second copy elsewhere would stop the next start-up."""
         with self._lock:
             log = self._logs.get((topic, partition))
             if log is not None:
@@ -213,17 +282,35 @@ class LogManager:
             validate_topic_name(topic)
             if partition < 0:
                 raise ValueError(f"partition {partition} is negative")
+            offline_in = self._offline_partitions.get((topic, partition))
+            if offline_in is not None:
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}-{partition} is in log dir {offline_in}, which is offline"
+                )
+            offline_dirs = self.failure_channel.offline_dirs()
+            if not is_new and offline_dirs:
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR,
+                    f"{topic}-{partition} is not here and may be on an offline log dir ({', '.join(map(str, offline_dirs))})",
+                )
             log_dir = self._preferred_dirs.pop((topic, partition), None)
-            if log_dir is None or log_dir in self.offline_dirs:
+            if log_dir is None or self.failure_channel.is_offline(log_dir):
                 log_dir = self._next_log_dir()
-            log = self._observed(
-                Log.open(log_dir / f"{topic}-{partition}", config or self.default_config, scheduler=self.scheduler)
-            )
+            log = self._open_new(log_dir / f"{topic}-{partition}", config or self.default_config)
             self._logs[(topic, partition)] = log
             return log
 
+    def _open_new(self, dir: Path, config: LogConfig, log_start_offset: int = 0, recovery_point: int = 0) -> Log:
+        """Create a log in `dir`; an I/O error takes its log dir offline (KAFKA_STORAGE_ERROR)."""
+        try:
+            log = Log.open(dir, config, recovery_point, log_start_offset, scheduler=self.scheduler)
+        except OSError as exc:
+            raise self.failure_channel.report(dir.parent, f"creating {dir.name} failed", exc) from exc
+        return self._observed(log)
+
     def _observed(self, log: Log) -> Log:
         log.on_flush = self._on_flush
+        log.failure_channel = self.failure_channel
         return log
 
     def _on_flush(self, seconds: float) -> None:
@@ -234,6 +321,8 @@ class LogManager:
     def _next_log_dir(self) -> Path:
         """The live log dir with the fewest logs, future logs included (as Kafka counts)."""
         counts = {d: 0 for d in self.live_dirs}
+        if not counts:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log dir is offline")
         for existing in self._all_logs():
             if existing.dir.parent in counts:
                 counts[existing.dir.parent] += 1
@@ -272,8 +361,7 @@ class LogManager:
         log_dir = Path(path)
         if not log_dir.is_absolute() or log_dir not in self.log_dirs:
             raise KafkaError(ErrorCode.LOG_DIR_NOT_FOUND, f"log dir {path} is not in log.dirs")
-        if log_dir in self.offline_dirs:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {path} is offline")
+        self.failure_channel.check_online(log_dir)
         return log_dir
 
     def maybe_update_preferred_log_dir(self, topic: str, partition: int, log_dir: Path) -> None:
@@ -300,15 +388,7 @@ class LogManager:
             if current.dir.parent == log_dir:
                 return None
             start = current.segments[0].base_offset
-            future = self._observed(
-                Log.open(
-                    log_dir / future_log_dir_name(topic, partition),
-                    current.config,
-                    start,
-                    start,
-                    scheduler=self.scheduler,
-                )
-            )
+            future = self._open_new(log_dir / future_log_dir_name(topic, partition), current.config, start, start)
             self._future_logs[key] = future
             return future
 
@@ -364,7 +444,12 @@ class LogManager:
             by_dir.setdefault(log.dir.parent, {})[(log.topic, log.partition)] = value(log)
         with self._checkpoint_lock:
             for log_dir, offsets in by_dir.items():
-                OffsetCheckpointFile(log_dir / name).write(offsets)
+                if self.failure_channel.is_offline(log_dir):
+                    continue
+                try:
+                    OffsetCheckpointFile(log_dir / name).write(offsets)
+                except OSError as exc:
+                    self.failure_channel.report(log_dir, f"writing {name}", exc)
 
     def startup(
         self,
@@ -412,18 +497,28 @@ class LogManager:
         now = now_ms() if now is None else now
         for log in self._all_logs():
             if now - log.last_flush_ms >= log.config.flush_ms:
-                log.flush()
+                try:
+                    log.flush()
+                except KafkaError:
+                    pass  # its dir went offline (reported); the other logs still flush
 
     def shutdown(self) -> None:
         """Stop the housekeeping, flush and close every log, write the checkpoints, then
         the clean-shutdown marker."""
         self.scheduler.shutdown()
         for log in self._all_logs():
-            log.flush()
-            log.close()
+            try:
+                log.flush()
+                log.close()
+            except KafkaError:
+                pass  # its dir went offline (reported): no clean-shutdown marker there
         self._checkpoint_all()
+        # Only dirs that stayed online: an offline one is recovered at the next start.
         for log_dir in self.live_dirs:
-            atomic_write_text(log_dir / CLEAN_SHUTDOWN_FILE, "")
+            try:
+                atomic_write_text(log_dir / CLEAN_SHUTDOWN_FILE, "")
+            except OSError as exc:
+                self.failure_channel.report(log_dir, "writing the clean shutdown marker", exc)
 
 
 def _rename_for_deletion(log: Log) -> None:
@@ -441,5 +536,5 @@ def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
     try:
         return OffsetCheckpointFile(path).read()
     except CheckpointFileError as exc:
-        logger.warning("ignoring %s", exc)
+        logger.warning("ignoring the damaged %s (%s): its logs recover from their first segment", path.name, exc)
         return {}

@@ -39,11 +39,18 @@ class MetaProperties:
         """The properties in `path`, or None when the file does not exist."""
         if not path.exists():
             return None
-        props = load_properties(path)
         try:
+            props = load_properties(path)
             return cls(int(props["broker.id"]), props["cluster.id"], int(props.get("version", "0")))
-        except (KeyError, ValueError) as exc:
-            raise InconsistentMetaPropertiesError(f"{path}: missing or invalid {exc}") from None
+        except KeyError as exc:
+            damage = f"{exc} is missing"
+        except ValueError as exc:  # a line that is not key=value, a non-number, not text
+            damage = str(exc).removeprefix(f"{path}: ")
+        raise InconsistentMetaPropertiesError(
+            f"{path} is damaged ({damage}). It records which broker and cluster the log dir "
+            "belongs to: if the dir is this broker's, delete the file and start again (it is "
+            "written anew); otherwise fix log.dirs"
+        )
 
     @classmethod
     def stored_cluster_id(cls, log_dirs: Iterable[str | Path]) -> str | None:

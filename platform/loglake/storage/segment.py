@@ -353,6 +353,10 @@ class LogSegment:
 
     def close(self) -> None:
         self.on_become_inactive()
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Close the files without writing to them (their disk failed)."""
         self.log.close()
         self.offset_index.close()
         self.time_index.close()
