@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
+import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
@@ -46,9 +47,16 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG, HEADERS_TYPE
 from loglake.spark.faults import fault_point
-from loglake.spark.offset_ranges import OffsetRange, split_ranges
+from loglake.spark.offset_ranges import (
+    OffsetRange,
+    discover_partitions,
+    list_offsets,
+    report_data_loss,
+    split_ranges,
+    starting_offsets,
+)
 from loglake.spark.options import ReadOptions
-from loglake.spark.protocol_client import TopicPartition
+from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProtocolClient, TopicPartition
 from loglake.spark.range_reader import read_range
 
 if TYPE_CHECKING:
@@ -124,7 +132,8 @@ class TableLayout:
             columns[DATE_COLUMN] = utc_dates(batch.column("timestamp"))
         if self.json_fields is not None:
             decoded = decode_json_values(batch.column("value"), self.json_fields)
-            columns.update({name: decoded.field(i) for i, name in enumerate(self.json_fields.names)})
+            # flatten(), not field(): a null value's fields are null too.
+            columns.update(zip(self.json_fields.names, decoded.flatten()))
         if "headers" in self.schema.names and "headers" not in columns:
             columns["headers"] = pa.nulls(batch.num_rows, HEADERS_TYPE)
         return pa.Table.from_arrays([columns[f.name] for f in self.schema], schema=self.schema)
@@ -280,13 +289,20 @@ def ends_from_rows(table: DeltaTable, partitions: list[TopicPartition]) -> dict[
             and action.get("max.offset") is not None
         )
         if not single:
-            to_scan.append(os.path.join(table.table_uri, action["path"]))
+            to_scan.append(action["path"])
             continue
         tp = TopicPartition(str(topic), int(partition))
         if tp in wanted:
             ends[tp] = max(ends.get(tp, 0), int(action["max.offset"]) + 1)
     if to_scan:
-        dataset = pds.dataset(to_scan, format="parquet", partitioning="hive")
+        filesystem, base = pafs.FileSystem.from_uri(table.table_uri)
+        dataset = pds.dataset(
+            [f"{base}/{path}" for path in to_scan],
+            format="parquet",
+            filesystem=filesystem,
+            partitioning=pds.partitioning(flavor="hive"),
+            partition_base_dir=base,
+        )
         for batch in dataset.to_batches(columns=["topic", "partition", "offset"]):
             maxima = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate([("offset", "max")])
             for topic, partition, top in zip(*(maxima[c].to_pylist() for c in ("topic", "partition", "offset_max"))):
@@ -476,6 +492,47 @@ class RoundPlan:
     snapshot: DeltaTable | None
     ranges: list[OffsetRange]
     ends: dict[TopicPartition, int]
+
+
+def plan_from_log(
+    client: ProtocolClient,
+    table: LakeTable,
+    read: ReadOptions,
+    snapshot: DeltaTable | None,
+    targets: Mapping[TopicPartition, int] | None = None,
+    limit: int | None = None,
+) -> RoundPlan:
+    """A round of the sink's policy: every partition the options select (an unknown topic is
+    an OptionError), from the table's recorded end (a partition new to the table: from
+    startingOffsets, or the group's offset) to `targets` (None: the log's end now), at most
+    `limit` records in all (shared in proportion to what each partition lacks).
+
+    Offsets retention deleted before they were sunk are data loss: with failOnDataLoss the
+    round fails naming the partition and the lost range, else they are skipped (logged) and
+    the partition's end recorded past them."""
+    partitions = discover_partitions(client, read.selection)
+    recorded = table.recorded_ends(snapshot, partitions)
+    new = [tp for tp in partitions if tp not in recorded]
+    starts = dict(recorded)
+    if new:
+        starts |= starting_offsets(client, new, read, from_group=read.group_id is not None)
+    if targets is None:
+        targets = list_offsets(client, dict.fromkeys(partitions, LATEST_TIMESTAMP))
+    log_starts = list_offsets(client, dict.fromkeys(partitions, EARLIEST_TIMESTAMP))
+    for tp in partitions:
+        if starts[tp] < log_starts[tp]:
+            report_data_loss(
+                read.fail_on_data_loss,
+                f"{table.path}: offsets {starts[tp]}..{log_starts[tp] - 1} of {tp.topic}-{tp.partition} were deleted "
+                "from the log before they were written to the table",
+            )
+            starts[tp] = log_starts[tp]
+    wanted = {tp: max(0, targets.get(tp, starts[tp]) - starts[tp]) for tp in partitions}
+    total = sum(wanted.values())
+    if limit is not None and total > limit:
+        wanted = {tp: min(n, max(1, n * limit // total)) if n else 0 for tp, n in wanted.items()}
+    ranges = [OffsetRange(tp.topic, tp.partition, starts[tp], starts[tp] + n) for tp, n in wanted.items() if n]
+    return RoundPlan(snapshot, ranges, {tp: starts[tp] + wanted[tp] for tp in partitions})
 
 
 @dataclass(frozen=True)
