@@ -75,9 +75,10 @@ class Trigger:
         if text == "available-now":
             return cls(available_now=True)
         name, _, interval = text.partition("=")
-        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*", interval.lower())
-        if name == "processing-time" and found and found.group(2) in _UNITS_S:
-            return cls(available_now=False, interval_s=float(found.group(1)) * _UNITS_S[found.group(2)])
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", interval.lower())
+        unit = found and (found.group(2) if found.group(2) in _UNITS_S else found.group(2).removesuffix("s"))
+        if name == "processing-time" and found and unit in _UNITS_S:
+            return cls(available_now=False, interval_s=float(found.group(1)) * _UNITS_S[unit])
         raise argparse.ArgumentTypeError(
             f"trigger must be available-now or processing-time=<number> <ms|seconds|minutes|hours>, not {text!r}"
         )

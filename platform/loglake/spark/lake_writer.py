@@ -29,6 +29,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -74,8 +76,10 @@ FAULT_AFTER_FILES = "after-lake-files"
 FAULT_AFTER_COMMIT = "after-delta-commit"
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_TASK = 2_000_000
-# Rounds tried in a row while rival writers keep committing first.
-MAX_ATTEMPTS = 5
+# The pause before planning again after a rival committed first: random, up to this
+# times 2^conflicts, at most the maximum.
+_CONFLICT_PAUSE_S = 0.1
+_MAX_CONFLICT_PAUSE_S = 5.0
 # Delta's statistics of strings: a prefix of at most this many characters.
 _STATS_STRING_PREFIX = 32
 # Table features whose tables this writer appends to correctly. Others (column mapping,
@@ -559,19 +563,22 @@ class LakeWriter:
 
     def run_round(self, plan: Callable[[DeltaTable | None], RoundPlan]) -> RoundOutcome:
         """Plan (on the table's snapshot), write and commit; a rival's commit in between
-        makes it plan again."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        makes it plan again from the table, after a random pause that grows with the
+        conflicts (each conflict means the rival moved the table on, so this never stops
+        the writing as a whole; the pause lets one writer run ahead instead of both
+        throwing work away)."""
+        attempt = 1
+        while True:
             planned = plan(self.table.snapshot())
             try:
                 outcome = self.write_round(planned, attempt)
             except LakeConflict as exc:
-                if attempt == MAX_ATTEMPTS:
-                    raise
                 log.info("%s; planning again (attempt %d)", exc, attempt + 1)
+                time.sleep(random.uniform(0, min(_CONFLICT_PAUSE_S * 2**attempt, _MAX_CONFLICT_PAUSE_S)))
+                attempt += 1
                 continue
             self.rounds += 1
             return outcome
-        raise AssertionError("unreachable")
 
     def write_round(self, planned: RoundPlan, attempt: int = 1) -> RoundOutcome:
         """Write the planned ranges and commit them on the planned snapshot (LakeConflict
