@@ -218,7 +218,9 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
         while True:
             outcome = sink_round(writer, read, targets, limit)
             finish_round(writer, args, outcome, read, last=args.batch)
-            if args.batch or not args.trigger.available_now or not outcome.ends:
+            # Without a limit one round reaches the targets; with one, a round that moved no
+            # partition's end means they are reached.
+            if args.batch or not args.trigger.available_now or limit is None or not outcome.ends:
                 break
         if args.batch or args.trigger.available_now:
             return

@@ -399,12 +399,14 @@ class _FileRoller:
         if not partition_by:
             self._write_to((), {}, rows)
             return
-        # topic and partition are constant in a range; only the date varies.
-        keys = rows.select(list(partition_by)).group_by(list(partition_by)).aggregate([])
-        for key in keys.to_pylist():
+        # topic and partition are constant in a range; only the date varies, and rarely
+        # within a batch: a batch with one key is written whole, others split.
+        keys = rows.select(list(partition_by)).group_by(list(partition_by)).aggregate([]).to_pylist()
+        for key in keys:
             part = rows
-            for name in partition_by:
-                part = part.filter(pc.equal(part[name], pa.scalar(key[name], rows.schema.field(name).type)))
+            if len(keys) > 1:
+                for name in partition_by:
+                    part = part.filter(pc.equal(part[name], pa.scalar(key[name], rows.schema.field(name).type)))
             values = {name: None if key[name] is None else str(key[name]) for name in partition_by}
             self._write_to(tuple(values.values()), values, part.drop_columns(list(partition_by)))
 
