@@ -10,7 +10,7 @@ baseline's (target >= 0.6), after a warm-up run on another topic (Spark's Python
 started and the writer imported, as in a long-running job). Also: CPU seconds per kind of process during each, and the peak RSS
 of the driver and of the largest Python worker during the lake writer's run.
 
-    python -m bench.delta_sink [--records 1000000]
+    python -m bench.delta_sink [--records 1000000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
@@ -64,6 +63,7 @@ def timed(run) -> tuple[float, Counter[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -86,25 +86,28 @@ def main() -> None:
         create_topic(bootstrap, "warm-up", PARTITIONS)
         produce_events(bootstrap, "warm-up", 6000, PARTITIONS)
         run(spark, parse_args(["--bootstrap-servers", bootstrap, "--topics", "warm-up", "--table", f"{tmp}/warm-up"]))
-        job_args = parse_args(["--bootstrap-servers", bootstrap, "--topics", TOPIC, "--table", str(Path(tmp) / "lake")])
-        layout, read = table_layout(job_args), read_options(job_args)
+
+        def job_args(table: str):
+            return parse_args(["--bootstrap-servers", bootstrap, "--topics", TOPIC, "--table", table])
+
+        layout, read = table_layout(job_args("-")), read_options(job_args("-"))
         rows = arrow_rows(bootstrap, TOPIC, layout, read)
         assert rows.num_rows == args.records, rows.num_rows
-
-        baseline_s, baseline_cpu = timed(lambda: write_deltalake(str(Path(tmp) / "plain"), rows, mode="append"))
-        with peak_rss() as peaks:
-            lake_s, lake_cpu = timed(lambda: run(spark, job_args))
+        n = args.records
+        for i in range(args.rounds):
+            baseline_s, baseline_cpu = timed(lambda i=i: write_deltalake(f"{tmp}/plain-{i}", rows, mode="append"))
+            with peak_rss() as peaks:
+                lake_s, lake_cpu = timed(lambda i=i: run(spark, job_args(f"{tmp}/lake-{i}")))
+            print(f"round {i + 1}:")
+            print(f"  plain deltalake append of Arrow rows: {n / baseline_s:,.0f} records/s ({baseline_s:.2f} s)")
+            print(f"    CPU s: {cpu_line(baseline_cpu)}")
+            print(f"  lake writer (fetch + decode + Parquet + commit): {n / lake_s:,.0f} records/s ({lake_s:.2f} s)")
+            print(f"    CPU s: {cpu_line(lake_cpu)}")
+            print(
+                f"    peak RSS: driver {peaks['driver'] / 2**20:.0f} MiB, largest Python worker {peaks['worker'] / 2**20:.0f} MiB"
+            )
+            print(f"  ratio lake writer / plain append: {baseline_s / lake_s:.2f} (target >= 0.6)")
         spark.stop()
-
-    n = args.records
-    print(f"plain deltalake append of Arrow rows: {n / baseline_s:,.0f} records/s ({baseline_s:.2f} s)")
-    print(f"  CPU s: {cpu_line(baseline_cpu)}")
-    print(f"lake writer (fetch + decode + Parquet + commit): {n / lake_s:,.0f} records/s ({lake_s:.2f} s)")
-    print(f"  CPU s: {cpu_line(lake_cpu)}")
-    print(
-        f"  peak RSS: driver {peaks['driver'] / 2**20:.0f} MiB, largest Python worker {peaks['worker'] / 2**20:.0f} MiB"
-    )
-    print(f"ratio lake writer / plain append: {baseline_s / lake_s:.2f} (target >= 0.6)")
 
 
 if __name__ == "__main__":
