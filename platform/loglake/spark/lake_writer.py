@@ -80,6 +80,8 @@ DEFAULT_MAX_RECORDS_PER_TASK = 2_000_000
 # times 2^conflicts, at most the maximum.
 _CONFLICT_PAUSE_S = 0.1
 _MAX_CONFLICT_PAUSE_S = 5.0
+# Columns whose values are (nearly) all different in a log: written without a dictionary.
+_UNIQUE_COLUMNS = frozenset({"key", "value", "offset", "timestamp"})
 # Delta's statistics of strings: a prefix of at most this many characters.
 _STATS_STRING_PREFIX = 32
 # Table features whose tables this writer appends to correctly. Others (column mapping,
@@ -391,6 +393,9 @@ class _FileRoller:
     def __init__(self, task: WriteTask) -> None:
         self.task = task
         self.schema = task.layout.data_schema
+        # Dictionary encoding pays for columns with few values; on a log's unique columns
+        # the writer would build a dictionary only to give it up (a third of the write time).
+        self.dictionary_columns = [name for name in self.schema.names if name not in _UNIQUE_COLUMNS]
         self.open: dict[tuple[str | None, ...], _OpenFile] = {}
         self.done: list[WrittenFile] = []
 
@@ -419,7 +424,8 @@ class _FileRoller:
             relative = (directory + "/" if directory else "") + f"part-{uuid.uuid4()}.parquet"
             full = os.path.join(self.task.table, relative)
             os.makedirs(os.path.dirname(full), exist_ok=True)
-            current = _OpenFile(relative, pq.ParquetWriter(full, self.schema), values)
+            writer = pq.ParquetWriter(full, self.schema, use_dictionary=self.dictionary_columns)
+            current = _OpenFile(relative, writer, values)
             self.open[key] = current
         rows = rows.select(self.schema.names).cast(self.schema)
         current.writer.write_table(rows)
