@@ -66,8 +66,9 @@ def main() -> None:
             from confluent_kafka.admin import AdminClient, NewTopic
 
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            for name in ("warm-up", TOPIC):
-                admin.create_topics([NewTopic(name, PARTITIONS, 1, config=TIERED)])[name].result(30)
+            # The warm-up topic's small segments roll, so that its run starts Spark's Python workers.
+            for name, config in (("warm-up", TIERED | {"segment.bytes": "65536"}), (TOPIC, TIERED)):
+                admin.create_topics([NewTopic(name, PARTITIONS, 1, config=config)])[name].result(30)
             produce_events(broker.bootstrap, "warm-up", 60_000, PARTITIONS)
             produce_events(broker.bootstrap, TOPIC, args.records, PARTITIONS)
             spark = (
