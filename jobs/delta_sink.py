@@ -235,7 +235,8 @@ def finish_round(
     if args.group and outcome.ends:
         with read.client() as client:
             commit_offsets(client, args.group, outcome.ends)
-    if args.compact_every and outcome.version is not None and (last or writer.rounds % args.compact_every == 0):
+    due = outcome.files > 0 and writer.rounds % args.compact_every == 0 if args.compact_every else False
+    if args.compact_every and outcome.version is not None and (last or due):
         DeltaTable(args.table).optimize.compact()
 
 

@@ -239,3 +239,25 @@ def test_records_deleted_before_they_were_sunk(loglake_spark, broker, topic, tmp
     run(loglake_spark, parse_args(sink_args(broker, topic, table, "--fail-on-data-loss", "false")))
     assert stored(table) == as_rows({k: v for k, v in acked.items() if not (k[0] == 1 and 10 <= k[1] < 17)})
     assert DeltaTable(str(table)).transaction_version(app_id(SINK_APP_PREFIX, topic, 1)) == 20
+
+
+def test_group_offsets_and_compaction(loglake_spark, broker, topic, tmp_path: Path) -> None:
+    from loglake.spark.group_offsets import committed_offsets
+    from loglake.spark.protocol_client import ProtocolClient, TopicPartition
+
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    acked = produce_numbered(broker.bootstrap, topic, 0, 150)
+    table = tmp_path / "table"
+    group = f"{topic}-group"
+    argv = sink_args(broker, topic, table, "--group", group, "--max-offsets-per-trigger", "60", "--compact-every", "2")
+    run(loglake_spark, parse_args(argv))
+    assert stored(table) == as_rows(acked)
+    with ProtocolClient(broker.bootstrap) as client:
+        offsets = committed_offsets(client, group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
+    assert offsets == {TopicPartition(topic, p): 50 for p in range(PARTITIONS)}
+    operations = [entry["operation"] for entry in DeltaTable(str(table)).history()]
+    assert "OPTIMIZE" in operations
+    dt = DeltaTable(str(table))
+    assert {p: dt.transaction_version(app_id(SINK_APP_PREFIX, topic, p)) for p in range(PARTITIONS)} == dict.fromkeys(
+        range(PARTITIONS), 50
+    )
