@@ -54,7 +54,8 @@ def produce_events(bootstrap: str, topic: str, records: int, partitions: int) ->
     return time.perf_counter() - started
 
 
-def _rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int) -> int:
+    """A process's resident set size now (0 if it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
@@ -88,9 +89,9 @@ def peak_rss(every_s: float = 0.1) -> Iterator[dict[str, int]]:
 
     def sample() -> None:
         while not stop.is_set():
-            peaks["driver"] = max(peaks["driver"], _rss_bytes(os.getpid()))
+            peaks["driver"] = max(peaks["driver"], rss_bytes(os.getpid()))
             for pid in _python_workers():
-                peaks["worker"] = max(peaks["worker"], _rss_bytes(pid))
+                peaks["worker"] = max(peaks["worker"], rss_bytes(pid))
             stop.wait(every_s)
 
     thread = threading.Thread(target=sample, daemon=True)

@@ -18,6 +18,8 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 from source_helpers import REPO, job_environment
 
+from bench.events import rss_bytes
+
 PARTITIONS = 6
 VALUE_BYTES = 1000
 TOPIC_BYTES = 2 * 1024**3 + 64 * 1024**2
@@ -53,16 +55,6 @@ def produce_unique(bootstrap: str, topic: str, total_bytes: int) -> int:
         n += 1
     assert producer.flush(300) == 0
     return n
-
-
-def rss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def python_workers_of(root: int) -> list[int]:
@@ -103,8 +95,8 @@ def test_sinking_a_2_gb_topic_stays_under_the_memory_bounds(spark, broker, topic
     job = subprocess.Popen(argv, cwd=REPO, env=job_environment(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     driver_peak = worker_peak = 0
     while job.poll() is None:
-        driver_peak = max(driver_peak, rss(job.pid))
-        worker_peak = max([worker_peak] + [rss(pid) for pid in python_workers_of(job.pid)])
+        driver_peak = max(driver_peak, rss_bytes(job.pid))
+        worker_peak = max([worker_peak] + [rss_bytes(pid) for pid in python_workers_of(job.pid)])
         time.sleep(0.1)
     out = job.stdout.read().decode() if job.stdout else ""
     assert job.returncode == 0, out[-5000:]
