@@ -6,10 +6,9 @@ from loglake_maintenance import maintenance_dag
 
 DOC = """
 Runs `jobs/delta_sink.py` with `--trigger available-now`: each run copies every record produced
-since the previous run into the Delta table (`delta_sink.table`) and stops. The streaming
-checkpoint (`delta_sink.checkpoint`) records where the last run ended, and each micro-batch is
-committed to Delta with an app transaction, so a retried or killed run writes nothing twice
-(docs/spark-delta-sink.md). Settings: `delta_sink.*` in conf/airflow.properties or the Airflow
+since the previous run into the Delta table (`delta_sink.table`) and stops. The table itself
+records where each partition ends (a Delta app transaction per topic partition), so a retried
+or killed run, or two runs at once, write nothing twice (docs/spark-delta-sink.md). Settings: `delta_sink.*` in conf/airflow.properties or the Airflow
 Variable `loglake`; `delta_sink.args` adds job options such as `--partition-by-date`.
 """
 
@@ -20,7 +19,6 @@ dag = maintenance_dag(
         "--bootstrap-servers": "bootstrap.servers",
         "--topics": "topics",
         "--table": "table",
-        "--checkpoint": "checkpoint",
     },
     fixed=["--trigger", "available-now"],
     doc_md=DOC,

@@ -265,7 +265,7 @@ def maintenance_dag(name: str, job: str, *, required: Mapping[str, str], fixed: 
         schedule=settings.get("schedule") or None,
         start_date=START_DATE,
         # Each run processes everything pending, so missed intervals need no runs of their own;
-        # one run at a time, as a job's checkpoint admits one writer.
+        # one run at a time: a second would only do the same work again.
         catchup=False,
         max_active_runs=1,
         doc_md=doc_md,

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from loglake.spark import job_session
 from loglake.spark.cluster_admin import broker_http_urls
 from loglake.spark.job_cluster import Cluster, ClusterAccess, add_cluster_arguments, cluster_access
@@ -118,9 +117,8 @@ def dirty_ranges(http: httpx.Client, admin_url: str, brokers: dict[int, str], to
 
 def plans(spark: SparkSession, access: ClusterAccess, ranges: list[DirtyRange]) -> dict[tuple[str, int], pa.Table]:
     """Each partition's latest offset per key in its dirty range, by one Spark aggregation."""
-    from pyspark.sql import functions as F
-
     import loglake.spark
+    from pyspark.sql import functions as F
 
     loglake.spark.register(spark)
     starting: dict[str, dict[str, int]] = {}

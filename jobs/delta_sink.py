@@ -1,35 +1,66 @@
-"""Topics into a Delta table, exactly once: `python -m jobs.delta_sink` or `spark-submit jobs/delta_sink.py`.
+"""Topics into a Delta table, exactly once by (topic, partition, offset): `python -m jobs.delta_sink`
+or `spark-submit jobs/delta_sink.py`.
 
-Streaming (the default): `spark.readStream.format("loglake")` into `foreachBatch(DeltaSink)`, each
-micro-batch committed with the query's id and the batch id as a Delta app transaction; a
-restart on the same checkpoint resumes there, and a batch Spark replays after a crash is
-skipped. `--batch` reads a range once (`spark.read`) and MERGEs it on (topic, partition, offset),
-so rerunning a range already sunk adds nothing.
+The job runs the lake writer (`loglake.spark.lake_writer`) in rounds: each plans from the
+table's own app transactions (one per topic partition, version = the next offset to write),
+so whatever run, restart or rerun wrote a record, the table holds it once. Spark tasks fetch
+and decode the offset ranges and write the Parquet files; the driver commits their add
+actions with every partition's new end in one Delta commit.
+
+`--trigger available-now` (the default) writes what the topics hold when it starts, in rounds
+of at most `--max-offsets-per-trigger` records, then stops; `processing-time=<interval>` runs a
+round per interval until stopped. `--batch` is one round up to `--ending-offsets`.
 
     python -m jobs.delta_sink --bootstrap-servers localhost:9092 --topics orders \\
-        --table /data/orders --checkpoint /data/orders.checkpoint --trigger available-now
+        --table /data/orders --trigger available-now
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+from deltalake import DeltaTable
 from loglake.spark import job_session
-from loglake.spark.delta_sink import DeltaSink, DeltaSinkOptions
+from loglake.spark.arrow_decoder import HEADERS_TYPE
+from loglake.spark.delta_arrow import nullable_schema
+from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.job_cluster import add_cluster_arguments, cluster_access
+from loglake.spark.lake_writer import (
+    DATE_COLUMN,
+    LakeTable,
+    LakeWriter,
+    RoundOutcome,
+    TableLayout,
+    plan_from_log,
+)
+from loglake.spark.offset_ranges import connect, discover_partitions, resolve_offsets
+from loglake.spark.options import ReadOptions, parse_read_options
+from loglake.spark.protocol_client import TopicPartition
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
-    from pyspark.sql.streaming import DataStreamReader
+    from pyspark.sql import SparkSession
 
-# Spark's Kafka source schema: the stand-in source of the tests is read with it.
-KAFKA_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
+log = logging.getLogger("jobs.delta_sink")
+
+# The table's columns (JSON-decoded value fields replace `value`).
+KEY_COLUMNS = ("topic", "partition", "offset")
+_UNITS_S = {
+    "ms": 0.001,
+    "millisecond": 0.001,
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+}
 
 
 @dataclass(frozen=True)
@@ -37,68 +68,96 @@ class Trigger:
     """`available-now` (everything there is, then stop) or `processing-time=<interval>`."""
 
     available_now: bool
-    processing_time: str | None = None
+    interval_s: float = 0.0
 
     @classmethod
     def parse(cls, text: str) -> Trigger:
         if text == "available-now":
             return cls(available_now=True)
         name, _, interval = text.partition("=")
-        if name == "processing-time" and interval:
-            return cls(available_now=False, processing_time=interval)
-        raise argparse.ArgumentTypeError(f"trigger must be available-now or processing-time=<interval>, not {text!r}")
-
-    def spark_kwargs(self) -> dict[str, object]:
-        return {"availableNow": True} if self.available_now else {"processingTime": self.processing_time}
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", interval.lower())
+        unit = found and (found.group(2) if found.group(2) in _UNITS_S else found.group(2).removesuffix("s"))
+        if name == "processing-time" and found and unit in _UNITS_S:
+            return cls(available_now=False, interval_s=float(found.group(1)) * _UNITS_S[unit])
+        raise argparse.ArgumentTypeError(
+            f"trigger must be available-now or processing-time=<number> <ms|seconds|minutes|hours>, not {text!r}"
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m jobs.delta_sink", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--bootstrap-servers", help="host:port[,host:port...] of loglake brokers")
-    topics = parser.add_mutually_exclusive_group()
+    parser.add_argument("--bootstrap-servers", required=True, help="host:port[,host:port...] of loglake brokers")
+    topics = parser.add_mutually_exclusive_group(required=True)
     topics.add_argument("--topics", help="comma-separated topic names (subscribe)")
     topics.add_argument("--pattern", help="regular expression of topic names (subscribePattern)")
     parser.add_argument("--table", required=True, help="path of the Delta table")
-    parser.add_argument("--checkpoint", help="streaming checkpoint directory (required unless --batch)")
+    parser.add_argument(
+        "--checkpoint",
+        help="not used: the table records how far each partition is (accepted for command lines of the query-id sink)",
+    )
     parser.add_argument("--trigger", type=Trigger.parse, default=Trigger(available_now=True))
-    parser.add_argument("--group", help="consumer group: start from its offsets and commit each batch's to it")
-    parser.add_argument("--batch", action="store_true", help="read the range once and MERGE it (rerun-safe)")
-    parser.add_argument("--starting-offsets", default="earliest", help="startingOffsets of the source")
+    parser.add_argument("--group", help="consumer group: start from its offsets and commit each round's ends to it")
+    parser.add_argument("--batch", action="store_true", help="one round, up to --ending-offsets")
+    parser.add_argument("--starting-offsets", default="earliest", help="startingOffsets of partitions new to the table")
     parser.add_argument("--ending-offsets", default="latest", help="endingOffsets of the source (--batch)")
-    parser.add_argument("--max-offsets-per-trigger", type=int, help="maxOffsetsPerTrigger of the source")
+    parser.add_argument("--max-offsets-per-trigger", type=int, help="at most this many records per round")
+    parser.add_argument(
+        "--fail-on-data-loss",
+        choices=["true", "false"],
+        default="true",
+        help="failOnDataLoss: fail (true) or skip and log (false) records deleted before they were sunk",
+    )
     parser.add_argument("--value-format", choices=["binary", "json"], default="binary")
     parser.add_argument("--value-schema", help="DDL of the JSON value's fields, e.g. 'id BIGINT, name STRING'")
     parser.add_argument("--partition-by-topic", action="store_true")
     parser.add_argument("--partition-by-date", action="store_true", help="also by the record timestamp's UTC date")
-    parser.add_argument("--compact-every", type=int, default=0, help="compact small files every N micro-batches")
-    parser.add_argument("--engine", choices=["auto", "deltalake", "delta-spark"], default="auto")
-    parser.add_argument(
-        "--test-only-parquet-source",
-        metavar="DIR",
-        help="TESTS ONLY: read Parquet files in the Kafka source schema from DIR (one file per micro-batch) "
-        "instead of loglake topics",
-    )
+    parser.add_argument("--compact-every", type=int, default=0, help="compact small files every N rounds (0: never)")
+    parser.add_argument("--max-records-per-task", type=int, help="split ranges into Spark tasks of at most N records")
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
-    reads_topics = args.test_only_parquet_source is None
-    if reads_topics and not (args.bootstrap_servers and (args.topics or args.pattern)):
-        parser.error("--bootstrap-servers and one of --topics / --pattern are required")
-    if not args.batch and not args.checkpoint:
-        parser.error("--checkpoint is required for a streaming run")
+    if (args.value_format == "json") != (args.value_schema is not None):
+        parser.error("--value-schema goes with --value-format json, and json needs one")
+    if args.compact_every < 0:
+        parser.error("--compact-every must be >= 0")
     args.cluster = cluster_access(parser, args)
     return args
 
 
-def sink_options(args: argparse.Namespace) -> DeltaSinkOptions:
-    return DeltaSinkOptions(
-        table=args.table,
-        partition_by_topic=args.partition_by_topic,
-        partition_by_date=args.partition_by_date,
-        value_format=args.value_format,
-        value_schema=args.value_schema,
-        compact_every=args.compact_every,
-        engine=args.engine,
-    )
+def table_layout(args: argparse.Namespace, json_fields: pa.Schema | None = None) -> TableLayout:
+    """topic, partition, offset, timestamp, key, value (or the JSON value's fields), headers,
+    and `date` with --partition-by-date; partitioned by topic and/or date as asked."""
+    values = list(json_fields) if json_fields is not None else [pa.field("value", pa.binary())]
+    fields = [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("key", pa.binary()),
+        *values,
+        pa.field("headers", HEADERS_TYPE),
+    ]
+    if args.partition_by_date:
+        fields.append(pa.field(DATE_COLUMN, pa.date32()))
+    partition_by = (("topic",) if args.partition_by_topic else ()) + ((DATE_COLUMN,) if args.partition_by_date else ())
+    return TableLayout(nullable_schema(pa.schema(fields)), partition_by, json_fields)
+
+
+def json_fields(spark: SparkSession, ddl: str) -> pa.Schema:
+    """The Arrow fields of a Spark DDL ('id BIGINT, name STRING'), checked against the table's own columns."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    try:
+        schema = StructType.fromDDL(ddl)
+    except PySparkException as exc:
+        raise SystemExit(f"--value-schema {ddl!r}: {exc}") from None
+    if not isinstance(schema, StructType):
+        raise SystemExit(f"--value-schema is a list of fields ('id BIGINT, name STRING'), not {ddl!r}")
+    clashes = sorted(set(schema.fieldNames()) & {*KEY_COLUMNS, "timestamp", "key", "headers", DATE_COLUMN})
+    if clashes:
+        raise SystemExit(f"--value-schema fields clash with the table's own columns: {', '.join(clashes)}")
+    return nullable_schema(to_arrow_schema(schema, timezone="UTC"))
 
 
 def loglake_source_options(args: argparse.Namespace) -> dict[str, str]:
@@ -121,32 +180,64 @@ def loglake_source_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def load_source(reader: DataFrameReader | DataStreamReader, spark: SparkSession, args: argparse.Namespace) -> DataFrame:
-    """The job's input in Spark's Kafka source schema: loglake topics, or the tests' Parquet stand-in."""
-    if args.test_only_parquet_source is not None:
-        return reader.schema(KAFKA_SCHEMA_DDL).option("maxFilesPerTrigger", 1).parquet(args.test_only_parquet_source)
-    import loglake.spark
+def read_options(args: argparse.Namespace) -> ReadOptions:
+    return parse_read_options(
+        loglake_source_options(args) | {"failOnDataLoss": args.fail_on_data_loss}, streaming=not args.batch
+    )
 
-    loglake.spark.register(spark)
-    return reader.format("loglake").options(**loglake_source_options(args)).load()
+
+def sink_round(
+    writer: LakeWriter, read: ReadOptions, targets: dict[TopicPartition, int] | None, limit: int | None
+) -> RoundOutcome:
+    """One round: plan from the table up to `targets` (None: the log's ends now), at most `limit` records."""
+    with connect(read) as client:
+        return writer.run_round(lambda snapshot: plan_from_log(client, writer.table, read, snapshot, targets, limit))
 
 
 def run(spark: SparkSession, args: argparse.Namespace) -> None:
-    sink = DeltaSink(spark, sink_options(args))
-    logging.getLogger(__name__).info("writing %s with %s", args.table, sink.engine_name)
-    if args.batch:
-        outcome = sink.write_rerun(load_source(spark.read, spark, args))
-        logging.getLogger(__name__).info("batch run: %d new rows", outcome.rows_written)
-        return
-    query = (
-        load_source(spark.readStream, spark, args)
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(**args.trigger.spark_kwargs())
-        .queryName("loglake-delta-sink")
-        .start()
-    )
-    query.awaitTermination()
+    if args.checkpoint:
+        log.info("--checkpoint %s is not used: the table records how far each partition is", args.checkpoint)
+    layout = table_layout(args, json_fields(spark, args.value_schema) if args.value_schema else None)
+    read = read_options(args)
+    writer = LakeWriter(spark, LakeTable(args.table, layout), read)
+    if args.max_records_per_task:
+        writer.max_records_per_task = args.max_records_per_task
+    while True:
+        started = time.monotonic()
+        # --batch and available-now: the ends when the run starts (--ending-offsets), reached
+        # in one round (--batch) or rounds of --max-offsets-per-trigger; processing-time: a
+        # round up to the log's end now, per interval.
+        targets = None
+        if args.batch or args.trigger.available_now:
+            with connect(read) as client:
+                partitions = discover_partitions(client, read.selection)
+                targets = resolve_offsets(
+                    client, partitions, read.ending, starting=False, fail_on_data_loss=read.fail_on_data_loss
+                )
+        limit = None if args.batch else args.max_offsets_per_trigger
+        while True:
+            outcome = sink_round(writer, read, targets, limit)
+            finish_round(writer, args, outcome, read, last=args.batch)
+            # Without a limit one round reaches the targets; with one, a round that moved no
+            # partition's end means they are reached.
+            if args.batch or not args.trigger.available_now or limit is None or not outcome.ends:
+                break
+        if args.batch or args.trigger.available_now:
+            return
+        time.sleep(max(0.0, args.trigger.interval_s - (time.monotonic() - started)))
+
+
+def finish_round(
+    writer: LakeWriter, args: argparse.Namespace, outcome: RoundOutcome, read: ReadOptions, last: bool = False
+) -> None:
+    """After a committed round: the group's offsets, and OPTIMIZE every --compact-every rounds."""
+    log.info("round %d: %d rows in %d files, version %s", writer.rounds, outcome.rows, outcome.files, outcome.version)
+    if args.group and outcome.ends:
+        with read.client() as client:
+            commit_offsets(client, args.group, outcome.ends)
+    due = outcome.files > 0 and writer.rounds % args.compact_every == 0 if args.compact_every else False
+    if args.compact_every and outcome.version is not None and (last or due):
+        DeltaTable(args.table).optimize.compact()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,22 +35,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError
-
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 from loglake.spark import job_session
+from loglake.spark.arrow_decoder import arrow_schema
 from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
-from loglake.spark.delta_arrow import to_delta_arrow
+from loglake.spark.delta_arrow import nullable_schema
+from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
 from loglake.spark.lake import (
     ABORTED_COLUMN,
     DATE_COLUMN,
     PARTITION_COLUMNS,
+    TIER_APP_PREFIX,
     lake_root,
     remote_storage_enabled,
     table_path,
     tier_app_id,
 )
-from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
+from loglake.spark.lake_writer import FAULT_AFTER_COMMIT, LakeConflict, LakeTable, LakeWriter, RoundPlan, TableLayout
+from loglake.spark.offset_ranges import OffsetRange
+from loglake.spark.options import parse_read_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,8 +63,7 @@ log = logging.getLogger("jobs.tier")
 
 # LOGLAKE_FAULT=after-delta-commit ends the process right after a topic's Delta commit,
 # before the tiered offsets reach the brokers (used by the failure tests).
-FAULT_ENV = "LOGLAKE_FAULT"
-FAULT_AFTER_DELTA_COMMIT = "after-delta-commit"
+FAULT_AFTER_DELTA_COMMIT = FAULT_AFTER_COMMIT
 # Plans (and expiry deletes) tried in a row while rival jobs keep committing first.
 _MAX_ATTEMPTS = 5
 
@@ -130,7 +132,7 @@ def tiering_state(cluster: Cluster, leader_http: str, topic: str, partition: int
 def plan_topic(cluster: Cluster, topic: str, table: str) -> TopicPlan:
     """Per partition: from the table's recorded end (else the log start) to the leader's
     tierable end. A partition whose leader cannot say is skipped this run."""
-    snapshot = DeltaTable(table) if DeltaTable.is_deltatable(table) else None
+    snapshot = tier_table(table).snapshot()
     plans = []
     for partition, http in leaders_http(cluster, topic).items():
         state = tiering_state(cluster, http, topic, partition)
@@ -146,72 +148,41 @@ def plan_topic(cluster: Cluster, topic: str, table: str) -> TopicPlan:
     return TopicPlan(snapshot, plans)
 
 
-def copy(spark: SparkSession, cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> int:
-    """Read the planned ranges through the loglake source and commit them with each
-    partition's new end as its app transaction, in one Delta commit on the planned
-    snapshot. Returns rows written; TierConflict if a rival job committed meanwhile."""
-    from pyspark.sql import functions as F
+def tier_table(table: str) -> LakeTable:
+    """The topic's table as the lake writer writes it: the source's columns with headers,
+    `aborted` and `date`, partitioned by partition and date."""
+    schema = arrow_schema(include_headers=True)
+    schema = nullable_schema(
+        schema.append(pa.field(ABORTED_COLUMN, pa.bool_())).append(pa.field(DATE_COLUMN, pa.date32()))
+    )
+    return LakeTable(table, TableLayout(schema, tuple(PARTITION_COLUMNS)), TIER_APP_PREFIX)
 
+
+def copy(spark: SparkSession, cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> int:
+    """Copy the planned ranges with the lake writer (Spark tasks fetch, decode with the
+    aborted flag from the decoder's transaction tracking, and write Parquet) and commit them
+    with each partition's new end as its app transaction, in one Delta commit on the planned
+    snapshot. Returns rows written; TierConflict if a rival job committed meanwhile."""
     todo = [p for p in plan.partitions if p.end > p.start]
     if not todo:
         return 0
-
-    def read(isolation: str):
-        return (
-            spark.read.format("loglake")
-            .options(**cluster.access.source_options())
-            .option("assign", json.dumps({topic: [p.partition for p in todo]}))
-            .option("startingOffsets", json.dumps({topic: {str(p.partition): p.start for p in todo}}))
-            .option("endingOffsets", json.dumps({topic: {str(p.partition): p.end for p in todo}}))
-            .option("includeHeaders", "true")
-            .option("kafka.isolation.level", isolation)
-            .load()
-        )
-
-    # Every record (what read_uncommitted sees), flagged when read_committed leaves it out:
-    # the ranges end at the LSO, so each record's transaction is decided.
-    everything = read("read_uncommitted")
-    committed = read("read_committed").select("partition", "offset").withColumn("_committed", F.lit(True))
-    frame = (
-        everything.join(committed, ["partition", "offset"], "left")
-        .withColumn(ABORTED_COLUMN, F.col("_committed").isNull())
-        # The UTC date of the record, whatever the session's time zone.
-        .withColumn(DATE_COLUMN, F.date_from_unix_date(F.floor(F.unix_micros("timestamp") / 86_400_000_000)))
-        .select(*everything.columns, ABORTED_COLUMN, DATE_COLUMN)
+    # read_committed: the Fetch answers list the aborted transactions the flag needs.
+    read = parse_read_options(
+        {
+            **cluster.access.source_options(),
+            "assign": json.dumps({topic: [p.partition for p in todo]}),
+            "includeHeaders": "true",
+            "kafka.isolation.level": "read_committed",
+        },
+        streaming=False,
     )
-    data = to_delta_arrow(frame)
-    expected = sum(p.end - p.start for p in todo)
-    if data.num_rows > expected:
-        raise RuntimeError(f"{topic}: read {data.num_rows} rows for {expected} offsets")
-    snapshot = plan.snapshot or _create_table(table, data.schema)
+    ranges = [OffsetRange(topic, p.partition, p.start, p.end) for p in todo]
+    ends = {r.topic_partition: r.end for r in ranges}
+    writer = LakeWriter(spark, tier_table(table), read)
     try:
-        write_deltalake(
-            snapshot,
-            data,
-            mode="append",
-            partition_by=PARTITION_COLUMNS,
-            schema_mode="merge",  # a table tiered before the aborted flag gains the column
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(tier_app_id(topic, p.partition), p.end) for p in todo]
-            ),
-        )
-    except CommitFailedError as exc:
-        # delta-rs refuses a commit whose app transactions a commit after its snapshot also set.
-        raise TierConflict(f"{topic}: {exc}") from exc
-    if os.environ.get(FAULT_ENV) == FAULT_AFTER_DELTA_COMMIT:
-        os._exit(137)  # as abrupt as kill -9
-    return data.num_rows
-
-
-def _create_table(table: str, schema: pa.Schema) -> DeltaTable:
-    """The table's first version, empty; TierConflict if a rival job created it first."""
-    try:
-        DeltaTable.create(table, schema, partition_by=PARTITION_COLUMNS, mode="error")
-    except DeltaError as exc:
-        if DeltaTable.is_deltatable(table):
-            raise TierConflict(f"{table} was created by another job: {exc}") from exc
-        raise
-    return DeltaTable(table, version=0)
+        return writer.write_round(RoundPlan(plan.snapshot, ranges, ends)).rows
+    except LakeConflict as exc:
+        raise TierConflict(str(exc)) from exc
 
 
 def record_tiered_offsets(cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> None:

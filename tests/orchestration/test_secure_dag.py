@@ -48,7 +48,6 @@ def variables(secure: Secure, topic: str, lake: Path) -> dict[str, str]:
         "delta_sink.kafka.ssl.truststore.location": str(secure.ca),
         "delta_sink.topics": topic,
         "delta_sink.table": str(lake / "table"),
-        "delta_sink.checkpoint": str(lake / "checkpoint"),
         "retries": "0",
     }
 

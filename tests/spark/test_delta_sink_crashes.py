@@ -1,117 +1,143 @@
-"""`python -m jobs.delta_sink` killed and restarted: every record lands in the table exactly once.
-
-The job reads its test-only Parquet stand-in for the loglake source (files in the Kafka source
-schema, one per micro-batch), so the crashes hit the real job, Spark's checkpoint and the Delta
-commit; new files arrive between runs as a producer would keep producing.
-"""
+"""`python -m jobs.delta_sink` (the lake writer) killed again and again over a live broker while
+records keep arriving, some in aborted transactions: killed after its Parquet files are written
+(before the commit), after a commit, five times at random (SIGKILL of the job's process group),
+and two jobs run at once on the table. Afterwards the table holds every committed
+(topic, partition, offset) exactly once and nothing else, and no file of a failed attempt is
+in the table."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from chispa import assert_df_equality
+from clients.client_helpers import create_topic
+from confluent_kafka import Producer
 from deltalake import DeltaTable
-from kafka_frames import concat, kafka_records
-from loglake.spark.delta_sink import FAULT_AFTER_DELTA_COMMIT, committed_version
+from loglake.spark.lake_writer import FAULT_AFTER_COMMIT, FAULT_AFTER_FILES
 from source_helpers import REPO, job_environment, kill_job_at_random
 
-TABLE_ORDER = ["topic", "partition", "offset"]
-TOPIC = "orders"
+PARTITIONS = 3
+RANDOM_KILLS = 5
 
 pytestmark = pytest.mark.slow
 
 
+class Records:
+    """Numbered records in bursts; every third burst in a transaction, every other one of
+    those aborted. Remembers what should be in the table ((partition, offset) -> (key, value))
+    and the offsets of aborted records, which must not be."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        self.txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic, "linger.ms": 5})
+        self.txn.init_transactions(30)
+        self.expected: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        self.aborted: set[tuple[int, int]] = set()
+        self.bursts = 0
+        self._lock = threading.Lock()
+
+    def burst(self, count: int = 30) -> None:
+        self.bursts += 1
+        kind = "plain" if self.bursts % 3 else ("aborted" if self.bursts % 6 == 0 else "committed")
+        delivered: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+
+        def report(err, msg) -> None:
+            assert err is None, err
+            with self._lock:
+                delivered[(msg.partition(), msg.offset())] = (msg.key(), msg.value())
+
+        producer = self.plain if kind == "plain" else self.txn
+        if kind != "plain":
+            producer.begin_transaction()
+        for i in range(count):
+            n = self.bursts * 1000 + i
+            producer.produce(self.topic, key=b"k%d" % n, value=b"v%d" % n, partition=n % PARTITIONS, on_delivery=report)
+        assert producer.flush(30) == 0
+        if kind == "committed":
+            producer.commit_transaction(30)
+        elif kind == "aborted":
+            producer.abort_transaction(30)
+        with self._lock:
+            if kind == "aborted":
+                self.aborted |= set(delivered)
+            else:
+                self.expected |= delivered
+
+
 class SinkJob:
-    """The job as a child process over one source directory, table and checkpoint."""
-
-    def __init__(self, root: Path) -> None:
-        self.source = root / "source"
+    def __init__(self, root: Path, bootstrap: str, topic: str) -> None:
         self.table = root / "table"
-        self.checkpoint = root / "checkpoint"
-        self.source.mkdir()
-        self.produced: list[pa.Table] = []
+        self.argv = [
+            sys.executable, "-m", "jobs.delta_sink", "--bootstrap-servers", bootstrap, "--topics", topic,
+            "--table", str(self.table), "--max-offsets-per-trigger", "150", "--max-records-per-task", "40",
+        ]  # fmt: skip
 
-    def produce(self, partition: int, offsets: range) -> None:
-        records = kafka_records(TOPIC, partition, offsets)
-        self.produced.append(records)
-        pq.write_table(records, self.source / f"p{partition}-{offsets.start:06d}.parquet")
-
-    def command(self, *extra: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "jobs.delta_sink",
-            "--test-only-parquet-source",
-            str(self.source),
-            "--table",
-            str(self.table),
-            "--checkpoint",
-            str(self.checkpoint),
-            *extra,
-        ]
-
-    def run(self, *extra: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
-        env = job_environment(fault)
+    def run(self, fault: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.command(*extra), check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=240
+            self.argv, cwd=REPO, env=job_environment(fault), capture_output=True, text=True, timeout=300, check=False
         )
 
-    def kill_at_random(self, rng: random.Random) -> None:
-        kill_job_at_random(self.command(), rng, (5.0, 25.0))
+    def files_on_disk(self) -> set[str]:
+        return {str(p.relative_to(self.table)) for p in self.table.rglob("*.parquet")}
 
-    def last_spark_commit(self) -> int:
-        return max(int(name) for name in os.listdir(self.checkpoint / "commits") if name.isdigit())
-
-    def query_id(self) -> str:
-        return json.loads((self.checkpoint / "metadata").read_text())["id"]
+    def files_in_table(self) -> set[str]:
+        return set(pa.table(DeltaTable(str(self.table)).get_add_actions(flatten=True))["path"].to_pylist())
 
 
-def skipped_replays(result: subprocess.CompletedProcess[str]) -> int:
-    return result.stdout.count("replay skipped")
-
-
-def test_crashes_and_restarts_write_every_record_once(spark, tmp_path: Path) -> None:
+@pytest.mark.timeout(1200)
+def test_killed_and_concurrent_sinks_write_every_record_once(spark, broker, topic, tmp_path: Path) -> None:
     seed = random.randrange(1 << 30)
     print(f"random kill seed {seed}")
-    job = SinkJob(tmp_path)
-    for partition in range(3):
-        job.produce(partition, range(40))
+    rng = random.Random(seed)
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    records = Records(broker.bootstrap, topic)
+    for _ in range(6):
+        records.burst()
+    job = SinkJob(tmp_path, broker.bootstrap, topic)
 
-    # Dies after batch 0's Delta commit, before Spark's commit file: Spark replays batch 0.
-    crashed = job.run(fault=f"{FAULT_AFTER_DELTA_COMMIT}:0")
+    # Killed after round 0's files are written, before its commit: they never enter the table.
+    crashed = job.run(fault=f"{FAULT_AFTER_FILES}:0")
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr
-    job.produce(0, range(40, 75))
+    orphans = job.files_on_disk()
+    assert orphans and not DeltaTable.is_deltatable(str(job.table))
+    records.burst()
 
-    crashed = job.run(fault=f"{FAULT_AFTER_DELTA_COMMIT}:2")
+    # Killed right after round 1's commit: the rerun plans from the table and goes on.
+    crashed = job.run(fault=f"{FAULT_AFTER_COMMIT}:1")
     assert crashed.returncode == 137, crashed.stdout + crashed.stderr
-    assert skipped_replays(crashed) == 1
-    job.produce(1, range(40, 60))
+    records.burst()
 
-    job.kill_at_random(random.Random(seed))
-    job.produce(2, range(40, 90))
-    crashed = job.run(fault=FAULT_AFTER_DELTA_COMMIT)  # the next batch, whichever it is
-    assert crashed.returncode == 137, crashed.stdout + crashed.stderr
+    for _ in range(RANDOM_KILLS):
+        kill_job_at_random(job.argv, rng, (5.0, 18.0), records.burst)
+    records.burst()
+
+    # Two jobs at once on the table: one commit of each round wins, the other plans again.
+    both = [
+        subprocess.Popen(
+            job.argv, cwd=REPO, env=job_environment(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for _ in range(2)
+    ]
+    records.burst()
+    for process in both:
+        out, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, out.decode()[-5000:]
 
     finished = job.run()
     assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert skipped_replays(finished) == 1
 
-    expected = spark.createDataFrame(concat(*job.produced))
-    expected = expected.select(*TABLE_ORDER, "timestamp", "key", "value", "headers").orderBy(*TABLE_ORDER)
-    stored = spark.createDataFrame(DeltaTable(str(job.table)).to_pyarrow_table()).orderBy(*TABLE_ORDER)
-    assert_df_equality(stored, expected, ignore_nullable=True)
-    assert committed_version(str(job.table), job.query_id()) == job.last_spark_commit()
-
-    # A batch-mode rerun of everything already sunk adds nothing.
-    rerun = job.run("--batch")
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    assert "batch run: 0 new rows" in rerun.stdout
-    assert DeltaTable(str(job.table)).to_pyarrow_table().num_rows == expected.count()
+    table = DeltaTable(str(job.table)).to_pyarrow_table(columns=["topic", "partition", "offset", "key", "value"])
+    stored = list(zip(table["partition"].to_pylist(), table["offset"].to_pylist()))
+    assert len(stored) == len(set(stored)), "a record was written twice"
+    assert not set(stored) & records.aborted, "records of aborted transactions in the table"
+    assert set(stored) == set(records.expected), "records lost or invented"
+    assert dict(zip(stored, zip(table["key"].to_pylist(), table["value"].to_pylist()))) == records.expected
+    assert set(table["topic"].to_pylist()) == {topic}
+    in_table = job.files_in_table()
+    assert in_table <= job.files_on_disk() and not in_table & orphans

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.delta_sink import Trigger, loglake_source_options, parse_args, sink_options
+from jobs.delta_sink import Trigger, loglake_source_options, parse_args, table_layout
 
 TOPIC_ARGS = ["--bootstrap-servers", "b:9092", "--table", "/t", "--checkpoint", "/c"]
 
 
 def test_triggers() -> None:
-    assert parse_args([*TOPIC_ARGS, "--topics", "a"]).trigger.spark_kwargs() == {"availableNow": True}
-    assert Trigger.parse("processing-time=10 seconds").spark_kwargs() == {"processingTime": "10 seconds"}
+    assert parse_args([*TOPIC_ARGS, "--topics", "a"]).trigger.available_now
+    assert Trigger.parse("processing-time=10 seconds") == Trigger(available_now=False, interval_s=10)
+    assert Trigger.parse("processing-time=500ms").interval_s == 0.5
+    assert Trigger.parse("processing-time=1 minute").interval_s == 60
     with pytest.raises(SystemExit):
         parse_args([*TOPIC_ARGS, "--topics", "a", "--trigger", "once"])
 
@@ -41,14 +43,13 @@ def test_batch_source_options() -> None:
     }
 
 
-def test_sink_options_from_the_command_line() -> None:
-    args = parse_args(
-        [*TOPIC_ARGS, "--topics", "a", "--value-format", "json", "--value-schema", "n INT", "--partition-by-topic"]
-        + ["--partition-by-date", "--compact-every", "10"]
-    )
+def test_table_layout_from_the_command_line() -> None:
+    args = parse_args([*TOPIC_ARGS, "--topics", "a", "--partition-by-topic", "--partition-by-date", "--compact-every", "10"])
 
-    options = sink_options(args)
-    assert (options.value_schema, options.partition_columns, options.compact_every) == ("n INT", ["topic", "date"], 10)
+    layout = table_layout(args)
+    assert layout.partition_by == ("topic", "date") and args.compact_every == 10
+    assert layout.schema.names == ["topic", "partition", "offset", "timestamp", "key", "value", "headers", "date"]
+    assert layout.data_schema.names == ["partition", "offset", "timestamp", "key", "value", "headers"]
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,8 @@ def test_sink_options_from_the_command_line() -> None:
     [
         ["--table", "/t", "--checkpoint", "/c", "--topics", "a"],  # no bootstrap servers
         ["--bootstrap-servers", "b:9092", "--table", "/t", "--checkpoint", "/c"],  # no topics
-        ["--bootstrap-servers", "b:9092", "--table", "/t", "--topics", "a"],  # streaming without a checkpoint
+        [*TOPIC_ARGS, "--topics", "a", "--value-format", "json"],  # json without a schema
+        [*TOPIC_ARGS, "--topics", "a", "--trigger", "processing-time=soon"],
         [*TOPIC_ARGS, "--topics", "a", "--pattern", "a.*"],
     ],
 )

@@ -26,6 +26,8 @@ from loglake.record.header import HEADER_SIZE, validate_batch
 from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.columns import PADDING, byte_ranges, check_within, read_record_columns, read_varints
 
+# The column `decode_fetch_flagging_aborted` adds.
+ABORTED_FLAG = "aborted"
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
@@ -208,3 +210,49 @@ def decode_fetch(
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+
+
+def aborted_flags(records: memoryview, offsets: np.ndarray, aborted: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Per offset of `offsets` (records decoded from `records` without skipping aborted
+    transactions): whether a read_committed reader leaves it out, as the answer's `aborted`
+    list and its markers say. Only batch headers are read again (a few per megabyte)."""
+    skipped = AbortedTransactionFilter(aborted)
+    firsts: list[int] = []
+    lasts: list[int] = []
+    pos = 0
+    while len(records) - pos >= 12:
+        size = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True) + 12
+        if size > len(records) - pos:
+            break
+        header = validate_batch(records, pos)
+        pos += header.size
+        if skipped.skips(header) and not header.is_control:
+            firsts.append(header.base_offset)
+            lasts.append(header.last_offset)
+    if not firsts:
+        return np.zeros(len(offsets), dtype=bool)
+    # Batches are in offset order and do not overlap: the batch an offset may fall in is the
+    # last one starting at or before it.
+    index = np.searchsorted(np.asarray(firsts, dtype=np.int64), offsets, side="right") - 1
+    inside = index >= 0
+    flags = np.zeros(len(offsets), dtype=bool)
+    flags[inside] = offsets[inside] <= np.asarray(lasts, dtype=np.int64)[index[inside]]
+    return flags
+
+
+def decode_fetch_flagging_aborted(
+    records: memoryview,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    include_headers: bool,
+    aborted: Sequence[tuple[int, int]],
+) -> DecodedFetch:
+    """What a read_uncommitted reader sees of [start, end) (control batches never), with a
+    last column `aborted`: the record belongs to an aborted transaction (of the answer's
+    `aborted` list, which a read_committed Fetch carries)."""
+    decoded = decode_fetch(records, topic, partition, start, end, include_headers)
+    offsets = decoded.batch.column("offset").to_numpy()
+    flags = pa.array(aborted_flags(records, offsets, aborted), type=pa.bool_())
+    return DecodedFetch(decoded.batch.append_column(pa.field(ABORTED_FLAG, pa.bool_()), flags), decoded.next_offset)

@@ -28,21 +28,25 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from pyspark.sql.datasource import InputPartition
 
-from loglake.spark.arrow_decoder import arrow_schema
+from loglake.spark.arrow_decoder import ABORTED_FLAG, arrow_schema
 from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describe_configs
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
 LAKE_ROOT_CONFIG = "rsm.config.lake.root"
 # Per row: the record belongs to an aborted transaction (read_committed readers skip it).
-ABORTED_COLUMN = "aborted"
+ABORTED_COLUMN = ABORTED_FLAG
 REMOTE_STORAGE_CONFIG = "remote.storage.enable"
 DATE_COLUMN = "date"
 PARTITION_COLUMNS = ["partition", DATE_COLUMN]
 
 
+TIER_APP_PREFIX = "loglake-tier"
+
+
 def tier_app_id(topic: str, partition: int) -> str:
-    """The Delta app transaction id of one partition's copy (its version: the tiered end)."""
-    return f"loglake-tier:{topic}:{partition}"
+    """The Delta app transaction id of one partition's copy (its version: the tiered end);
+    the lake writer's `app_id(TIER_APP_PREFIX, topic, partition)`."""
+    return f"{TIER_APP_PREFIX}:{topic}:{partition}"
 
 
 def table_path(lake_root: str, topic: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from loglake.errors import ErrorCode
-from loglake.spark.arrow_decoder import decode_fetch
+from loglake.spark.arrow_decoder import decode_fetch, decode_fetch_flagging_aborted
 from loglake.spark.offset_ranges import OffsetRange, list_offsets, report_data_loss
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import (
@@ -43,8 +43,11 @@ class _RetryDeadline:
         self.until = None
 
 
-def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of `offset_range`, one Arrow batch per fetch answer."""
+def read_range(options: ReadOptions, offset_range: OffsetRange, flag_aborted: bool = False) -> Iterator[pa.RecordBatch]:
+    """The records of `offset_range`, one Arrow batch per fetch answer. With `flag_aborted`
+    (and read_committed options, so that Fetch lists the aborted transactions): every record
+    a read_uncommitted reader sees, with an `aborted` column."""
+    decode = decode_fetch_flagging_aborted if flag_aborted else decode_fetch
     tp = offset_range.topic_partition
     where = f"{tp.topic}-{tp.partition}"
     max_bytes = options.max_partition_fetch_bytes
@@ -83,7 +86,7 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
             if error != ErrorCode.NONE:
                 raise RuntimeError(f"Fetch of {where} at offset {offset} failed: {error.name}")
             assert fetched is not None
-            decoded = decode_fetch(
+            decoded = decode(
                 fetched.records,
                 tp.topic,
                 tp.partition,
