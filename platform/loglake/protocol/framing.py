@@ -24,15 +24,15 @@ from loglake.protocol.types import Buffer, RecordsRef
 
 __all__ = [
     "MAX_FRAME_SIZE",
-    "RequestHeader",
     "Chunk",
-    "read_frame_size",
-    "decode_request_header",
+    "RequestHeader",
+    "chunks_size",
     "decode_request",
+    "decode_request_header",
+    "decode_response",
     "encode_request",
     "encode_response",
-    "decode_response",
-    "chunks_size",
+    "read_frame_size",
 ]
 
 # Kafka's socket.request.max.bytes default.
