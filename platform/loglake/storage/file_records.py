@@ -71,7 +71,8 @@ class FileRecords:
     def append(self, buffers: Sequence[Bytes]) -> int:
         """Write `buffers` back to back at the end; returns the position they start at."""
         position = self._size
-        total = sum(memoryview(b).nbytes for b in buffers)
+        # len() counts bytes for every buffer here but a memoryview of wider items.
+        total = sum([b.nbytes if b.__class__ is memoryview else len(b) for b in buffers])
         written = os.pwritev(self._fd, buffers, position)
         if written < total:  # short writes are rare on regular files; finish byte-wise
             rest = memoryview(b"".join(buffers))[written:]
