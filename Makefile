@@ -27,7 +27,7 @@ cluster-status:
 bench: setup
 	$(PY) bench/append.py
 	$(PY) bench/read.py
-	$(PY) bench/http_produce.py
+	$(PY) -m bench.http_produce
 	$(PY) -m bench.kafka_produce
 	$(PY) -m bench.kafka_consume
 	$(PY) -m bench.latency

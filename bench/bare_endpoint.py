@@ -13,7 +13,7 @@ import orjson
 import uvicorn
 from fastapi import FastAPI, Request
 
-from ingest_gateway.http_errors import JSONBytesResponse
+from ingest_gateway.http.errors import JSONBytesResponse
 
 app = FastAPI()
 

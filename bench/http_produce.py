@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import orjson
 
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"

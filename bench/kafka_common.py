@@ -17,7 +17,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

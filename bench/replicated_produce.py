@@ -18,7 +18,7 @@ from pathlib import Path
 from bench.kafka_common import create_topic, loglake_cluster
 from bench.kafka_produce import PARTITIONS, produce
 from bench.latency import measure, percentile
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 
 def throughput(bootstrap: str, topic: str, records: int, acks: str, replication: int) -> float:

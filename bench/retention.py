@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.kafka_common import ROOT
 from bench.kafka_produce import VALUE_BYTES, produce
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 PARTITIONS = 6
 SEGMENT_BYTES = 4 * 1024 * 1024

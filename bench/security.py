@@ -19,7 +19,7 @@ from bench.kafka_common import ROOT, create_topic
 from bench.kafka_consume import consume
 from bench.kafka_produce import PARTITIONS, produce
 from bench.pki import make_pki
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 
 USER, PASSWORD, MECHANISM = "bench", "bench-secret", "SCRAM-SHA-512"
 

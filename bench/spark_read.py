@@ -24,9 +24,10 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
+
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 from confluent_kafka import Producer
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import uvloop
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.broker_logging import configure_logging
-from ingest_gateway.metrics import MetricsConfig
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.observability.broker_logging import configure_logging
+from ingest_gateway.observability.metrics import MetricsConfig
 from loglake.broker_configs import BROKER_CONFIG_KEYS
 from loglake.cli import LOG_LEVELS
 from loglake.config import BrokerConfig, parse_overrides

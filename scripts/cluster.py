@@ -73,7 +73,7 @@ def _http_of(broker_id: int) -> str:
 
 
 def up(overrides: list[str]) -> int:
-    _start_background("zookeeper", [sys.executable, "-m", "ingest_gateway.zookeeper_process", "--port", "2181"])
+    _start_background("zookeeper", [sys.executable, "-m", "harness.zookeeper_process", "--port", "2181"])
     _wait_for_zookeeper()
     for broker_id in BROKERS:
         argv = [

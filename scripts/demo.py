@@ -18,7 +18,11 @@ import httpx
 import orjson
 from confluent_kafka import Producer
 
-from ingest_gateway.process import BrokerProcess
+ROOT = Path(__file__).resolve().parent.parent
+# The launch helpers (harness/) are a package of the checkout, as jobs/ and bench/ are.
+sys.path.insert(0, str(ROOT))
+
+from harness.process import BrokerProcess  # noqa: E402
 
 TOPIC = "demo-events"
 KAFKA_TOPIC = "demo-kafka-events"
@@ -27,7 +31,6 @@ EVENTS = 100_000
 PER_REQUEST = 1_000
 CONCURRENCY = 4
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _b64(s: str) -> str:

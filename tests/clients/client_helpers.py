@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 
 if TYPE_CHECKING:
     from bench.pki import Pki

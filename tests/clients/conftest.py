@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from client_helpers import make_broker, serve, unique_name
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from client_helpers import add_users, make_broker, serve
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch

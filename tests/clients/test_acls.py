@@ -29,8 +29,8 @@ from confluent_kafka.admin import (
 
 from bench.pki import Pki, make_pki
 from client_helpers import add_users, make_broker, serve, unique_name
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.process import BrokerProcess, free_port
+from ingest_gateway.network.kafka_client import KafkaClient
+from harness.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 

@@ -17,13 +17,13 @@ from loglake.protocol import ApiKey
 from loglake.protocol.release import release_versions
 from loglake.record.batch import encode_batch
 
-from ingest_gateway.authorized_operations import NOT_REQUESTED
+from ingest_gateway.apis.authorized_operations import NOT_REQUESTED
 from loglake.security.acls import RESOURCE_OPERATIONS, ResourceType
 
 # Without an authorizer every operation of the resource type is authorized (Kafka's answer).
 TOPIC_OPERATIONS = sum(1 << op for op in RESOURCE_OPERATIONS[ResourceType.TOPIC])
 CLUSTER_OPERATIONS = sum(1 << op for op in RESOURCE_OPERATIONS[ResourceType.CLUSTER])
-from ingest_gateway.kafka_client import KafkaClient
+from ingest_gateway.network.kafka_client import KafkaClient
 
 CLUSTER_ACL_OPERATIONS = {
     AclOperation.CREATE,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kafka import KafkaAdminClient
 
 from client_helpers import connect, make_broker, raw_request, recv_frame, serve
-from ingest_gateway.process import free_port
+from harness.process import free_port
 from loglake.protocol import ApiKey, encode_request
 from loglake.protocol.release import KAFKA_3_9_VERSIONS, release_versions
 

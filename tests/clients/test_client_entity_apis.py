@@ -20,8 +20,8 @@ from confluent_kafka.admin import (
 )
 
 from client_helpers import make_broker, serve
-from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError
-from ingest_gateway.process import BrokerProcess, free_port
+from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError
+from harness.process import BrokerProcess, free_port
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.security.client import client_security

@@ -23,7 +23,7 @@ from client_helpers import (
     unique_name,
 )
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 # A cleaner that looks for work every 50 ms and small segments, so that a few hundred
 # records make several rolled segments to clean.

@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

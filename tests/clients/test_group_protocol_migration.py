@@ -21,7 +21,7 @@ from client_helpers import (
 )
 from console_helpers import cli_describe_group
 from consumer_helpers import consumer_config, heartbeat
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 

@@ -13,7 +13,7 @@ import pytest
 from bench.rebalance import Member, SteadyProducer, wait_until
 from client_helpers import CONSUMER_GROUP_OVERRIDES, create_topic, make_broker, serve, unique_name
 from consumer_helpers import consumer_config
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 

@@ -15,7 +15,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaStorageError, LogDirNotFoundError, NoError, ReplicaNotAvailableError
 
 from client_helpers import create_topic, make_broker, produce_values, raw_request, read_all, serve
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.protocol.release import release_versions

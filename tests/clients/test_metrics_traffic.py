@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from client_helpers import BROKER_OVERRIDES, ROOT, create_topic, make_broker, produce_values, raw_request, serve
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 from loglake.protocol import ApiKey
 from metrics_helpers import scrape
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from client_helpers import create_topic, make_broker, serve
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 DEADLINE_S = 60
 HOUR_MS = 3_600_000

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from client_helpers import create_topic, make_broker, raw_request, serve
 from crash_helpers import kill_at_random
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch

@@ -11,8 +11,8 @@ import httpx
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.local_cluster import LocalCluster
+from ingest_gateway.network.kafka_client import KafkaClient
+from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 
 # Settings that make failures show within seconds: short ZooKeeper sessions and ISR lag,

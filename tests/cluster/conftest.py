@@ -8,8 +8,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ingest_gateway.process import free_port
-from ingest_gateway.zookeeper_process import ZooKeeperProcess, available
+from harness.process import free_port
+from harness.zookeeper_process import ZooKeeperProcess, available
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def cluster(tmp_path: Path, zk_connect: str) -> Iterator[object]:
     """Three broker processes (conf/cluster) on this test's chroot, with FAST settings."""
     from cluster_helpers import FAST
 
-    from ingest_gateway.local_cluster import LocalCluster
+    from harness.local_cluster import LocalCluster
 
     with LocalCluster(tmp_path, 3, FAST, zookeeper_connect=zk_connect) as c:
         yield c

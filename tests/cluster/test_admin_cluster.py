@@ -15,8 +15,8 @@ from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 from loglake.record.batch import encode_batch
 
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.local_cluster import LocalCluster
+from ingest_gateway.network.kafka_client import KafkaClient
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
 from cluster_helpers import FAST, call
-from ingest_gateway.local_cluster import LocalCluster
-from ingest_gateway.process import BrokerProcess
+from harness.local_cluster import LocalCluster
+from harness.process import BrokerProcess
 from loglake.protocol import ApiKey
 from loglake.protocol.release import release_versions
 from loglake.storage.meta_properties import META_PROPERTIES, MetaProperties

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from console_helpers import check_console, cli_lags, start_browser, table_cells
 
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -37,11 +37,13 @@ def page(url: str) -> str:
     return r.text
 
 
-def produce(cluster: LocalCluster, leader: int, partition: int, count: int) -> None:
+def produce(cluster: LocalCluster, leader: int, partition: int, count: int, acks: str = "all", topic: str = TOPIC) -> None:
+    """acks=all by default: the records are below the leader's high watermark (readable)
+    when the produce returns; with acks=1 they may not be yet."""
     r = serving(
         "POST",
-        f"{cluster.http_url(leader)}/topics/{TOPIC}/partitions/{partition}",
-        params={"acks": "1"},
+        f"{cluster.http_url(leader)}/topics/{topic}/partitions/{partition}",
+        params={"acks": acks},
         json={"records": [{"value": i} for i in range(count)]},
         headers={"content-type": "application/vnd.kafka.json.v2+json"},
     )
@@ -89,8 +91,8 @@ def test_console_of_a_non_controller(cluster: LocalCluster, tmp_path) -> None:
     cluster.pause(follower)
     try:
         # A follower is out of sync once it lags its leader's log end: records it cannot fetch.
-        produce(cluster, viewer, 0, 1)
-        produce(cluster, controller, 1, 1)
+        produce(cluster, viewer, 0, 1, acks="1")
+        produce(cluster, controller, 1, 1, acks="1")
         deadline = time.monotonic() + 60
         while True:
             overview = page(ui)
@@ -123,3 +125,46 @@ def test_console_of_a_non_controller(cluster: LocalCluster, tmp_path) -> None:
         cluster.resume(follower)
     cluster.wait_for(lambda s: s["under_replicated_partitions"] == 0)
     assert "All partitions are fully replicated" in page(ui)
+
+
+def test_records_above_the_high_watermark_are_announced_not_hidden(tmp_path: Path, zk_connect: str) -> None:
+    """The window of the fresh-clone failure, held open: acks=1 records on the leader that a
+    (SIGSTOP'ed) follower has not fetched are above the high watermark. The console of a
+    non-leader says they exist and are not yet replicated (it said "offsets 0 to 0"), shows
+    them once the follower catches up, and no replica but the leader answers for offsets or
+    records."""
+    topic = "console-unreplicated"
+    # The paused follower stays in the ISR for the whole test: the high watermark is held.
+    props = FAST | {"zookeeper.session.timeout.ms": "60000", "replica.lag.time.max.ms": "60000"}
+    with LocalCluster(tmp_path, 3, props, zookeeper_connect=zk_connect) as cluster:
+        leader, follower, viewer = sorted(cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, replica_assignment=[[leader, follower, viewer]])])[topic].result(30)
+        cluster.wait_for(lambda s: any(p["topic"] == topic and len(p["isr"]) == 3 for p in s["partitions"]))
+        produce(cluster, leader, 0, 2, topic=topic)  # acks=all: readable at once
+        ui = f"{cluster.http_url(viewer)}/ui"
+        messages = f"{ui}/topics/{topic}/messages"
+        cluster.pause(follower)
+        try:
+            produce(cluster, leader, 0, 6, acks="1", topic=topic)
+            rows = table_cells(page(f"{ui}/topics/{topic}"), "partitions")
+            assert [(row[5], row[6]) for row in rows] == [("2", "8")]  # high watermark, log end
+            offsets = httpx.get(f"{cluster.http_url(leader)}/topics/{topic}/partitions/0/offsets", timeout=30)
+            assert offsets.json() == {"beginning_offset": 0, "end_offset": 2, "log_end_offset": 8}
+            for path in ("offsets", "records?offset=0"):
+                r = httpx.get(f"{cluster.http_url(viewer)}/topics/{topic}/partitions/0/{path}", timeout=30)
+                assert r.status_code == 503 and r.json()["kafka_error"] == "NOT_LEADER_OR_FOLLOWER", r.text
+            html = page(f"{messages}?partition=0&offset=6")
+            assert "offsets 2 to 7 are written on the leader but not yet on every in-sync replica" in html
+            assert "No records here." in html
+            assert [row[0] for row in table_cells(page(messages), "records")] == ["0", "1"]
+            r = httpx.get(f"{messages}?partition=0&offset=9", timeout=30)
+            assert r.status_code == 416 and "has offsets 0 to 8" in r.text
+        finally:
+            cluster.resume(follower)
+        cluster.wait_for(lambda s: s["under_replicated_partitions"] == 0)
+        deadline = time.monotonic() + 30
+        while "not yet on every in-sync replica" in (html := page(f"{messages}?partition=0&offset=6")):
+            assert time.monotonic() < deadline, html
+            time.sleep(0.1)
+        assert [row[0] for row in table_cells(html, "records")] == ["6", "7"]

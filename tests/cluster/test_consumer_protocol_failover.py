@@ -13,10 +13,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import FAST, call
-from ingest_gateway.kafka_client import KafkaConnectionError
-from ingest_gateway.local_cluster import LocalCluster
+from ingest_gateway.network.kafka_client import KafkaConnectionError
+from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
-from loglake.groups.coordinator import offsets_partition_for
+from loglake.groups.runtime import offsets_partition_for
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from cluster_helpers import FAST, call, partition_of, serving_get
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 

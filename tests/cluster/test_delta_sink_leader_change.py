@@ -18,7 +18,7 @@ from cluster_helpers import create_topic, partition_of
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC = "sunk"

@@ -17,7 +17,7 @@ from confluent_kafka.admin import NewTopic, ResourceType
 from kazoo.client import KazooClient
 
 from cluster_helpers import call
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

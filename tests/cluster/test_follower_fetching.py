@@ -9,7 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import FAST
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.broker_configs import RACK_AWARE_REPLICA_SELECTOR
 from metrics_helpers import scrape
 

@@ -16,7 +16,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import NoError
 
 from cluster_helpers import FAST, create_topic, partition_of, read_all
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

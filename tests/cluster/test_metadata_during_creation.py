@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.local_cluster import LocalCluster
+from ingest_gateway.network.kafka_client import KafkaClient
+from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 

@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import FAST, partition_of
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from metrics_helpers import Scrape, scrape
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
 from cluster_helpers import FAST, call, create_topic, read_all
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from cluster_helpers import create_topic, partition_of, read_all, serving, serving_get
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -229,7 +229,7 @@ def test_kcat_and_confluent_follow_a_moving_leader(cluster: LocalCluster) -> Non
 
 @pytest.mark.timeout(240)
 def test_a_group_survives_the_loss_of_its_coordinator(cluster: LocalCluster) -> None:
-    from loglake.groups.coordinator import offsets_partition_for
+    from loglake.groups.runtime import offsets_partition_for
 
     create_topic(cluster, "orders", 3, 3, {"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})

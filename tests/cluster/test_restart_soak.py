@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from cluster_helpers import create_topic, partition_of, read_all
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

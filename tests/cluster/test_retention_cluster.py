@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from cluster_helpers import FAST, create_topic, read_all
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpointFile
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -14,7 +14,7 @@ from kazoo.client import KazooClient
 
 from bench.pki import make_pki
 from cluster_helpers import FAST, create_topic, read_all
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from clients.client_helpers import produce_keyed, read_all
 from cluster_helpers import create_topic
 from confluent_kafka import Producer
 
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from jobs.compact import parse_args, run
 from loglake.record.header import RecordBatchHeader
 

@@ -9,7 +9,7 @@ from loglake.spark.offset_ranges import plan_batch
 from loglake.spark.options import parse_read_options
 from loglake.spark.range_reader import read_range
 
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 
 
 def test_a_planned_range_is_read_from_the_new_leader(cluster: LocalCluster) -> None:

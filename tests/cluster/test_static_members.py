@@ -11,9 +11,9 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster_helpers import call
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.protocol import ApiKey
-from loglake.groups.coordinator import offsets_partition_for
+from loglake.groups.runtime import offsets_partition_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

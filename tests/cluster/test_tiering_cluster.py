@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from cluster_helpers import FAST, create_topic, partition_of, serving_get
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from jobs.tier import parse_args, run
 from loglake.spark.lake import tier_app_id
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from cluster_helpers import FAST, call, create_topic
-from ingest_gateway.local_cluster import LocalCluster
+from harness.local_cluster import LocalCluster
 from loglake.faults import FAULT_ENV
 from loglake.protocol import ApiKey
 

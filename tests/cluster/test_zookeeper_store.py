@@ -552,7 +552,7 @@ def test_a_paused_broker_loses_its_session_and_comes_back(make_store, zk_connect
 
 
 def test_zookeeper_process_config_and_health(zookeeper) -> None:
-    from ingest_gateway.zookeeper_process import four_letter_word, read_properties
+    from harness.zookeeper_process import four_letter_word, read_properties
 
     props = read_properties(zookeeper.config_file)
     assert props["clientPort"] == str(zookeeper.port) and props["tickTime"] == "500"

@@ -6,8 +6,8 @@ from typing import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.http_api import create_app
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 

@@ -16,15 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ingest_gateway.authorization import RequestAuthorization
-from ingest_gateway.fetch_apis import FetchApis
-from ingest_gateway.kafka_apis import KafkaApis
-from ingest_gateway.kafka_client import KafkaClient
-from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.metadata_cache import MetadataCache
-from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
-from ingest_gateway.replica_manager import ReplicaManager
-from ingest_gateway.request_router import RequestRouter
+from ingest_gateway.apis.authorization import RequestAuthorization
+from ingest_gateway.apis.fetch_apis import FetchApis
+from ingest_gateway.apis.kafka_apis import KafkaApis
+from ingest_gateway.network.kafka_client import KafkaClient
+from ingest_gateway.network.kafka_server import KafkaServer
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
+from ingest_gateway.replica.replica_manager import ReplicaManager
+from ingest_gateway.apis.request_router import RequestRouter
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription

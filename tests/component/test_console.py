@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from console_helpers import error_message, table_cells
-from ingest_gateway.broker import Broker
-from ingest_gateway.console.render import LagHistory, TrafficHistory, render_bytes, traffic_sample
-from ingest_gateway.http_api import create_app
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.http.console.render import LagHistory, TrafficHistory, render_bytes, traffic_sample
+from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.controller_apis import ControllerApis
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.apis.controller_apis import ControllerApis
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.protocol import ApiKey, decode_request, decode_response, encode_request, encode_response
 from loglake.protocol.release import release_versions

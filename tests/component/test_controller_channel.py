@@ -10,9 +10,9 @@ from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, Pa
 from loglake.protocol import ApiKey, decode_request, encode_response
 from loglake.security.client import PLAINTEXT
 
-from ingest_gateway.controller_channel import ControllerChannelManager
-from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.process import free_port
+from ingest_gateway.metadata.controller_channel import ControllerChannelManager
+from ingest_gateway.network.kafka_server import KafkaServer
+from harness.process import free_port
 
 CONTROLLER, TARGET = 1, 2
 

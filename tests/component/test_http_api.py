@@ -11,8 +11,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.http_api import create_app
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.http.app import create_app
 from loglake.partitioner import partition_for_key
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -137,7 +137,7 @@ def test_offsets_by_timestamp(client: TestClient) -> None:
     produce_json(client, "ts", [{"value": 1, "timestamp": 1000}, {"value": 2, "timestamp": 2000}])
     produce_json(client, "ts", [{"value": 3, "timestamp": 3000}])
     base = "/topics/ts/partitions/0/offsets"
-    assert client.get(base).json() == {"beginning_offset": 0, "end_offset": 3}
+    assert client.get(base).json() == {"beginning_offset": 0, "end_offset": 3, "log_end_offset": 3}
     assert client.get(base, params={"timestamp": 1500}).json() == {"offset": 1, "timestamp": 2000}
     assert client.get(base, params={"timestamp": 3000}).json() == {"offset": 2, "timestamp": 3000}
     assert client.get(base, params={"timestamp": 5000}).json() == {"offset": None, "timestamp": None}

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from ingest_gateway.broker import Broker
+from ingest_gateway.server.broker import Broker
 from loglake.coordination.model import PartitionState, TopicDescription
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, decode_response, encode_request

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingest_gateway.broker import Broker
-from ingest_gateway.http_api import create_app
+from ingest_gateway.server.broker import Broker
+from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"

@@ -16,10 +16,10 @@ from loglake.storage.checkpoints import LOG_START_OFFSET_CHECKPOINT, RECOVERY_PO
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 
-from ingest_gateway.log_dir_apis import LogDirApis
-from ingest_gateway.replica_alter_log_dirs import ReplicaAlterLogDirsManager, align_future_log, copy_chunk
-from ingest_gateway.replica_fetcher import ReplicaFetcherConfig
-from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
+from ingest_gateway.apis.log_dir_apis import LogDirApis
+from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager, align_future_log, copy_chunk
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
+from ingest_gateway.replica.replica_manager import HIGH_WATERMARK_CHECKPOINT, ReplicaManager
 
 TOPIC = "moving"
 KEY = (TOPIC, 0)

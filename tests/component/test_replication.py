@@ -9,7 +9,7 @@ import asyncio
 
 from replication_harness import LAG_MS, Cluster, cluster_test, fetch, produce, until, values_of
 
-from ingest_gateway.replica_manager import HIGH_WATERMARK_CHECKPOINT
+from ingest_gateway.replica.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from loglake.errors import ErrorCode
 from loglake.storage.checkpoints import OffsetCheckpointFile
 

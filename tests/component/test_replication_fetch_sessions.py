@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from replication_harness import Cluster, cluster_test, produce, until
 
-from ingest_gateway.fetch_session import INITIAL_EPOCH
+from ingest_gateway.replica.fetch_session import INITIAL_EPOCH
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.coordination.model import BrokerEndpoint
 from loglake.errors import ErrorCode

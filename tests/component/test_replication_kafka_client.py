@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from ingest_gateway.authorization import RequestAuthorization
-from ingest_gateway.kafka_client import KafkaClient, KafkaConnectionError, RequestTimedOut
-from ingest_gateway.kafka_server import KafkaServer
-from ingest_gateway.request_router import RequestRouter
+from ingest_gateway.apis.authorization import RequestAuthorization
+from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError, RequestTimedOut
+from ingest_gateway.network.kafka_server import KafkaServer
+from ingest_gateway.apis.request_router import RequestRouter
 from loglake.protocol import ApiKey
 
 API_VERSIONS = {"client_software_name": "test", "client_software_version": "1"}

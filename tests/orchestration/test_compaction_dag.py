@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from airflow_helpers import AirflowRunner
 from clients.client_helpers import create_topic, make_broker, produce_keyed, read_all, serve, unique_name
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from airflow_helpers import AirflowRunner
 from clients.client_helpers import create_topic, make_broker, serve, unique_name
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from airflow_helpers import AirflowRunner
 from bench.pki import make_pki
 from clients.client_helpers import add_users, create_topic, produce_values, sasl_ssl_broker, serve, unique_name
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from typing import Iterator
 
 import pytest
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 
 def loglake(broker: BrokerProcess, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:

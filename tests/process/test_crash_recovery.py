@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 JSON_V2 = "application/vnd.kafka.json.v2+json"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, decode_response, encode_request
 from loglake.record.batch import encode_batch

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crash_helpers import kill_at_random
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.spark.faults import FAULT_ENV
 
 REPO = Path(__file__).resolve().parents[2]

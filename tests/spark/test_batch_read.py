@@ -12,7 +12,7 @@ from chispa import assert_df_equality
 from clients.client_helpers import create_topic, unique_name
 from source_helpers import delete_records, offsets_of, produce, with_options
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 

@@ -18,7 +18,7 @@ from test_group_commits import committed
 
 from bench.pki import Pki, make_pki
 from clients.client_helpers import add_users, create_topic, produce_keyed, read_all, sasl_ssl_broker, serve, unique_name
-from ingest_gateway.process import BrokerProcess, free_port
+from harness.process import BrokerProcess, free_port
 from jobs import compact, consume_group
 from loglake.spark.job_cluster import ClusterAccess
 from source_helpers import produce

@@ -11,7 +11,7 @@ import pytest
 from clients.client_helpers import add_users, create_topic, sasl_ssl_broker, serve, unique_name
 
 from bench.pki import make_pki
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import time
 
 from source_helpers import with_options
 
-from ingest_gateway.process import BrokerProcess
+from harness.process import BrokerProcess
 from loglake.protocol import IsolationLevel
 from loglake.spark.group_offsets import committed_with_metadata
 from loglake.spark.offset_ranges import list_offsets

@@ -8,7 +8,7 @@ import pytest
 from loglake.config import BrokerConfig
 from loglake.security.client import client_security
 
-from ingest_gateway.listener_security import inter_broker_security
+from ingest_gateway.server.listener_security import inter_broker_security
 
 JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="s3cr\\"t";'
 

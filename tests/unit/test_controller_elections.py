@@ -13,7 +13,7 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import RequestHeader
 from test_controller import make_controller
 
-from ingest_gateway.admin_apis import AdminApis
+from ingest_gateway.apis.admin_apis import AdminApis
 
 
 def _code(action) -> ErrorCode:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_gateway.config_apis import AlterOp, apply_incremental, describe_topic_configs
+from ingest_gateway.apis.config_apis import AlterOp, apply_incremental, describe_topic_configs
 from loglake.broker_configs import DEFAULT_ENTITY, DynamicBrokerConfig
 from loglake.config import topic_property
 from loglake.config_defs import ConfigSource

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from ingest_gateway.fetch_session import (
+from ingest_gateway.replica.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     INVALID_SESSION_ID,
@@ -22,7 +22,7 @@ from ingest_gateway.fetch_session import (
     TopicIdPartition,
     next_epoch,
 )
-from ingest_gateway.fetch_session_handler import FetchSessionHandler
+from ingest_gateway.replica.fetch_session_handler import FetchSessionHandler
 from loglake.errors import ErrorCode
 
 EVICTION_MS = 1000

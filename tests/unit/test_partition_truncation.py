@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_storage_support import make_batch, stamped
 
-from ingest_gateway.replica_fetcher import ReplicaFetcher, ReplicaFetcherConfig
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcher, ReplicaFetcherConfig
 from loglake.cluster.partition import Partition
 from loglake.config import LogConfig
 from loglake.coordination.model import PartitionState

@@ -25,14 +25,20 @@ then heartbeats every few seconds and rejoins when told REBALANCE_IN_PROGRESS:
     error = await coordinator.heartbeat(group_id, join.member_id, join.generation_id)
 
 Modules:
-    api         request parts and results (JoinResult, SyncResult, OffsetFetchResult, ...)
-    coordinator GroupCoordinator, GroupConfig, the OffsetsLog persistence seam
-    group       one group's state machine (GroupMetadata / MemberMetadata)
-    records     __consumer_offsets key/value formats
-    assignors   consumer protocol bytes, range and roundrobin assignors
-    consumer_group    consumer-protocol (KIP-848) groups: ConsumerGroupHeartbeat state machine,
-                      reconciliation, timers, offset commit checks, describe (hosted by the
-                      GroupCoordinator next to classic groups)
+    coordinator       GroupCoordinator, the façade the broker calls (loading, routing, admin)
+    classic_manager   classic membership: JoinGroup/SyncGroup/Heartbeat/LeaveGroup, rebalances
+    offset_manager    OffsetCommit, TxnOffsetCommit, OffsetFetch, OffsetDelete, offset expiry
+    consumer_manager  the KIP-848 groups of the loaded partitions: their log writes and timers
+    config            GroupConfig
+    runtime           the OffsetsLog seam as the components write it, background tasks
+    api               request parts and results (JoinResult, SyncResult, OffsetFetchResult, ...)
+    group             one classic group's state (GroupMetadata / MemberMetadata)
+    records           __consumer_offsets key/value formats
+    assignors         consumer protocol bytes, range and roundrobin assignors
+    consumer_group    consumer-protocol (KIP-848) groups: the model, offset commit checks
+    consumer_groups   their ConsumerGroupHeartbeat state machine, classic members, timers
+    consumer_reconciliation  one member's step towards its target (CurrentAssignmentBuilder)
+    consumer_migration       classic <-> consumer group conversions
     consumer_records  their __consumer_offsets records (key versions 3-8)
     server_assignors  the server-side uniform and range assignors
 """
@@ -70,7 +76,9 @@ from loglake.groups.assignors import (
     encode_assignment,
     encode_subscription,
 )
-from loglake.groups.coordinator import GroupConfig, GroupCoordinator, OffsetsLog
+from loglake.groups.config import GroupConfig
+from loglake.groups.coordinator import GroupCoordinator
+from loglake.groups.runtime import OffsetsLog
 from loglake.internal_topics import OFFSETS_TOPIC, java_string_hash
 
 __all__ = [

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from loglake.errors import ErrorCode
 
-
 # ListGroups v5's group types: a group runs the classic protocol or KIP-848's consumer protocol.
 CLASSIC_GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"

@@ -95,8 +95,9 @@ class GroupMetadata:
     # Topics the consumer members subscribe to, when their metadata could be read.
     subscribed_topics: frozenset[str] | None = None
     offsets: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
-    # Commits being appended, per partition (no entry once none is in flight).
-    pending_offset_commits: Counter[TopicPartition] = field(default_factory=Counter)
+    # Plain offset commits being appended: write id -> their partitions. It keeps their
+    # offsets from expiring and the group from retiring, and a stable OffsetFetch waits on it.
+    commits_in_flight: dict[int, frozenset[TopicPartition]] = field(default_factory=dict)
     # Timers, owned by the coordinator.
     join_timer: asyncio.TimerHandle | None = None
     join_is_initial: bool = False
@@ -205,6 +206,26 @@ class GroupMetadata:
             return ErrorCode.FENCED_INSTANCE_ID if current != member_id else None
         return None if member_id in self.members else ErrorCode.UNKNOWN_MEMBER_ID
 
+    def validate_offset_commit(
+        self, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit: who may commit to this group now."""
+        if self.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state is GroupState.EMPTY:
+            return None  # an admin client or a consumer without group management
+        if generation_id >= 0 or member_id or group_instance_id is not None:
+            member_error = self.member_error(member_id, group_instance_id)
+            if member_error is not None:
+                return member_error
+            if generation_id != self.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+            if self.state is GroupState.COMPLETING_REBALANCE:
+                # The member has its JoinGroup answer but not its assignment yet.
+                return ErrorCode.REBALANCE_IN_PROGRESS
+            return None
+        return ErrorCode.UNKNOWN_MEMBER_ID  # once a group has members, only they commit
+
     def has_all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join is not None for m in self.members.values())
 
@@ -237,7 +258,15 @@ class GroupMetadata:
             return None  # a member's metadata is not a consumer subscription: don't guess
 
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.commits_in_flight)
+
+    def has_commit_in_flight(self, tp: TopicPartition) -> bool:
+        return any(tp in written for written in self.commits_in_flight.values())
+
+    def take_offsets_of(self, previous: GroupMetadata) -> None:
+        """This group replaces `previous` (a conversion): the very same offsets and commits
+        in flight, so that a commit being written lands here too."""
+        self.offsets, self.commits_in_flight = previous.offsets, previous.commits_in_flight
 
     def remove_expired_offsets(
         self, now_ms: int, retention_ms: int, consumer_group_topics: Collection[str] | None = None
@@ -271,7 +300,7 @@ class GroupMetadata:
             return []  # rebalancing, or members whose subscriptions we cannot read
 
         def is_expired(tp: TopicPartition, o: OffsetAndMetadata) -> bool:
-            if tp.topic in kept_topics or self.pending_offset_commits[tp]:
+            if tp.topic in kept_topics or self.has_commit_in_flight(tp):
                 return False
             if o.expire_timestamp is not None:
                 return now_ms >= o.expire_timestamp

@@ -26,13 +26,13 @@ from loglake.groups.consumer_group import (
     ClassicJoinRequest,
     ConsumerGroup,
     ConsumerGroupConfig,
-    ConsumerGroups,
     HeartbeatRequest,
     HeartbeatResult,
     MigrationPolicy,
     Record,
     TopicPartitions,
 )
+from loglake.groups.consumer_groups import ConsumerGroups
 
 GROUP = "group-a"
 REBALANCE_MS = 30_000

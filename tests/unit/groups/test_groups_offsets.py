@@ -219,6 +219,39 @@ async def test_require_stable_waits_for_a_commit_in_flight() -> None:
     await later
 
 
+async def test_a_commit_in_flight_keeps_its_offset_and_its_group_from_expiring() -> None:
+    """An expiry pass during a plain commit's write: the partition being written keeps its
+    offset, and a group whose only offsets are being written is not retired, so the commit
+    lands once written."""
+    release = asyncio.Event()
+
+    class HeldLog(FakeOffsetsLog):
+        hold = False  # appends started while set wait for `release`
+
+        async def append(
+            self, partition: int, records: list[tuple[bytes, bytes | None]], producer: tuple[int, int] | None = None
+        ) -> None:
+            if self.hold:
+                await release.wait()
+            await super().append(partition, records, producer)
+
+    log, clock = HeldLog(), FakeClock()
+    coordinator = await new_coordinator(log, clock)
+    await coordinator.commit_offsets(GROUP, "", -1, commits(t0=4, t1=7))
+    clock.advance_ms(RETENTION_MS)
+    log.hold = True
+    rewrite = asyncio.ensure_future(coordinator.commit_offsets(GROUP, "", -1, commits(t0=5)))
+    fresh = asyncio.ensure_future(coordinator.commit_offsets("fresh", "", -1, commits(t0=1)))
+    await asyncio.sleep(0.01)
+    log.hold = False
+    assert await coordinator.expire_offsets() == 1  # T1 only
+    assert not rewrite.done() and not fresh.done()
+    release.set()
+    assert await rewrite == {T0: ErrorCode.NONE} and await fresh == {T0: ErrorCode.NONE}
+    assert await fetched(coordinator) == {T0: 5}
+    assert await fetched(coordinator, group="fresh") == {T0: 1}
+
+
 # ------------------------------------------------------------------ reload
 
 

@@ -67,7 +67,7 @@ async def test_restarted_follower_rejoins_without_rebalance_and_keeps_its_partit
     assert restarted.member_id != b.member_id
     assert restarted.generation_id == b.generation_id and restarted.leader == a.member_id
     assert await coordinator.heartbeat(GROUP, a.member_id, a.generation_id) is ErrorCode.NONE
-    assert coordinator._groups[GROUP].state is GroupState.STABLE
+    assert coordinator._classic.group(GROUP).state is GroupState.STABLE
     assert await partitions_of(coordinator, restarted, "i-b") == before
 
     # The previous incarnation is fenced everywhere it shows its instance id.
@@ -95,7 +95,7 @@ async def test_restarted_leader_is_not_told_it_leads_before_v9() -> None:
     restarted = await join(coordinator, group_instance_id="i-a", client_id="i-a")
     assert_ok(restarted)
     assert restarted.leader == a.member_id != restarted.member_id and restarted.members == ()
-    assert coordinator._groups[GROUP].leader_id == restarted.member_id
+    assert coordinator._classic.group(GROUP).leader_id == restarted.member_id
 
 
 async def test_restarted_leader_skips_assignment_from_v9() -> None:
@@ -135,7 +135,7 @@ async def test_absent_static_member_survives_the_rebalance_until_its_session_exp
     assert_ok(rejoined)
     assert rejoined.generation_id == 2
     assert {m.member_id for m in rejoined.members} == {a.member_id, b.member_id}
-    group = coordinator._groups[GROUP]
+    group = coordinator._classic.group(GROUP)
     assert group.static_members == {"i-a": a.member_id, "i-b": b.member_id}
     assignments = assign_group("range", rejoined.members, {"t": 6})
     assert_ok(await coordinator.sync_group(GROUP, 2, a.member_id, assignments, group_instance_id="i-a"))
@@ -164,7 +164,7 @@ async def test_a_new_coordinator_knows_the_static_members() -> None:
     await coordinator.stop()
 
     successor = await new_coordinator(log)
-    group = successor._groups[GROUP]
+    group = successor._classic.group(GROUP)
     assert group.state is GroupState.STABLE
     assert group.static_members["i-b"] == restarted.member_id
     assert await successor.heartbeat(GROUP, b.member_id, 1, group_instance_id="i-b") is ErrorCode.FENCED_INSTANCE_ID

@@ -1,0 +1,453 @@
+"""The consumer group APIs of the Kafka protocol, over `loglake.groups.GroupCoordinator`.
+
+Each handler copies fields between the request/response bodies and the coordinator's
+plain results; the group logic itself lives in the coordinator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loglake.errors import ErrorCode
+from loglake.groups import (
+    GroupCoordinator,
+    GroupDescription,
+    MemberIdentity,
+    OffsetCommitData,
+    SyncResult,
+    TopicPartition,
+)
+from loglake.groups.consumer_group import HeartbeatRequest, TopicPartitions
+from loglake.protocol import ApiKey, RequestHeader
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+
+from ingest_gateway.apis.authorization import RequestAuthorization
+from ingest_gateway.apis.authorized_operations import group_operations
+from ingest_gateway.network.request_context import current_request
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.apis.request_router import RequestRouter
+
+Body = dict[str, Any]
+
+# OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
+DEFAULT_RETENTION_TIME = -1
+# ConsumerGroupDescribe v1's MemberType of a member of a consumer group.
+CLASSIC_MEMBER_TYPE = 0
+CONSUMER_MEMBER_TYPE = 1
+
+
+class GroupApis:
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        authorization: RequestAuthorization,
+        partition_exists: Callable[[str, int], bool] | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.authorization = authorization
+        # Whether the cluster has this partition (None: take every commit).
+        self._partition_exists = partition_exists
+
+    async def join_group(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        result = await self.coordinator.join_group(
+            body["group_id"],
+            body["member_id"],
+            header.client_id or "",
+            "/" + current_request().client_host,  # Kafka's form of a member's host
+            body["session_timeout_ms"],
+            body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
+            body["protocol_type"],
+            [(p["name"], p["metadata"]) for p in body["protocols"]],
+            group_instance_id=body.get("group_instance_id"),
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "skip_assignment": result.skip_assignment,
+            "generation_id": result.generation_id,
+            "protocol_type": result.protocol_type,
+            # Before v7 the name is not nullable: "" stands for none.
+            "protocol_name": result.protocol_name if version >= 7 else (result.protocol_name or ""),
+            "leader": result.leader,
+            "member_id": result.member_id,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+                for m in result.members
+            ],
+        }
+
+    async def sync_group(self, header: RequestHeader, body: Body) -> Body:
+        protocol_type, protocol_name = body.get("protocol_type"), body.get("protocol_name")
+        if header.request_api_version >= 5 and (protocol_type is None or protocol_name is None):
+            # From v5 both are mandatory, as Kafka checks before the coordinator sees the request.
+            result = SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        else:
+            result = await self.coordinator.sync_group(
+                body["group_id"],
+                body["generation_id"],
+                body["member_id"],
+                {a["member_id"]: bytes(a["assignment"]) for a in body["assignments"]},
+                group_instance_id=body.get("group_instance_id"),
+                protocol_type=protocol_type,
+                protocol_name=protocol_name,
+            )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name,
+            "assignment": result.assignment,
+        }
+
+    async def heartbeat(self, header: RequestHeader, body: Body) -> Body:
+        error = await self.coordinator.heartbeat(
+            body["group_id"], body["member_id"], body["generation_id"], group_instance_id=body.get("group_instance_id")
+        )
+        return {"throttle_time_ms": 0, "error_code": error}
+
+    async def leave_group(self, header: RequestHeader, body: Body) -> Body:
+        if header.request_api_version >= 3:
+            members = [MemberIdentity(m["member_id"], m["group_instance_id"]) for m in body["members"]]
+        else:
+            members = [MemberIdentity(body["member_id"])]
+        result = await self.coordinator.leave_group(body["group_id"], members)
+        error = result.error
+        if header.request_api_version < 3 and not error and result.members:
+            error = result.members[0].error
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": m.error}
+                for m in result.members
+            ],
+        }
+
+    async def offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        retention_ms = body.get("retention_time_ms", DEFAULT_RETENTION_TIME)
+        expire_timestamp = None
+        if retention_ms != DEFAULT_RETENTION_TIME:
+            expire_timestamp = self.coordinator.now_ms() + retention_ms
+        offsets = {}
+        errors: dict[TopicPartition, int] = {}
+        auth = self.authorization
+        group_denied = not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"])
+        denied_topics = auth.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                tp = TopicPartition(t["name"], p["partition_index"])
+                if group_denied or tp.topic in denied_topics:
+                    errors[tp] = (
+                        ErrorCode.GROUP_AUTHORIZATION_FAILED if group_denied else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    )
+                    continue
+                if self._partition_exists is not None and not self._partition_exists(tp.topic, tp.partition):
+                    # As Kafka: no offsets are kept for partitions the cluster lacks.
+                    errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offsets[tp] = OffsetCommitData(
+                    p["committed_offset"],
+                    p.get("committed_leader_epoch", -1),
+                    p["committed_metadata"],
+                    p.get("commit_timestamp", -1),
+                    expire_timestamp,
+                )
+        if offsets:
+            errors |= await self.coordinator.commit_offsets(
+                body["group_id"],
+                body.get("member_id", ""),
+                body.get("generation_id_or_member_epoch", -1),
+                offsets,
+                group_instance_id=body.get("group_instance_id"),
+                api_version=header.request_api_version,
+            )
+        return {
+            "throttle_time_ms": 0,
+            "topics": [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {
+                            "partition_index": p["partition_index"],
+                            "error_code": errors[TopicPartition(t["name"], p["partition_index"])],
+                        }
+                        for p in t["partitions"]
+                    ],
+                }
+                for t in body["topics"]
+            ],
+        }
+
+    async def offset_fetch(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        if version >= 8:
+            groups = [(g["group_id"], g["topics"], g) for g in body["groups"]]
+        else:
+            groups = [(body["group_id"], body["topics"], body)]
+        answers = []
+        auth = self.authorization
+        for group_id, topics, group in groups:
+            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+                answers.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
+                continue
+            wanted = None
+            if topics is not None:
+                wanted = [TopicPartition(t["name"], p) for t in topics for p in t["partition_indexes"]]
+            result = await self.coordinator.fetch_offsets(
+                group_id,
+                wanted,
+                require_stable=body.get("require_stable", False),
+                # v9: a consumer group member names itself with its epoch.
+                member=(group.get("member_id"), group.get("member_epoch", -1)) if version >= 9 else None,
+            )
+            denied = auth.denied_topics(AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
+            by_topic: dict[str, list[Body]] = {}
+            for tp, po in sorted(result.partitions.items()):
+                if tp.topic in denied:
+                    if wanted is not None:  # asked for by name: say so; a listing leaves it out
+                        by_topic.setdefault(tp.topic, []).append(
+                            {"partition_index": tp.partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                             "metadata": None, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+                        )  # fmt: skip
+                    continue
+                by_topic.setdefault(tp.topic, []).append(
+                    {
+                        "partition_index": tp.partition,
+                        "committed_offset": po.offset,
+                        "committed_leader_epoch": po.leader_epoch,
+                        "metadata": po.metadata,
+                        "error_code": po.error,
+                    }
+                )
+            answers.append(
+                {
+                    "group_id": group_id,
+                    "error_code": result.error,
+                    "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+                }
+            )
+        if version >= 8:
+            return {"throttle_time_ms": 0, "groups": answers}
+        answer = answers[0]
+        return {"throttle_time_ms": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
+
+    async def offset_delete(self, header: RequestHeader, body: Body) -> Body:
+        # As Kafka: READ on each topic too (DELETE on the group is checked before).
+        denied = self.authorization.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
+        wanted = [
+            TopicPartition(t["name"], p["partition_index"])
+            for t in body["topics"]
+            if t["name"] not in denied
+            for p in t["partitions"]
+        ]
+        result = await self.coordinator.delete_offsets(body["group_id"], wanted)
+        refused = {
+            TopicPartition(t["name"], p["partition_index"]): ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            for t in body["topics"]
+            if t["name"] in denied
+            for p in t["partitions"]
+        }
+        by_topic: dict[str, list[Body]] = {}
+        for tp, error in (result.partitions | refused).items():
+            by_topic.setdefault(tp.topic, []).append({"partition_index": tp.partition, "error_code": error})
+        return {
+            "error_code": result.error,
+            "throttle_time_ms": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+        }
+
+    async def list_groups(self, header: RequestHeader, body: Body) -> Body:
+        result = await self.coordinator.list_groups(body.get("states_filter") or None)
+        types = {t.lower() for t in body.get("types_filter") or ()}
+        groups = [g for g in result.groups if not types or g.group_type in types]
+        auth = self.authorization
+        if not auth.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+            groups = [g for g in groups if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, False)]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.state.value,
+                    "group_type": g.group_type,
+                }
+                for g in groups
+            ],
+        }
+
+    async def describe_groups(self, header: RequestHeader, body: Body) -> Body:
+        auth = self.authorization
+        allowed = [g for g in body["groups"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        found = {d.group_id: d for d in await self.coordinator.describe_groups(allowed)}
+        described = [
+            found.get(g) or GroupDescription(g, ErrorCode.GROUP_AUTHORIZATION_FAILED, "") for g in body["groups"]
+        ]
+        with_operations = body.get("include_authorized_operations", False)
+        return {
+            "throttle_time_ms": 0,
+            "groups": [
+                {
+                    "error_code": d.error,
+                    "group_id": d.group_id,
+                    "group_state": d.state,
+                    "protocol_type": d.protocol_type,
+                    "protocol_data": d.protocol,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": m.metadata,
+                            "member_assignment": m.assignment,
+                        }
+                        for m in d.members
+                    ],
+                    "authorized_operations": group_operations(
+                        auth, d.group_id, with_operations and d.error is ErrorCode.NONE
+                    ),
+                }
+                for d in described
+            ],
+        }
+
+    async def delete_groups(self, header: RequestHeader, body: Body) -> Body:
+        auth = self.authorization
+        names = body["groups_names"]
+        allowed = [g for g in names if auth.allowed(AclOperation.DELETE, ResourceType.GROUP, g)]
+        errors = dict.fromkeys(names, ErrorCode.GROUP_AUTHORIZATION_FAILED) | await self.coordinator.delete_groups(
+            allowed
+        )
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": errors[g]} for g in dict.fromkeys(body["groups_names"])],
+        }
+
+    async def consumer_group_heartbeat(self, header: RequestHeader, body: Body) -> Body:
+        names, owned = body["subscribed_topic_names"], body["topic_partitions"]
+        request = HeartbeatRequest(
+            body["group_id"],
+            body["member_id"],
+            body["member_epoch"],
+            instance_id=body["instance_id"],
+            rack_id=body["rack_id"],
+            rebalance_timeout_ms=body["rebalance_timeout_ms"],
+            subscribed_topic_names=None if names is None else tuple(names),
+            subscribed_topic_regex=body.get("subscribed_topic_regex"),  # v1+
+            server_assignor=body["server_assignor"],
+            owned_partitions=None
+            if owned is None
+            else tuple(TopicPartitions(t["topic_id"], tuple(t["partitions"])) for t in owned),
+            client_id=header.client_id or "",
+            client_host="/" + current_request().client_host,
+        )
+        result = await self.coordinator.consumer_group_heartbeat(request)
+        assignment = None
+        if result.assignment is not None:
+            assignment = {
+                "topic_partitions": [
+                    {"topic_id": tp.topic_id, "partitions": list(tp.partitions)} for tp in result.assignment
+                ]
+            }
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "error_message": result.error_message,
+            "member_id": result.member_id,
+            "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms,
+            "assignment": assignment,
+        }
+
+    async def consumer_group_describe(self, header: RequestHeader, body: Body) -> Body:
+        auth = self.authorization
+        allowed = [g for g in body["group_ids"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        found = {d.group_id: d for d in await self.coordinator.consumer_group_describe(allowed)}
+        denied = set(body["group_ids"]) - set(allowed)
+        with_operations = body.get("include_authorized_operations", False)
+
+        def assignment(parts: tuple[TopicPartitions, ...], names: dict[Any, str]) -> Body:
+            return {
+                "topic_partitions": [
+                    {
+                        "topic_id": tp.topic_id,
+                        "topic_name": names.get(tp.topic_id, ""),
+                        "partitions": list(tp.partitions),
+                    }
+                    for tp in parts
+                ]
+            }
+
+        groups = []
+        for group_id in body["group_ids"]:
+            if group_id in denied:
+                groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "group_id": group_id, "members": []})
+                continue
+            d = found[group_id]
+            ok = d.error is ErrorCode.NONE
+            groups.append(
+                {
+                    "error_code": d.error,
+                    "error_message": f"Group {d.group_id} is not a consumer group or does not exist."
+                    if d.error is ErrorCode.GROUP_ID_NOT_FOUND
+                    else None,
+                    "group_id": d.group_id,
+                    "group_state": d.state if ok else "",
+                    "group_epoch": d.group_epoch,
+                    "assignment_epoch": d.assignment_epoch,
+                    "assignor_name": d.assignor_name,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "instance_id": m.instance_id,
+                            "rack_id": m.rack_id,
+                            "member_epoch": m.member_epoch,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "subscribed_topic_names": list(m.subscribed_topic_names),
+                            "subscribed_topic_regex": m.subscribed_topic_regex,
+                            "assignment": assignment(m.assignment, m.topic_names),
+                            "target_assignment": assignment(m.target_assignment, m.topic_names),
+                            "member_type": CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE,
+                        }
+                        for m in d.members
+                    ],
+                    "authorized_operations": group_operations(auth, d.group_id, with_operations and ok),
+                }
+            )
+        return {"throttle_time_ms": 0, "groups": groups}
+
+
+def register_group_apis(
+    router: RequestRouter, coordinator: GroupCoordinator, authorization: RequestAuthorization, cache: MetadataCache
+) -> GroupApis:
+    def partition_exists(topic: str, partition: int) -> bool:
+        description = cache.image.topics.get(topic)
+        return description is not None and partition in description.assignment
+
+    groups = GroupApis(coordinator, authorization, partition_exists=partition_exists)
+    # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
+    # against consumer-protocol (KIP-848) groups.
+    router.register_all(
+        {
+            ApiKey.JOIN_GROUP: groups.join_group,
+            ApiKey.SYNC_GROUP: groups.sync_group,
+            ApiKey.HEARTBEAT: groups.heartbeat,
+            ApiKey.LEAVE_GROUP: groups.leave_group,
+            ApiKey.OFFSET_COMMIT: groups.offset_commit,
+            ApiKey.OFFSET_FETCH: groups.offset_fetch,
+            ApiKey.OFFSET_DELETE: groups.offset_delete,
+            ApiKey.LIST_GROUPS: groups.list_groups,
+            ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
+            ApiKey.DELETE_GROUPS: groups.delete_groups,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
+            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
+        }
+    )
+    return groups

@@ -1,0 +1,649 @@
+"""The core Kafka APIs (part of the role of Kafka's KafkaApis).
+
+One method per API. Each takes the decoded request body (a dict, see loglake.protocol)
+and returns the response body. Produce goes through the same ReplicaManager path as the
+HTTP API and hands each partition's record bytes over untouched. The handlers get the
+collaborators they use (the metadata cache, the admin manager, the replica manager, ...),
+never the whole broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from loglake.cluster.assignment import numbered_assignment
+from loglake.config import BrokerConfig, validate_topic_name
+from loglake.coordination.model import topic_uuid
+from loglake.coordination.producer_ids import ProducerIdManager
+from loglake.errors import ErrorCode, KafkaError
+from loglake.internal_topics import INTERNAL_TOPICS
+from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.record.batch import validate_client_records
+from loglake.record.header import first_batch_transactional
+from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from loglake.security.quotas import ClientQuotaManager
+from loglake.storage.log_manager import LogManager
+
+from ingest_gateway.apis import authorized_operations
+from ingest_gateway.metadata.admin_manager import AdminManager
+from ingest_gateway.apis.authorization import RequestAuthorization
+from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
+from ingest_gateway.apis.config_apis import describe_topic_configs
+from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
+from ingest_gateway.network.request_context import CloseConnection, current_request
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.apis.request_router import RequestRouter
+
+if TYPE_CHECKING:
+    from loglake.cluster.metadata_image import MetadataImage
+
+    from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
+    from ingest_gateway.replica.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the local log's start; without tiered storage, the log start
+LATEST_TIERED_TIMESTAMP = -5  # KIP-1005: the last offset in remote storage; there is none here
+# The first ListOffsets version that may ask for each special timestamp (as Kafka checks).
+SPECIAL_TIMESTAMP_MIN_VERSION = {
+    LATEST_TIMESTAMP: 1,
+    EARLIEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,
+    EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
+
+# FindCoordinator key types.
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+
+
+def _error(exc: BaseException) -> tuple[ErrorCode, str | None]:
+    if isinstance(exc, KafkaError):
+        return exc.code, exc.message
+    return ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)
+
+
+class KafkaApis:
+    """The core APIs: metadata, produce, offsets, topic administration, coordinators and
+    producer ids. Fetch is FetchApis'; groups, transactions, configs, ACLs and the others
+    are their own modules', each registered with the same RequestRouter."""
+
+    def __init__(
+        self,
+        *,
+        config: BrokerConfig,
+        cache: MetadataCache,
+        admin: AdminManager,
+        coordinators: CoordinatorLocator,
+        replica_manager: ReplicaManager,
+        log_manager: LogManager,
+        producer_ids: ProducerIdManager,
+        authorization: RequestAuthorization,
+        produce_quotas: ClientQuotaManager,
+        dynamic_config: DynamicConfigManager,
+        init_transactional_producer: Callable[[Body], Awaitable[Body]],
+    ) -> None:
+        self._config = config
+        self._cache = cache
+        self._admin = admin
+        self._coordinators = coordinators
+        self._replica_manager = replica_manager
+        self._log_manager = log_manager
+        self._producer_ids = producer_ids
+        self._auth = authorization
+        self._produce_quotas = produce_quotas
+        self._dynamic_config = dynamic_config
+        self._init_transactional_producer = init_transactional_producer
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.METADATA: self.metadata,
+                ApiKey.PRODUCE: self.produce,
+                ApiKey.LIST_OFFSETS: self.list_offsets,
+                ApiKey.CREATE_TOPICS: self.create_topics,
+                ApiKey.DELETE_TOPICS: self.delete_topics,
+                ApiKey.CREATE_PARTITIONS: self.create_partitions,
+                ApiKey.FIND_COORDINATOR: self.find_coordinator,
+                ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+                ApiKey.DELETE_RECORDS: self.delete_records,
+                ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+                # SASL listeners answer these before the router (network/sasl_authenticator.py); here they
+                # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
+                ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
+                ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
+            }
+        )
+
+    # Metadata ----------------------------------------------------------------------------
+
+    def _maybe_auto_create(self, name: str) -> ErrorCode | None:
+        """Create `name` with the broker defaults if allowed; an error code if not."""
+        config = self._config
+        if not config.auto_create_topics_enable:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not self._may_create(name):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        try:
+            validate_topic_name(name)
+            self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                return exc.code
+        return None
+
+    def _require_topic(self, operation: AclOperation, topic: str) -> None:
+        self._auth.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+    def _may_create(self, topic: str) -> bool:
+        """CREATE on the cluster, or on the topic (Kafka checks both)."""
+        auth = self._auth
+        return auth.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False) or auth.topic_allowed(
+            AclOperation.CREATE, topic
+        )
+
+    async def metadata(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        image = self._cache.image
+        requested = body["topics"]
+        asked_by_id: dict[str, uuid.UUID] = {}
+        if requested is None or (version == 0 and not requested):
+            names: list[str | None] = sorted(image.topics)
+        else:
+            by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
+            names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
+            # Topics asked for by id: a denial names the id, not the topic (as Kafka).
+            asked_by_id = {
+                by_id[t["topic_id"]]: t["topic_id"]
+                for t in requested
+                if t.get("name") is None and t.get("topic_id") in by_id
+            }
+        allow_create = body.get("allow_auto_topic_creation", True) if version >= 4 else True
+        auth = self._auth
+        listing = requested is None or (version == 0 and not requested)
+        if listing and auth.enabled:
+            # A full listing leaves out the topics this principal may not describe.
+            names = [
+                n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
+            ]
+        topics = []
+        for name in names:
+            if name is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
+                continue
+            if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
+                denied: Body = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+                if name in asked_by_id:
+                    denied.update(name=None, topic_id=asked_by_id[name])
+                topics.append(denied)
+                continue
+            if name not in self._cache.image.topics:
+                error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if error is not None:
+                    topics.append({"error_code": error, "name": name, "partitions": []})
+                    continue
+            topics.append(self._topic_metadata(self._cache.image, name))
+        for entry in topics:
+            if entry["name"] is not None:  # not for unknown topic ids, as Kafka
+                entry["topic_authorized_operations"] = authorized_operations.topic_operations(
+                    auth, entry["name"], body["include_topic_authorized_operations"]
+                )
+        image = self._cache.image
+        return {
+            "throttle_time_ms": 0,
+            "brokers": node_endpoints(sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            "cluster_id": image.cluster_id,
+            "controller_id": image.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": authorized_operations.cluster_operations(
+                auth, body["include_cluster_authorized_operations"]
+            ),
+        }
+
+    def _topic_metadata(self, image: MetadataImage, name: str) -> Body:
+        topic = image.topics.get(name)
+        if topic is None:
+            # In the store (created just now, here or through another broker) but not yet
+            # in this broker's image: as Kafka, "no leader yet", and the client retries.
+            return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name, "partitions": []}
+        states = image.partition_states.get(name, {})
+        partitions = []
+        for p, replicas in sorted(topic.assignment.items()):
+            state = states.get(p)
+            if state is None:
+                continue
+            partitions.append(
+                {
+                    "error_code": ErrorCode.NONE if state.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    "partition_index": p,
+                    "leader_id": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "replica_nodes": list(replicas),
+                    "isr_nodes": list(state.isr),
+                    "offline_replicas": [r for r in replicas if r not in image.brokers],
+                }
+            )
+        return {
+            "error_code": 0,
+            "name": name,
+            "topic_id": topic_uuid(topic.topic_id),
+            "is_internal": name in INTERNAL_TOPICS,
+            "partitions": partitions,
+        }
+
+    # Produce -------------------------------------------------------------------------------
+
+    async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+        acks = body["acks"]
+        entries: dict[tuple[str, int], Any] = {}
+        errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+        auth = self._auth
+        # As Kafka: transactional batches need WRITE on the request's transactional id.
+        transactional_id = body.get("transactional_id")
+        txn_denied = (
+            auth.enabled
+            and any(first_batch_transactional(p["records"]) for t in body["topic_data"] for p in t["partition_data"])
+            and (
+                transactional_id is None
+                or not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+            )
+        )
+        for topic in body["topic_data"]:
+            name = topic["name"]
+            denied = (
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                if txn_denied
+                else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                if not auth.topic_allowed(AclOperation.WRITE, name)
+                else None
+            )
+            if denied is not None:
+                for p in topic["partition_data"]:
+                    errors[(name, p["index"])] = (denied, f"not authorized to write to {name}")
+                continue
+            if name in INTERNAL_TOPICS:
+                # As Kafka: only the broker writes there. A client's record in
+                # __consumer_offsets that the coordinator cannot decode would stop it
+                # loading that partition, and so serving its groups.
+                for p in topic["partition_data"]:
+                    errors[(name, p["index"])] = (
+                        ErrorCode.INVALID_TOPIC_EXCEPTION,
+                        f"Cannot append to internal topic {name}",
+                    )
+                continue
+            if name not in self._cache.image.topics:
+                error = self._maybe_auto_create(name)
+                if error is not None:
+                    for p in topic["partition_data"]:
+                        errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
+                    continue
+            for p in topic["partition_data"]:
+                records = p["records"]
+                if records is None or len(records) == 0:
+                    errors[(name, p["index"])] = (ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
+                    continue
+                try:
+                    validate_client_records(records)
+                except KafkaError as exc:
+                    errors[(name, p["index"])] = (exc.code, exc.message)
+                    continue
+                entries[(name, p["index"])] = records
+        if acks not in (-1, 0, 1):
+            errors.update(
+                {k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries}
+            )
+            entries = {}
+        results = await self._replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
+        quotas = self._produce_quotas
+        throttle_ms = 0
+        if quotas.enabled and entries:
+            sent = sum(len(r) for r in entries.values())
+            throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
+        if acks == 0:
+            # No response at all: the client does not wait for one. On an error Kafka
+            # closes the connection instead, so that the producer notices and refreshes
+            # its metadata.
+            failed = dict(errors) | {
+                k: (r.error.code, r.error.message) for k, r in results.items() if r.error is not None
+            }
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {_summary(failed)}")
+            return None
+        by_topic: dict[str, list[Body]] = {}
+        for (name, p), result in results.items():
+            if result.error is None:
+                entry = {
+                    "index": p,
+                    "error_code": 0,
+                    "base_offset": result.base_offset,
+                    "log_append_time_ms": result.log_append_time_ms,
+                    "log_start_offset": result.log_start_offset,
+                }
+            else:
+                entry = {
+                    "index": p,
+                    "error_code": result.error.code,
+                    "base_offset": -1,
+                    "error_message": result.error.message,
+                }
+            by_topic.setdefault(name, []).append(entry)
+        for (name, p), (code, message) in errors.items():
+            by_topic.setdefault(name, []).append(
+                {"index": p, "error_code": code, "base_offset": -1, "error_message": message}
+            )
+        return {
+            "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
+            "throttle_time_ms": throttle_ms,
+            "node_endpoints": self._point_to_current_leaders(by_topic),
+        }
+
+    def _point_to_current_leaders(self, by_topic: dict[str, list[Body]]) -> list[Body]:
+        """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
+        leader and epoch this broker knows, and the response those leaders' endpoints, so the
+        producer can retry without a metadata round trip. Returns the endpoints."""
+        image = self._cache.image
+        leaders = set()
+        for name, entries in by_topic.items():
+            for entry in entries:
+                if entry["error_code"] != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                    continue
+                state = image.partition_states.get(name, {}).get(entry["index"])
+                if state is not None and state.leader in image.brokers:
+                    entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+                    leaders.add(state.leader)
+        return node_endpoints([image.brokers[b] for b in sorted(leaders)]) if leaders else []
+
+    # Offsets -------------------------------------------------------------------------------
+
+    async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
+        rm = self._replica_manager
+        version = header.request_api_version
+        read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
+
+        def answer(topic: str, lp: Body, entry: Body) -> None:
+            ts = lp["timestamp"]
+            if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
+            self._require_topic(AclOperation.DESCRIBE, topic)
+            partition = rm.leader_partition(topic, lp["partition_index"])
+            _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
+            entry["leader_epoch"] = partition.leader_epoch
+            if ts == LATEST_TIMESTAMP:
+                entry["offset"] = partition.last_stable_offset if read_committed else partition.high_watermark
+            elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                entry["offset"] = partition.log_start_offset
+            elif ts == LATEST_TIERED_TIMESTAMP:
+                # Kafka's answer without remote storage: no offset, no epoch, no error.
+                entry["leader_epoch"] = -1
+            else:
+                found = _max_timestamp_offset(partition) if ts == MAX_TIMESTAMP else partition.offset_for_timestamp(ts)
+                if found is not None:
+                    entry["offset"], entry["timestamp"] = found
+
+        topics = _per_partition(
+            body["topics"],
+            "name",
+            lambda lp: {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1},
+            answer,
+        )
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
+        rm = self._replica_manager
+        # As Kafka: CLUSTER_ACTION (replicas) may ask for every topic, others need DESCRIBE on each.
+        cluster_action = self._auth.allowed(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+        )
+
+        def answer(topic: str, ep: Body, entry: Body) -> None:
+            if not cluster_action:
+                self._require_topic(AclOperation.DESCRIBE, topic)
+            # The epoch before leadership (as Kafka): a follower that already knows a newer
+            # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
+            local = rm.partitions.get((topic, ep["partition"]))
+            if local is not None:
+                _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
+            partition = rm.leader_partition(topic, ep["partition"])
+            entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+
+        topics = _per_partition(
+            body["topics"],
+            "topic",
+            lambda ep: {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1},
+            answer,
+        )
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    async def delete_records(self, header: RequestHeader, body: Body) -> Body:
+        rm = self._replica_manager
+
+        def answer(topic: str, dp: Body, entry: Body) -> None:
+            self._require_topic(AclOperation.DELETE, topic)
+            entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+
+        topics = _per_partition(
+            body["topics"],
+            "name",
+            lambda dp: {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0},
+            answer,
+        )
+        self._log_manager.checkpoint_log_start_offsets()
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    # Topic administration ----------------------------------------------------------------
+
+    async def create_topics(self, header: RequestHeader, body: Body) -> Body:
+        config = self._config
+        auth = self._auth
+        results = []
+        for t in body["topics"]:
+            name = t["name"]
+            entry: Body = {"name": name, "error_code": 0, "error_message": None}
+            try:
+                if not self._may_create(name):
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create {name}")
+                assignment = None
+                if t["assignments"]:
+                    if t["num_partitions"] != -1 or t["replication_factor"] != -1:
+                        raise KafkaError(
+                            ErrorCode.INVALID_REQUEST,
+                            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                            "Both cannot be used at the same time.",
+                        )
+                    assignment = numbered_assignment(
+                        [(a["partition_index"], a["broker_ids"]) for a in t["assignments"]]
+                    )
+                partitions = t["num_partitions"] if t["num_partitions"] != -1 else config.num_partitions
+                rf = t["replication_factor"] if t["replication_factor"] != -1 else config.default_replication_factor
+                nulls = [c["name"] for c in t["configs"] if c["value"] is None]
+                if nulls:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
+                configs = {c["name"]: c["value"] for c in t["configs"]}
+                created = self._admin.create_topic(
+                    name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
+                )
+                if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+                    # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
+                    entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    results.append(entry)
+                    continue
+                entry.update(
+                    topic_id=topic_uuid(created.topic_id),
+                    num_partitions=created.num_partitions,
+                    replication_factor=created.replication_factor,
+                    configs=[
+                        {
+                            "name": c.name,
+                            "value": c.value,
+                            "read_only": c.read_only,
+                            "config_source": int(c.source),
+                            "is_sensitive": c.sensitive,
+                        }
+                        for c in describe_topic_configs(created.config, self._dynamic_config.config)
+                    ],
+                )
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            results.append(entry)
+        return {"throttle_time_ms": 0, "topics": results}
+
+    async def delete_topics(self, header: RequestHeader, body: Body) -> Body:
+        if header.request_api_version >= 6:
+            by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
+            # (name, id): the id of a topic named by its id only
+            wanted = [
+                (t["name"], None) if t["name"] else (by_id.get(t["topic_id"]), t["topic_id"]) for t in body["topics"]
+            ]
+        else:
+            wanted = [(n, None) for n in body["topic_names"]]
+        responses = []
+        for name, topic_id in wanted:
+            entry: Body = {
+                "name": name,
+                "topic_id": topic_id or uuid.UUID(int=0),
+                "error_code": 0,
+                "error_message": None,
+            }
+            try:
+                if name is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
+                if topic_id and not self._auth.topic_allowed(AclOperation.DESCRIBE, name):
+                    entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
+                self._require_topic(AclOperation.DELETE, name)
+                self._admin.delete_topic(name)
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            responses.append(entry)
+        return {"throttle_time_ms": 0, "responses": responses}
+
+    async def create_partitions(self, header: RequestHeader, body: Body) -> Body:
+        results = []
+        for t in body["topics"]:
+            entry: Body = {"name": t["name"], "error_code": 0, "error_message": None}
+            try:
+                self._require_topic(AclOperation.ALTER, t["name"])
+                assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
+                await self._admin.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
+            except KafkaError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, exc.message
+            results.append(entry)
+        return {"throttle_time_ms": 0, "results": results}
+
+    # Coordinators and producer ids -------------------------------------------------------
+
+    async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
+        version = header.request_api_version
+        keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
+        coordinators = [self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        if version >= 4:
+            return {"throttle_time_ms": 0, "coordinators": coordinators}
+        c = coordinators[0]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": c["error_code"],
+            "error_message": c["error_message"],
+            "node_id": c["node_id"],
+            "host": c["host"],
+            "port": c["port"],
+        }
+
+    def _coordinator_for(self, key: str, key_type: int) -> Body:
+        entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
+        if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
+            # Share groups (2, KIP-932) or an unknown type: not served; non-retriable.
+            entry["error_code"] = ErrorCode.INVALID_REQUEST
+            entry["error_message"] = f"coordinator key type {key_type} is not supported"
+            return entry
+        try:
+            if key_type == COORDINATOR_KEY_TRANSACTION:
+                self._auth.require(
+                    AclOperation.DESCRIBE,
+                    ResourceType.TRANSACTIONAL_ID,
+                    key,
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                )
+                endpoint = self._coordinators.transaction_coordinator(key)
+            else:
+                self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                endpoint = self._coordinators.group_coordinator(key)
+            node = node_endpoint(endpoint)
+            if node is None:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
+            entry.update(node_id=node["node_id"], host=node["host"], port=node["port"])
+        except KafkaError as exc:
+            entry["error_code"], entry["error_message"] = exc.code, exc.message
+        return entry
+
+    async def sasl_without_sasl(self, header: RequestHeader, body: Body) -> Body:
+        """SASL on a listener without it, or after authentication without re-authenticating."""
+        message = f"listener {current_request().listener_name} does not authenticate with SASL here"
+        if header.request_api_key == ApiKey.SASL_HANDSHAKE:
+            return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
+        return {
+            "error_code": ErrorCode.ILLEGAL_SASL_STATE,
+            "error_message": message,
+            "auth_bytes": b"",
+            "session_lifetime_ms": 0,
+        }
+
+    async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
+        if body["transactional_id"] is not None:
+            return await self._init_transactional_producer(body)
+        producer_id, epoch = self._producer_ids.init_producer_id(
+            body.get("producer_id", -1), body.get("producer_epoch", -1)
+        )
+        return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _per_partition(
+    topics: list[Body], name_field: str, blank: Callable[[Body], Body], answer: Callable[[str, Body, Body], None]
+) -> list[Body]:
+    """The per-topic, per-partition shape most answers share: `blank(request partition)`
+    filled in by `answer(topic, request partition, entry)`, a KafkaError becoming the
+    partition's error code."""
+    out = []
+    for t in topics:
+        partitions = []
+        for requested in t["partitions"]:
+            entry = blank(requested)
+            try:
+                answer(t[name_field], requested, entry)
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        out.append({name_field: t[name_field], "partitions": partitions})
+    return out
+
+
+def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
+    """KIP-734: (offset, timestamp) of the first record holding the partition's largest
+    timestamp, or None for an empty partition."""
+    largest = max((s.max_timestamp for s in partition.log.segments), default=-1)
+    if largest < 0:
+        return None
+    return partition.offset_for_timestamp(largest)
+
+
+def _summary(failed: dict[tuple[str, int], tuple[int, str | None]]) -> str:
+    return ", ".join(
+        f"{t}-{p}: {ErrorCode(code).name} ({message})" for (t, p), (code, message) in sorted(failed.items())
+    )
+
+
+def _check_leader_epoch(ours: int, theirs: int) -> None:
+    """KIP-320: a client that knows a newer epoch talks to a stale leader, an older one is fenced."""
+    if theirs < 0 or theirs == ours:
+        return
+    if theirs > ours:
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {theirs} is newer than ours ({ours})")
+    raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {theirs} is older than ours ({ours})")

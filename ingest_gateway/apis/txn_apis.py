@@ -1,0 +1,366 @@
+"""The transaction APIs of the Kafka protocol, over `loglake.transactions.TransactionCoordinator`.
+
+InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+DescribeTransactions and ListTransactions go to the coordinator; TxnOffsetCommit to the
+group coordinator (after the transaction coordinator's producer check is mirrored here:
+the partition must be in the transaction, see `_check_txn_offset_commit`); WriteTxnMarkers
+(from a transaction coordinator, this broker's own included) writes COMMIT/ABORT control
+batches on the partitions this broker leads, with coordinators/transaction_markers.py's
+`MarkerWriter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from loglake.errors import ErrorCode, KafkaError
+from loglake.groups import OffsetCommitData, TopicPartition
+from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
+from loglake.protocol import ApiKey, RequestHeader
+from loglake.security.acls import AclOperation, ResourceType
+from loglake.transactions import TransactionCoordinator, TransactionState
+
+
+if TYPE_CHECKING:
+    from loglake.groups import GroupCoordinator
+
+    from ingest_gateway.apis.authorization import RequestAuthorization
+    from ingest_gateway.coordinators.transaction_markers import MarkerWriter
+    from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.replica.replica_manager import ReplicaManager
+    from ingest_gateway.apis.request_router import RequestRouter
+
+log = logging.getLogger(__name__)
+
+Body = dict[str, Any]
+
+# AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
+_ADD_PARTITIONS_BATCHED_VERSION = 4
+
+
+def _topic_partitions(topics: list[Body]) -> list[TopicPartition]:
+    return [TopicPartition(t["name"], p) for t in topics for p in t["partitions"]]
+
+
+def _results_by_topic(errors: Mapping[TopicPartition, ErrorCode], name_key: str = "name") -> list[Body]:
+    by_topic: dict[str, list[Body]] = defaultdict(list)
+    for tp, error in errors.items():
+        by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": error})
+    return [{name_key: topic, "results_by_partition": parts} for topic, parts in by_topic.items()]
+
+
+class TxnApis:
+    def __init__(
+        self,
+        coordinator: TransactionCoordinator,
+        writer: MarkerWriter,
+        cache: MetadataCache,
+        replica_manager: ReplicaManager,
+        group_coordinator: GroupCoordinator,
+        authorization: RequestAuthorization,
+    ) -> None:
+        self.coordinator = coordinator
+        self._writer = writer
+        self._cache = cache
+        self._replica_manager = replica_manager
+        self._group_coordinator = group_coordinator
+        self._auth = authorization
+
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+                ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
+                ApiKey.END_TXN: self.end_txn,
+                ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
+                ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
+                ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
+                ApiKey.LIST_TRANSACTIONS: self.list_transactions,
+                ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
+            }
+        )
+
+    async def init_producer_id(self, body: Body) -> Body:
+        """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
+        result = await self.coordinator.init_producer_id(
+            body["transactional_id"],
+            body["transaction_timeout_ms"],
+            body.get("producer_id", -1),
+            body.get("producer_epoch", -1),
+        )
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "producer_id": result.producer_id,
+            "producer_epoch": result.producer_epoch,
+        }
+
+    async def add_partitions_to_txn(self, header: RequestHeader, body: Body) -> Body:
+        if header.request_api_version < _ADD_PARTITIONS_BATCHED_VERSION:
+            partitions = _topic_partitions(body["v3_and_below_topics"])
+            errors = await self._add_partitions(
+                body["v3_and_below_transactional_id"],
+                body["v3_and_below_producer_id"],
+                body["v3_and_below_producer_epoch"],
+                partitions,
+                verify_only=False,
+                from_client=True,
+            )
+            return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(errors)}
+        results = []
+        for txn in body["transactions"]:
+            partitions = _topic_partitions(txn["topics"])
+            # The brokers' form: CLUSTER_ACTION was checked for the whole request (REQUEST_CHECKS).
+            errors = await self._add_partitions(
+                txn["transactional_id"],
+                txn["producer_id"],
+                txn["producer_epoch"],
+                partitions,
+                txn["verify_only"],
+                from_client=False,
+            )
+            results.append({"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(errors)})
+        return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": results}
+
+    async def _add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+        verify_only: bool,
+        from_client: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's checks, then the coordinator's answer for all the partitions. A client must
+        be allowed WRITE on the transactional id and on each topic (internal topics join
+        only through AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
+        partition is refused or unknown, the others answer OPERATION_NOT_ATTEMPTED."""
+        auth = self._auth
+        if from_client and not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = set()
+        if from_client:
+            denied = auth.denied_topics(AclOperation.WRITE, {tp.topic for tp in partitions} - INTERNAL_TOPICS)
+            denied |= {tp.topic for tp in partitions} & INTERNAL_TOPICS
+        refused = self._refused(partitions, denied)
+        if refused:
+            return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
+        if verify_only:
+            d = self.coordinator.describe_transactions([transactional_id])[0]
+            error = d.error
+            if error is ErrorCode.NONE and not set(partitions) <= set(d.partitions):
+                error = ErrorCode.INVALID_TXN_STATE
+        else:
+            error = await self.coordinator.add_partitions_to_txn(
+                transactional_id, producer_id, producer_epoch, partitions
+            )
+        return dict.fromkeys(partitions, error)
+
+    def _refused(self, partitions: Iterable[TopicPartition], denied: set[str]) -> dict[TopicPartition, ErrorCode]:
+        """TOPIC_AUTHORIZATION_FAILED for the partitions of `denied` topics, then
+        UNKNOWN_TOPIC_OR_PARTITION for those of the others that do not exist."""
+        states = self._cache.image.partition_states
+        refused = {}
+        for tp in partitions:
+            if tp.topic in denied:
+                refused[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif tp.partition not in states.get(tp.topic, {}):
+                refused[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return refused
+
+    async def add_offsets_to_txn(self, header: RequestHeader, body: Body) -> Body:
+        error = await self.coordinator.add_offsets_to_txn(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"]
+        )
+        return {"throttle_time_ms": 0, "error_code": error}
+
+    async def end_txn(self, header: RequestHeader, body: Body) -> Body:
+        error = await self.coordinator.end_txn(
+            body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"]
+        )
+        return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
+
+    async def txn_offset_commit(self, header: RequestHeader, body: Body) -> Body:
+        offsets = {
+            TopicPartition(t["name"], p["partition_index"]): OffsetCommitData(
+                p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
+            )
+            for t in body["topics"]
+            for p in t["partitions"]
+        }
+        errors = self._refused_txn_offsets(body, offsets)
+        valid = {tp: o for tp, o in offsets.items() if tp not in errors}
+        if valid:
+            error = self._check_txn_offset_commit(body)
+            if error is not ErrorCode.NONE:
+                errors |= dict.fromkeys(valid, error)
+            else:
+                errors |= await self._group_coordinator.commit_txn_offsets(
+                    body["group_id"],
+                    body["producer_id"],
+                    body["producer_epoch"],
+                    body.get("member_id", ""),
+                    body.get("generation_id", -1),
+                    valid,
+                    group_instance_id=body.get("group_instance_id"),
+                )
+        by_topic: dict[str, list[Body]] = defaultdict(list)
+        for tp, code in errors.items():
+            by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
+        return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
+
+    def _refused_txn_offsets(
+        self, body: Body, offsets: Mapping[TopicPartition, OffsetCommitData]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's checks of a TxnOffsetCommit: WRITE on the transactional id and READ on the
+        group (else every partition fails), READ on each topic and the partition's existence
+        (else that partition fails and the others are committed)."""
+        auth = self._auth
+        if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
+            return dict.fromkeys(offsets, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
+            return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        return self._refused(offsets, auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets}))
+
+    def _check_txn_offset_commit(self, body: Body) -> ErrorCode:
+        """The producer must own the transaction, which must hold the group's offsets
+        partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
+        described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
+        if described.error is ErrorCode.NOT_COORDINATOR:
+            # The transaction coordinator may be another broker: the group's check stands.
+            return ErrorCode.NONE
+        if described.error is not ErrorCode.NONE or described.producer_id != body["producer_id"]:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if described.producer_epoch != body["producer_epoch"]:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        group_partition = self._group_coordinator.partition_for(body["group_id"])
+        if TopicPartition(OFFSETS_TOPIC, group_partition) not in described.partitions:
+            return ErrorCode.INVALID_TXN_STATE
+        return ErrorCode.NONE
+
+    async def write_txn_markers(self, header: RequestHeader, body: Body) -> Body:
+        markers = []
+        for m in body["markers"]:
+            partitions = [TopicPartition(t["name"], p) for t in m["topics"] for p in t["partition_indexes"]]
+            errors = await self._writer.write(
+                m["producer_id"], m["producer_epoch"], m["transaction_result"], m["coordinator_epoch"], partitions
+            )
+            by_topic: dict[str, list[Body]] = defaultdict(list)
+            for tp, code in errors.items():
+                by_topic[tp.topic].append({"partition_index": tp.partition, "error_code": code})
+            markers.append(
+                {
+                    "producer_id": m["producer_id"],
+                    "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+                }
+            )
+        return {"markers": markers}
+
+    async def describe_transactions(self, header: RequestHeader, body: Body) -> Body:
+        states = []
+        auth = self._auth
+        for d in self.coordinator.describe_transactions(body["transactional_ids"]):
+            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
+                states.append({"error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactional_id": d.transactional_id,
+                               "transaction_state": "", "topics": []})  # fmt: skip
+                continue
+            by_topic: dict[str, list[int]] = defaultdict(list)
+            for tp in d.partitions:
+                by_topic[tp.topic].append(tp.partition)
+            for topic in auth.denied_topics(AclOperation.DESCRIBE, by_topic):
+                del by_topic[topic]  # as Kafka: only the topics the principal may describe
+            states.append(
+                {
+                    "error_code": d.error,
+                    "transactional_id": d.transactional_id,
+                    "transaction_state": d.state,
+                    "transaction_timeout_ms": d.txn_timeout_ms,
+                    "transaction_start_time_ms": d.txn_start_timestamp,
+                    "producer_id": d.producer_id,
+                    "producer_epoch": d.producer_epoch,
+                    "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+                }
+            )
+        return {"throttle_time_ms": 0, "transaction_states": states}
+
+    async def list_transactions(self, header: RequestHeader, body: Body) -> Body:
+        known = {s.display_name for s in TransactionState}
+        states = body["state_filters"]
+        error, listings = self.coordinator.list_transactions(states, body["producer_id_filters"])
+        duration = body.get("duration_filter", -1)
+        if duration >= 0:
+            described = {
+                d.transactional_id: d
+                for d in self.coordinator.describe_transactions([t.transactional_id for t in listings])
+            }
+            now = self.coordinator.now_ms()
+            listings = [t for t in listings if 0 <= described[t.transactional_id].txn_start_timestamp <= now - duration]
+        auth = self._auth
+        listings = [
+            t
+            for t in listings
+            if auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, False)
+        ]
+        return {
+            "throttle_time_ms": 0,
+            "error_code": error,
+            "unknown_state_filters": [s for s in states if s not in known],
+            "transaction_states": [
+                {"transactional_id": t.transactional_id, "producer_id": t.producer_id, "transaction_state": t.state}
+                for t in listings
+            ],
+        }
+
+    async def describe_producers(self, header: RequestHeader, body: Body) -> Body:
+        """DescribeProducers (KIP-664): each partition's producers from this leader's producer
+        state, with the first offset of an open transaction. Coordinator epochs are not kept
+        per producer here: -1."""
+        topics = []
+        for t in body["topics"]:
+            partitions = []
+            try:  # once per topic: one check, one audit line
+                self._auth.require(
+                    AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                )
+                denied = None
+            except KafkaError as exc:
+                denied = exc
+            for index in t["partition_indexes"]:
+                try:
+                    if denied is not None:
+                        raise denied
+                    log_ = self._replica_manager.leader_partition(t["name"], index).log
+                except KafkaError as exc:
+                    partitions.append(
+                        {
+                            "partition_index": index,
+                            "error_code": exc.code,
+                            "error_message": exc.message,
+                            "active_producers": [],
+                        }
+                    )
+                    continue
+                entries = sorted(list(log_.producer_state.producers.values()), key=lambda e: e.producer_id)
+                partitions.append(
+                    {
+                        "partition_index": index,
+                        "error_code": ErrorCode.NONE,
+                        "error_message": None,
+                        "active_producers": [
+                            {
+                                "producer_id": e.producer_id,
+                                "producer_epoch": e.producer_epoch,
+                                "last_sequence": e.last_seq,
+                                "last_timestamp": e.last_timestamp,
+                                "coordinator_epoch": -1,
+                                "current_txn_start_offset": e.current_txn_first_offset,
+                            }
+                            for e in entries
+                        ],
+                    }
+                )
+            topics.append({"name": t["name"], "partitions": partitions})
+        return {"throttle_time_ms": 0, "topics": topics}

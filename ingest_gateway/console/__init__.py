@@ -1,5 +1,0 @@
-"""The broker's built-in web console at /ui (docs/operations.md, "Console")."""
-
-from ingest_gateway.console.views import console_routes
-
-__all__ = ["console_routes"]

@@ -1,0 +1,184 @@
+"""Topic and partition administration from any broker (the role of Kafka's ZkAdminManager
+with request forwarding).
+
+Creating and deleting topics goes through the controller code against the store, which
+any broker may do in ZooKeeper mode. Changes that the controller must act on at once
+(new partitions, elections, reassignments, topic configs) run on the active controller:
+a broker that is not the controller forwards them there over the inter-broker listener.
+After a change it made, the broker refreshes its metadata cache, so that its own next
+answers already include it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loglake.config import BrokerConfig
+from loglake.coordination.controller import Controller, ElectionType
+from loglake.coordination.model import TopicDescription
+from loglake.coordination.store import MetadataStore
+from loglake.errors import ErrorCode, KafkaError
+from loglake.protocol import ApiKey
+from loglake.security.client import ClientSecurity
+
+from ingest_gateway.network.kafka_client import KafkaClient
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+
+# How long a forwarded request may take on the controller.
+FORWARD_TIMEOUT_MS = 30000
+
+
+def _raise_for(result: dict[str, Any]) -> None:
+    if result["error_code"]:
+        code = ErrorCode(result["error_code"])
+        raise KafkaError(code, result.get("error_message") or code.name)
+
+
+def _partition_errors(
+    response: dict[str, Any], topics: str, name: str, partitions: str, index: str
+) -> dict[tuple[str, int], KafkaError | None]:
+    """Per-partition results of a forwarded answer: error or None, by (topic, partition)."""
+    return {
+        (r[name], p[index]): KafkaError(ErrorCode(p["error_code"]), p["error_message"] or "")
+        if p["error_code"]
+        else None
+        for r in response[topics]
+        for p in r[partitions]
+    }
+
+
+class AdminManager:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MetadataStore,
+        controller: Controller,
+        cache: MetadataCache,
+        inter_broker_security: ClientSecurity,
+    ) -> None:
+        self._config = config
+        self._store = store
+        self._controller = controller
+        self._cache = cache
+        self._inter_broker_security = inter_broker_security
+        self._clustered = bool(config.zookeeper_connect)
+
+    @property
+    def _runs_here(self) -> bool:
+        return self._controller.is_active or not self._clustered
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        assignment: dict[int, tuple[int, ...]] | None = None,
+        validate_only: bool = False,
+    ) -> TopicDescription:
+        topic = self._controller.create_topic(
+            name, num_partitions, replication_factor, config, assignment, validate_only
+        )
+        if not validate_only and not self._controller.is_active:
+            # The active controller hears of it through ZooKeeper; answer from the store now.
+            self._cache.refresh_from_store()
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        if not self._config.delete_topic_enable:
+            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this broker")
+        self._controller.delete_topic(name)
+
+    async def create_partitions(
+        self, name: str, total: int, validate_only: bool = False, assignment: list[tuple[int, ...]] | None = None
+    ) -> None:
+        """Grow a topic (`assignment`: the new partitions' replicas, else round-robin)."""
+        if self._runs_here:
+            self._controller.create_partitions(name, total, validate_only, assignment)
+            return
+        assignments = None if assignment is None else [{"broker_ids": list(replicas)} for replicas in assignment]
+        body = {
+            "topics": [{"name": name, "count": total, "assignments": assignments}],
+            "timeout_ms": FORWARD_TIMEOUT_MS,
+            "validate_only": validate_only,
+        }
+        response = await self._forward_to_controller(ApiKey.CREATE_PARTITIONS, 3, body)
+        _raise_for(response["results"][0])
+        self._cache.refresh_from_store()
+
+    async def elect_leaders(
+        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        if self._runs_here:
+            return self._controller.elect_leaders(partitions, election_type)
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in partitions or ():
+            by_topic.setdefault(topic, []).append(p)
+        body = {
+            "election_type": election_type,
+            "topic_partitions": None
+            if partitions is None
+            else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "timeout_ms": FORWARD_TIMEOUT_MS,
+        }
+        response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body)
+        _raise_for(response)
+        self._cache.refresh_from_store()
+        return _partition_errors(response, "replica_election_results", "topic", "partition_result", "partition_id")
+
+    async def alter_partition_reassignments(
+        self, targets: dict[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], KafkaError | None]:
+        if self._runs_here:
+            return self._controller.alter_partition_reassignments(targets)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, p), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
+            )
+        body = {
+            "timeout_ms": FORWARD_TIMEOUT_MS,
+            "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        response = await self._forward_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+        _raise_for(response)
+        return _partition_errors(response, "responses", "name", "partitions", "partition_index")
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], Any]:
+        return self._controller.list_partition_reassignments(partitions)
+
+    async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:
+        """Change a topic's overrides ("" removes one); forwarded as an AlterConfigs of the
+        whole resulting set."""
+        if self._runs_here:
+            self._controller.alter_topic_config(name, config, validate_only)
+            return
+        current = self._store.topics().get(name)
+        if current is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        merged = {k: v for k, v in {**current.config, **config}.items() if v != ""}
+        resource = {
+            "resource_type": 2,
+            "resource_name": name,
+            "configs": [{"name": k, "value": v} for k, v in merged.items()],
+        }
+        response = await self._forward_to_controller(
+            ApiKey.ALTER_CONFIGS, 2, {"resources": [resource], "validate_only": validate_only}
+        )
+        _raise_for(response["responses"][0])
+        self._cache.refresh_from_store()
+
+    async def _forward_to_controller(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> dict[str, Any]:
+        controller_id = self._store.controller_id()
+        endpoint = None if controller_id is None else self._store.brokers().get(controller_id)
+        if endpoint is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
+        client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
+        try:
+            return await client.request(api_key, version, body)
+        except (ConnectionError, TimeoutError) as exc:
+            raise KafkaError(
+                ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"
+            ) from exc
+        finally:
+            await client.close()

@@ -1,0 +1,174 @@
+"""How the active controller's decisions reach the brokers of a cluster (Kafka's
+ControllerChannelManager): LeaderAndIsr, StopReplica and UpdateMetadata requests over the
+Kafka protocol, each stamped with the controller epoch.
+
+The controller decides synchronously and enqueues; one sender task per broker sends that
+broker's requests in order and retries until the broker answers or leaves the cluster.
+Decisions for the controller's own broker are applied by a direct call, as embedded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ingest_gateway.network.kafka_client import KafkaClient
+from loglake.coordination.model import LeaderAndIsrPartition, topic_uuid
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+if TYPE_CHECKING:
+    from loglake.coordination.store import MetadataStore
+    from loglake.security.client import ClientSecurity
+
+    from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.replica.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR_VERSION = 5
+STOP_REPLICA_VERSION = 3
+UPDATE_METADATA_VERSION = 7
+_RETRY_S = 0.5
+
+
+class ControllerChannelManager:
+    """The BrokerChannel of a cluster controller."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        store: MetadataStore,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        inter_broker_security: ClientSecurity,
+    ) -> None:
+        self._broker_id = broker_id
+        self._store = store
+        self._replica_manager = replica_manager
+        self._cache = cache
+        self._inter_broker_security = inter_broker_security
+        self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
+        self._senders: dict[int, asyncio.Task] = {}
+
+    # BrokerChannel ------------------------------------------------------------------------
+
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None:
+        if broker_id == self._broker_id:
+            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
+            return
+        by_topic: dict[str, list[LeaderAndIsrPartition]] = {}
+        for p in partitions:
+            by_topic.setdefault(p.topic, []).append(p)
+        body = {
+            "controller_id": self._broker_id,
+            "controller_epoch": controller_epoch,
+            "type": 0,
+            "topic_states": [
+                {
+                    "topic_name": topic,
+                    "topic_id": topic_uuid(entries[0].topic_id),
+                    "partition_states": [
+                        {
+                            "partition_index": e.partition,
+                            "controller_epoch": e.state.controller_epoch,
+                            "leader": e.state.leader,
+                            "leader_epoch": e.state.leader_epoch,
+                            "isr": list(e.state.isr),
+                            "partition_epoch": e.state.version,
+                            "replicas": list(e.replicas),
+                        }
+                        for e in entries
+                    ],
+                }
+                for topic, entries in by_topic.items()
+            ],
+            "live_leaders": [],
+        }
+        self._enqueue(broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body)
+
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None:
+        if broker_id == self._broker_id:
+            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
+            return
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in partitions:
+            by_topic.setdefault(topic, []).append(p)
+        body = {
+            "controller_id": self._broker_id,
+            "controller_epoch": controller_epoch,
+            "topic_states": [
+                {
+                    "topic_name": topic,
+                    "partition_states": [
+                        {"partition_index": p, "leader_epoch": -1, "delete_partition": delete} for p in ps
+                    ],
+                }
+                for topic, ps in by_topic.items()
+            ],
+        }
+        self._enqueue(broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body)
+
+    def send_update_metadata(self, controller_epoch: int) -> None:
+        self._cache.refresh(controller_epoch)
+        body = {
+            "controller_id": self._broker_id,
+            "controller_epoch": controller_epoch,
+            "live_brokers": [],
+        }
+        for broker_id in self._store.brokers():
+            if broker_id != self._broker_id:
+                self._enqueue(broker_id, ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body)
+
+    # Sending ---------------------------------------------------------------------------
+
+    def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
+        queue = self._queues.get(broker_id)
+        if queue is None:
+            queue = self._queues[broker_id] = asyncio.Queue()
+            self._senders[broker_id] = asyncio.get_running_loop().create_task(self._send_loop(broker_id, queue))
+        queue.put_nowait((api_key, version, body))
+
+    async def _send_loop(self, broker_id: int, queue: asyncio.Queue) -> None:
+        client: KafkaClient | None = None
+        try:
+            while True:
+                api_key, version, body = await queue.get()
+                while True:
+                    endpoint = self._store.brokers().get(broker_id)
+                    if endpoint is None:
+                        log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
+                        break
+                    try:
+                        if client is None:
+                            client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
+                        response = await client.request(api_key, version, body)
+                        if response.get("error_code"):
+                            log.warning(
+                                "broker %d answered %s with %s",
+                                broker_id,
+                                api_key.name,
+                                ErrorCode(response["error_code"]).name,
+                            )
+                        break
+                    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                        log.debug("sending %s to broker %d failed (%s); retrying", api_key.name, broker_id, exc)
+                        if client is not None:
+                            await client.close()
+                            client = None
+                        await asyncio.sleep(_RETRY_S)
+        finally:
+            if client is not None:
+                await client.close()
+
+    async def close(self) -> None:
+        for task in self._senders.values():
+            task.cancel()
+        await asyncio.gather(*self._senders.values(), return_exceptions=True)
+        self._senders.clear()
+        self._queues.clear()

@@ -1,0 +1,1 @@
+"""Metrics (GET /metrics, request timing) and the process's logging."""

@@ -1,0 +1,485 @@
+"""The broker's Prometheus metrics (`GET /metrics`), named after Kafka's JMX metrics.
+
+Each broker has a registry of its own (tests run several brokers in one process). Two
+kinds of metric:
+
+- Recorded on the hot path, per request or per partition of a request, never per record:
+  bytes and messages in and bytes out per topic, request counts, errors and latency
+  histograms, log flush times. The cost is prometheus_client's counter and histogram
+  updates (its own small locks), with each topic's and request type's children looked
+  up once and kept.
+- Read at scrape time by `BrokerCollector` from the state the broker keeps anyway:
+  partition counts and ISR health, controller state, per-partition log offsets and sizes,
+  consumer-group lag, cleaner, retention and transaction counters. Nothing of these is
+  maintained for the metrics' sake.
+
+`metrics.enabled=false` builds no `BrokerMetrics` at all: every hook is then skipped by
+its caller (`None`), and `/metrics` answers 404.
+
+A request's remote time (Kafka's RemoteTimeMs: waiting for acks=all, or for a fetch's
+min bytes) is the time the request spends in `ReplicaManager.wait_for_change`; it is
+added to the `RequestTiming` the listener put in a context variable for the request.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from bisect import bisect_left
+import logging
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+from prometheus_client.registry import Collector
+
+from loglake.broker_configs import BROKER_CONFIG_KEYS
+from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
+
+if TYPE_CHECKING:
+    from ingest_gateway.server.broker import Broker
+    from loglake.cluster.partition import Partition
+
+request_log = logging.getLogger("kafka.request.logger")
+
+# No `_created` series: a creation time per child would double the exposition for nothing
+# Prometheus uses (a process-wide switch of prometheus_client).
+disable_created_metrics()
+
+# Seconds: from half a millisecond (a produce to the page cache) to a long poll's 30 s.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FLUSH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+# Kafka's request names (Produce, Fetch, ListOffsets, ...) by API key.
+REQUEST_NAMES: dict[int, str] = {int(k): "".join(w.capitalize() for w in k.name.split("_")) for k in ApiKey}
+# A follower's fetch, kept apart from consumers' (whose long polls it would swamp), as
+# Kafka's FetchFollower; consumers' keep the API name, Fetch.
+FETCH_FOLLOWER = "FetchFollower"
+_HEADER = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """`metrics.enabled`, `metrics.per.partition.enabled` and `request.logging.enable`."""
+
+    enabled: bool = True
+    per_partition_enabled: bool = True
+    request_logging: bool = False
+
+    @classmethod
+    def from_properties(cls, raw: Any) -> MetricsConfig:
+        def get(name: str) -> bool:
+            key = BROKER_CONFIG_KEYS[name]
+            return key.parse(raw[name]) if name in raw else key.default
+
+        return cls(get("metrics.enabled"), get("metrics.per.partition.enabled"), get("request.logging.enable"))
+
+
+@dataclass
+class RequestTiming:
+    """One request's timestamps (perf_counter seconds) and the remote time inside it."""
+
+    received: float
+    started: float
+    handled: float = 0.0
+    remote: float = 0.0
+    name: str | None = None  # set by a handler to relabel the request (FetchFollower)
+
+
+_current: contextvars.ContextVar[RequestTiming | None] = contextvars.ContextVar("loglake_request", default=None)
+
+
+def add_remote_time(seconds: float) -> None:
+    """Count `seconds` of waiting (acks=all, a fetch's min bytes) as the current request's remote time."""
+    timing = _current.get()
+    if timing is not None:
+        timing.remote += seconds
+
+
+def label_request(name: str) -> None:
+    """Give the current request another request label (a follower's Fetch)."""
+    timing = _current.get()
+    if timing is not None:
+        timing.name = name
+
+
+class _LoopHistogram:
+    """A latency histogram updated on the event loop only, so without a lock: one bisect
+    and two additions per observation (prometheus_client's Histogram takes a lock per
+    bucket and per sum, which per request is measurable)."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out, total = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts):
+            total += count
+            out.append((floatToGoString(bound), total))
+        return out
+
+
+@dataclass
+class _RequestSeries:
+    """One request label's numbers, kept on the event loop."""
+
+    requests: int = 0
+    total: _LoopHistogram = field(default_factory=_LoopHistogram)
+    queue: _LoopHistogram = field(default_factory=_LoopHistogram)
+    local: _LoopHistogram = field(default_factory=_LoopHistogram)
+    remote: _LoopHistogram = field(default_factory=_LoopHistogram)
+    errors: dict[int, int] = field(default_factory=dict)
+
+
+# name, help and the _RequestSeries field of each request latency histogram.
+_LATENCIES = (
+    ("kafka_network_request_total_time_seconds", "Request arrival to response sent (TotalTimeMs)", "total"),
+    (
+        "kafka_network_request_queue_time_seconds",
+        "Arrival to handling, behind earlier requests (RequestQueueTimeMs)",
+        "queue",
+    ),
+    ("kafka_network_request_local_time_seconds", "Handling on this broker, waits excluded (LocalTimeMs)", "local"),
+    (
+        "kafka_network_request_remote_time_seconds",
+        "Waiting for acks=all or a fetch's min bytes (RemoteTimeMs)",
+        "remote",
+    ),
+)
+
+
+class BrokerMetrics:
+    """The metrics of one broker: its registry, the hot-path hooks and the scrape-time collector.
+
+    The hooks run on the broker's event loop (the Kafka listener, the HTTP API, the replica
+    manager), as does the scrape, so their numbers are plain Python ints and floats that
+    the collector reads; only log flushes, timed on the flusher threads, go to a
+    prometheus_client Histogram."""
+
+    def __init__(self, broker: Broker, config: MetricsConfig) -> None:
+        self.config = config
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._flush = Histogram(
+            "kafka_log_flush_time_seconds",
+            "fsync of a log (LogFlushRateAndTimeMs)",
+            registry=self.registry,
+            buckets=FLUSH_BUCKETS,
+        )
+        # topic -> [bytes in, records in, bytes out]
+        self.topics: dict[str, list[int]] = {}
+        self.requests: dict[str, _RequestSeries] = {}
+        self.registry.register(_TrafficCollector(self))
+        self.registry.register(BrokerCollector(broker, config.per_partition_enabled))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # Hot-path hooks (per request, per partition of a request) ----------------------------
+
+    def _topic(self, topic: str) -> list[int]:
+        counts = self.topics.get(topic)
+        if counts is None:
+            counts = self.topics[topic] = [0, 0, 0]
+        return counts
+
+    def record_append(self, topic: str, size: int, records: int) -> None:
+        counts = self._topic(topic)
+        counts[0] += size
+        counts[1] += records
+
+    def record_bytes_out(self, topic: str, size: int) -> None:
+        self._topic(topic)[2] += size
+
+    def observe_flush(self, seconds: float) -> None:
+        self._flush.observe(seconds)
+
+    def begin_request(self, received: float) -> RequestTiming:
+        """Called by the listener once a request frame is in: the timing its handler sees."""
+        timing = RequestTiming(received, time.perf_counter())
+        _current.set(timing)
+        return timing
+
+    def end_request(self, payload: memoryview, timing: RequestTiming, peer: str) -> None:
+        """Called once the response is sent (or, acks=0, once handled)."""
+        done = time.perf_counter()
+        name = timing.name or REQUEST_NAMES.get(int.from_bytes(payload[:2], "big", signed=True), "Unknown")
+        series = self._series(name)
+        total = done - timing.received
+        local = timing.handled - timing.started - timing.remote
+        series.requests += 1
+        series.total.observe(total)
+        series.queue.observe(timing.started - timing.received)
+        series.local.observe(local)
+        series.remote.observe(timing.remote)
+        if self.config.request_logging:
+            _log_request(payload, name, peer, timing, total, local)
+
+    def count_errors(self, api_key: int, response: dict[str, Any]) -> None:
+        """The non-zero error codes of a response body, each partition's or resource's once."""
+        counts: dict[int, int] = {}
+        _error_codes(response, counts)
+        if not counts:
+            return
+        timing = _current.get()
+        errors = self._series((timing.name if timing else None) or REQUEST_NAMES.get(api_key, "Unknown")).errors
+        for code, n in counts.items():
+            errors[code] = errors.get(code, 0) + n
+
+    def _series(self, name: str) -> _RequestSeries:
+        series = self.requests.get(name)
+        if series is None:
+            series = self.requests[name] = _RequestSeries()
+        return series
+
+
+class _TrafficCollector(Collector):
+    """The per-topic and per-request numbers the hooks accumulated."""
+
+    def __init__(self, metrics: BrokerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        topic = ["topic"]
+        families = (
+            CounterMetricFamily(
+                "kafka_server_broker_topic_bytes_in", "Bytes appended by producers (BytesInPerSec)", labels=topic
+            ),
+            CounterMetricFamily(
+                "kafka_server_broker_topic_messages_in",
+                "Records appended by producers (MessagesInPerSec)",
+                labels=topic,
+            ),
+            CounterMetricFamily(
+                "kafka_server_broker_topic_bytes_out", "Bytes sent to consumers (BytesOutPerSec)", labels=topic
+            ),
+        )
+        for name, counts in list(m.topics.items()):
+            for family, value in zip(families, counts):
+                family.add_metric([name], value)
+        yield from families
+        requests = CounterMetricFamily(
+            "kafka_network_requests", "Requests handled (RequestsPerSec)", labels=["request"]
+        )
+        errors = CounterMetricFamily(
+            "kafka_network_request_errors",
+            "Error codes in responses, one per partition or resource (ErrorsPerSec)",
+            labels=["request", "error"],
+        )
+        latencies = [HistogramMetricFamily(n, doc, labels=["request"]) for n, doc, _ in _LATENCIES]
+        for name, series in list(m.requests.items()):
+            requests.add_metric([name], series.requests)
+            for code, n in list(series.errors.items()):
+                errors.add_metric([name, _error_name(code)], n)
+            for family, (_, _, attr) in zip(latencies, _LATENCIES):
+                histogram: _LoopHistogram = getattr(series, attr)
+                family.add_metric([name], histogram.cumulative(), histogram.sum)
+        yield requests
+        yield errors
+        yield from latencies
+
+
+def _error_name(code: int) -> str:
+    return ErrorCode(code).name if code in ErrorCode._value2member_map_ else str(code)
+
+
+def _error_codes(body: dict[str, Any], counts: dict[int, int]) -> None:
+    code = body.get("error_code")
+    if code:
+        counts[code] = counts.get(code, 0) + 1
+    for value in body.values():
+        if value.__class__ is list:  # the nested structs; records and scalars are skipped
+            for item in value:
+                if item.__class__ is dict:
+                    _error_codes(item, counts)
+
+
+def _log_request(payload: memoryview, name: str, peer: str, timing: RequestTiming, total: float, local: float) -> None:
+    """Kafka's request log line ("Completed request ..."): header fields and the times."""
+    _, version, correlation_id, client_id_length = _HEADER.unpack_from(payload)
+    client_id = bytes(payload[10 : 10 + client_id_length]).decode(errors="replace") if client_id_length > 0 else ""
+    request_log.info(
+        "completed request %s v%d from %s (client %r, correlation id %d): total %.3f ms, queue %.3f ms, "
+        "local %.3f ms, remote %.3f ms",
+        name,
+        version,
+        peer,
+        client_id,
+        correlation_id,
+        total * 1000,
+        (timing.started - timing.received) * 1000,
+        local * 1000,
+        timing.remote * 1000,
+        extra={
+            "request": name,
+            "api_version": version,
+            "peer": peer,
+            "client_id": client_id,
+            "correlation_id": correlation_id,
+            "total_ms": round(total * 1000, 3),
+            "queue_ms": round((timing.started - timing.received) * 1000, 3),
+            "local_ms": round(local * 1000, 3),
+            "remote_ms": round(timing.remote * 1000, 3),
+        },
+    )
+
+
+class BrokerCollector(Collector):
+    """What the broker's state says at scrape time (on the event loop, with the /metrics request)."""
+
+    def __init__(self, broker: Broker, per_partition: bool) -> None:
+        self._broker = broker
+        self._per_partition = per_partition
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._replica_manager()
+        yield from self._controller()
+        if self._per_partition:
+            yield from self._logs()
+        yield from self._consumer_groups()
+        yield from self._maintenance()
+        yield from self._transactions()
+
+    def _replica_manager(self) -> Iterator[Metric]:
+        rm = self._broker.replica_manager
+        hosted = list(rm.partitions.values())
+        led = [p for p in hosted if p.is_leader]
+        prefix = "kafka_server_replica_manager_"
+        yield _gauge(prefix + "partition_count", "Partitions hosted (PartitionCount)", len(hosted))
+        yield _gauge(prefix + "leader_count", "Partitions led (LeaderCount)", len(led))
+        yield _gauge(
+            prefix + "under_replicated_partitions",
+            "Led partitions whose ISR is smaller than their replicas (UnderReplicatedPartitions)",
+            sum(1 for p in led if len(p.isr) < len(p.replicas) - len(self._adding(p))),
+        )
+        yield _gauge(
+            prefix + "under_min_isr_partitions",
+            "Led partitions whose ISR is below min.insync.replicas (UnderMinIsrPartitionCount)",
+            sum(1 for p in led if len(p.isr) < p.config.min_insync_replicas),
+        )
+        yield _counter(
+            prefix + "isr_shrinks_total", "ISR shrinks written by this leader (IsrShrinksPerSec)", rm.isr_shrinks
+        )
+        yield _counter(
+            prefix + "isr_expands_total", "ISR expansions written by this leader (IsrExpandsPerSec)", rm.isr_expands
+        )
+
+    def _adding(self, partition: Partition) -> tuple[int, ...]:
+        """Replicas a reassignment is adding: not counted as missing until they catch up (Kafka's rule)."""
+        topic = self._broker.image.topics.get(partition.topic)
+        return () if topic is None else topic.adding.get(partition.partition, ())
+
+    def _controller(self) -> Iterator[Metric]:
+        broker = self._broker
+        controller = broker.controller
+        active = controller.is_active
+        yield _gauge(
+            "kafka_controller_active_controller_count",
+            "1 on the active controller (ActiveControllerCount)",
+            int(active),
+        )
+        stats = controller.stats
+        yield _counter(
+            "kafka_controller_leader_elections_total",
+            "Leader elections made by this broker as controller (LeaderElectionRateAndTimeMs)",
+            stats.leader_elections,
+        )
+        yield _counter(
+            "kafka_controller_unclean_leader_elections_total",
+            "Elections of a leader outside the ISR (UncleanLeaderElectionsPerSec)",
+            stats.unclean_leader_elections,
+        )
+        if not active:
+            return
+        yield _gauge("kafka_controller_epoch", "The active controller's epoch", controller.epoch)
+        image = broker.image
+        offline = sum(
+            1 for states in image.partition_states.values() for s in states.values() if s.leader not in image.brokers
+        )
+        yield _gauge(
+            "kafka_server_replica_manager_offline_partitions",
+            "Partitions without a live leader, on the controller (OfflinePartitionsCount)",
+            offline,
+        )
+
+    def _logs(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        size = GaugeMetricFamily("kafka_log_size_bytes", "Bytes of a partition's log (Log Size)", labels=labels)
+        start = GaugeMetricFamily(
+            "kafka_log_start_offset", "A partition's log start offset (LogStartOffset)", labels=labels
+        )
+        end = GaugeMetricFamily("kafka_log_end_offset", "A partition's log end offset (LogEndOffset)", labels=labels)
+        for (topic, p), partition in list(self._broker.replica_manager.partitions.items()):
+            key = [topic, str(p)]
+            log_ = partition.log
+            size.add_metric(key, log_.size)
+            start.add_metric(key, log_.log_start_offset)
+            end.add_metric(key, log_.log_end_offset)
+        yield from (size, start, end)
+
+    def _consumer_groups(self) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        committed = GaugeMetricFamily(
+            "kafka_consumergroup_committed_offset", "A group's committed offset, on its coordinator", labels=labels
+        )
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "High watermark minus committed offset, on the coordinator, for partitions it hosts",
+            labels=labels,
+        )
+        partitions = self._broker.replica_manager.partitions
+        for group, tp, offset in self._broker.group_coordinator.committed_offsets():
+            key = [group, tp.topic, str(tp.partition)]
+            committed.add_metric(key, offset)
+            local = partitions.get((tp.topic, tp.partition))
+            if local is not None:
+                lag.add_metric(key, max(0, local.high_watermark - offset))
+        yield from (committed, lag)
+
+    def _maintenance(self) -> Iterator[Metric]:
+        log_manager = self._broker.log_manager
+        yield _gauge(
+            "kafka_log_recovery_time_seconds",
+            "Loading (after an unclean shutdown, recovering) the logs at start-up",
+            log_manager.recovery_seconds,
+        )
+        yield _counter(
+            "kafka_log_retention_segments_deleted_total", "Segments deleted by retention", log_manager.segments_deleted
+        )
+        counters = self._broker.log_cleaner.counters
+        yield _counter("kafka_log_cleaner_runs_total", "Compactions of a log (either executor)", counters.cleanings)
+        yield _counter("kafka_log_cleaner_failures_total", "Compactions that failed", counters.failures)
+        yield _counter("kafka_log_cleaner_bytes_read_total", "Bytes read by compactions", counters.bytes_read)
+        yield _counter("kafka_log_cleaner_bytes_written_total", "Bytes written by compactions", counters.bytes_written)
+        yield _counter("kafka_log_cleaner_time_seconds_total", "Time spent compacting", counters.seconds)
+
+    def _transactions(self) -> Iterator[Metric]:
+        coordinator = self._broker.transaction_coordinator
+        counters = coordinator.counters
+        prefix = "kafka_transaction_coordinator_"
+        yield _gauge(
+            prefix + "ongoing", "Open or ending transactions this coordinator owns", coordinator.ongoing_count()
+        )
+        yield _counter(prefix + "committed_total", "Transactions committed", counters.committed)
+        yield _counter(prefix + "aborted_total", "Transactions aborted (timed-out ones included)", counters.aborted)
+        yield _counter(prefix + "timed_out_total", "Transactions aborted by transaction.timeout.ms", counters.timed_out)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)

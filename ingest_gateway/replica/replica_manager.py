@@ -1,0 +1,601 @@
+"""The partitions this broker hosts, and the produce/fetch/replication paths over them.
+
+Requests from the HTTP API and the Kafka listener arrive here; both run on the broker's
+event loop, so partition state changes and the waiters they wake live on one thread.
+
+Replication (Kafka's ReplicaManager): the controller's LeaderAndIsr makes each local
+replica a leader or a follower. Followers are fetched by the `ReplicaFetcherManager`
+(replica_fetcher.py). On leaders, follower fetches (`fetch_for_follower`) record each
+follower's log end, move the high watermark and let followers back into the ISR; a
+periodic check (`start()`) drops followers that lag more than replica.lag.time.max.ms.
+ISR changes are compare-and-set writes through `isr_writer` (the broker's partition
+state store); without one (a single node) they apply locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
+from loglake.cluster.replication_quota import ReplicationQuota
+from loglake.config import LogConfig
+from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
+from loglake.errors import ErrorCode, KafkaError
+from loglake.security.client import PLAINTEXT, ClientSecurity
+from loglake.storage.checkpoints import OffsetCheckpointFile
+from loglake.storage.file_records import LogSlice
+from loglake.storage.log_manager import LogManager
+
+from ingest_gateway.observability.metrics import BrokerMetrics, add_remote_time
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig, ReplicaFetcherManager
+
+log = logging.getLogger(__name__)
+
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+TopicPartition = tuple[str, int]
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30000
+
+# (topic, partition, proposed state) -> the stored state, or None if the stored version is
+# not `proposed.version` any more (compare-and-set). May also return an awaitable of that.
+IsrWriter = Callable[[str, int, PartitionState], "PartitionState | None | Awaitable[PartitionState | None]"]
+# broker id -> (host, Kafka port) of its listener for inter-broker requests, or None.
+EndpointOf = Callable[[int], "tuple[str, int] | None"]
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True)
+class FollowerFetchPartition:
+    """One partition of a follower's Fetch request."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    max_bytes: int = 1048576
+
+
+@dataclass(frozen=True)
+class FollowerFetchResult:
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.NONE
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    records: LogSlice | None = None
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        log_defaults: LogConfig,
+        *,
+        isr_writer: IsrWriter | None = None,
+        endpoint_of: EndpointOf | None = None,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        fetcher_config: ReplicaFetcherConfig | None = None,
+        inter_broker_security: ClientSecurity = PLAINTEXT,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.log_defaults = log_defaults
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = 0
+        # Compare-and-set writer of partition states for ISR changes (None: single node,
+        # ISR changes apply locally only). Settable after construction.
+        self.isr_writer: IsrWriter | None = isr_writer
+        # Where other brokers' Kafka listeners are, for the replica fetchers.
+        self.endpoint_of: EndpointOf | None = endpoint_of
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # Milliseconds for follower fetch and lag bookkeeping (a fake clock in tests).
+        self.clock: Callable[[], int] = monotonic_ms
+        # Replication throttles (leader.replication.throttled.rate and the follower's).
+        self.leader_quota = ReplicationQuota(broker_id)
+        self.follower_quota = ReplicationQuota(broker_id)
+        self.fetcher_manager = ReplicaFetcherManager(
+            broker_id,
+            self.partitions.get,
+            self._endpoint,
+            fetcher_config or ReplicaFetcherConfig(),
+            self.follower_quota,
+            inter_broker_security,
+        )
+        self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        # Follower fetches waiting for new data wait on the LEO; kept apart so produce
+        # only pays a dict lookup when no follower waits.
+        self._log_end_waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        self._checkpointed_hw = self._read_high_watermarks()
+        self._isr_task: asyncio.Task | None = None
+        # Told (topic, partition, is_leader) whenever this broker gains or loses leadership;
+        # the group coordinator loads and unloads __consumer_offsets partitions this way.
+        self.leadership_listeners: list[Callable[[str, int, bool], None]] = []
+        # Told (topic, partition, state) after this broker changed a partition's ISR (the
+        # broker may propagate it, as Kafka's /isr_change_notification did).
+        self.isr_change_listeners: list[Callable[[str, int, PartitionState], None]] = []
+        # Told of each partition this broker starts hosting (a move of its log to another
+        # log dir, interrupted by a restart, resumes this way).
+        self.hosted_listeners: list[Callable[[Partition], None]] = []
+        # ISR changes this broker wrote as leader (the metrics read them at scrape time).
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        # Bytes and records appended per topic go here (None: metrics.enabled=false).
+        self.metrics: BrokerMetrics | None = None
+
+    def _endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        return None if self.endpoint_of is None else self.endpoint_of(broker_id)
+
+    def _read_high_watermarks(self) -> dict[TopicPartition, int]:
+        out: dict[TopicPartition, int] = {}
+        for d in self.log_manager.live_dirs:
+            path = Path(d) / HIGH_WATERMARK_CHECKPOINT
+            if path.exists():
+                out.update(OffsetCheckpointFile(path).read())
+        return out
+
+    def checkpoint_high_watermarks(self) -> None:
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_manager.live_dirs}
+        for key, p in self.partitions.items():
+            by_dir.setdefault(p.log.dir.parent, {})[key] = p.high_watermark
+        # Logs the controller has not given us yet keep the HW they were loaded with.
+        for key, hw in self._checkpointed_hw.items():
+            log_ = self.log_manager.get_log(*key)
+            if log_ is not None and key not in self.partitions:
+                by_dir.setdefault(log_.dir.parent, {})[key] = hw
+        for d, offsets in by_dir.items():
+            OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(offsets)
+
+    # Controller requests --------------------------------------------------------------
+
+    def _fence(self, controller_epoch: int) -> None:
+        if controller_epoch < self.controller_epoch:
+            raise KafkaError(
+                ErrorCode.STALE_CONTROLLER_EPOCH,
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}",
+            )
+        self.controller_epoch = controller_epoch
+
+    def become_leader_or_follower(self, controller_epoch: int, entries: list[LeaderAndIsrPartition]) -> None:
+        """Apply a LeaderAndIsr: lead the partitions whose leader is this broker, follow the
+        others (the fetchers truncate, then fetch). An entry with an older leader epoch
+        than ours is stale and ignored; one with our epoch only updates config, replicas
+        and (if its version is newer) the ISR."""
+        self._fence(controller_epoch)
+        to_follow: dict[TopicPartition, tuple[int, int, int]] = {}
+        stop_following: list[TopicPartition] = []
+        for entry in entries:
+            key = (entry.topic, entry.partition)
+            config = LogConfig.from_properties(entry.config, self.log_defaults)
+            state = entry.state
+            partition = self.partitions.get(key)
+            if partition is None:
+                log_ = self.log_manager.get_or_create_log(entry.topic, entry.partition, config)
+                partition = Partition(
+                    entry.topic,
+                    entry.partition,
+                    entry.topic_id,
+                    log_,
+                    self.broker_id,
+                    self._on_high_watermark_change,
+                    high_watermark=self._checkpointed_hw.pop(key, 0),
+                )
+                self.partitions[key] = partition
+                for listener in self.hosted_listeners:
+                    listener(partition)
+            else:
+                partition.log.update_config(config)
+            if state.leader_epoch < partition.leader_epoch:
+                log.info(
+                    "broker %d: ignoring LeaderAndIsr for %s-%d at leader epoch %d: ours is %d",
+                    self.broker_id,
+                    entry.topic,
+                    entry.partition,
+                    state.leader_epoch,
+                    partition.leader_epoch,
+                )
+                continue
+            was_leader = partition.is_leader
+            same_epoch = state.leader_epoch == partition.leader_epoch and state.leader == partition.leader_id
+            if state.leader == self.broker_id:
+                stop_following.append(key)
+                if same_epoch:
+                    partition.update_state_if_newer(state, entry.replicas)
+                else:
+                    partition.make_leader(state, entry.replicas, now_ms=self.clock())
+                self._wake(key)  # acks=all waits re-check the ISR against min.insync.replicas
+                if not was_leader:
+                    self._notify_leadership(key, True)
+            else:
+                if same_epoch:
+                    partition.update_state_if_newer(state, entry.replicas)
+                    changed = False
+                else:
+                    changed = partition.make_follower(state, entry.replicas)
+                if was_leader:
+                    self._notify_leadership(key, False)
+                    self._wake(key)  # acks=all and consumer fetches waiting here must fail
+                    self._wake_log_end(key)
+                if state.leader < 0 or self.broker_id not in entry.replicas:
+                    stop_following.append(key)
+                elif changed or not self.fetcher_manager.is_fetching(key, state.leader, state.leader_epoch):
+                    to_follow[key] = (state.leader, state.leader_epoch, partition.log_end_offset)
+        if stop_following:
+            self.fetcher_manager.remove_fetcher_partitions(stop_following)
+        if to_follow:
+            self.fetcher_manager.add_fetcher_partitions(to_follow)
+
+    def _notify_leadership(self, key: TopicPartition, is_leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            listener(key[0], key[1], is_leader)
+
+    def stop_replicas(self, controller_epoch: int, partitions: list[TopicPartition], delete: bool) -> None:
+        self._fence(controller_epoch)
+        self.fetcher_manager.remove_fetcher_partitions(partitions)
+        for key in partitions:
+            partition = self.partitions.pop(key, None)
+            self._wake(key)
+            self._wake_log_end(key)
+            if partition is not None and partition.is_leader:
+                self._notify_leadership(key, False)
+            if delete:
+                # Also a log this broker loaded from disk but was never told to host again.
+                self.log_manager.delete_log(*key)
+        self.checkpoint_high_watermarks()
+
+    # Produce ----------------------------------------------------------------------------
+
+    def hosted_partition(self, topic: str, partition: int) -> Partition:
+        """A partition this broker hosts, leader or follower."""
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker hosts no partition {topic}-{partition}"
+            )
+        return p
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        p = self.hosted_partition(topic, partition)
+        if not p.is_leader:
+            raise KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} is not the leader of {topic}-{partition}"
+            )
+        return p
+
+    async def append_records(
+        self,
+        entries: dict[TopicPartition, bytes | bytearray | memoryview],
+        required_acks: int,
+        timeout_ms: int,
+        from_coordinator: bool = False,
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Append each partition's batches; with acks=all wait until the ISR has them
+        (`from_coordinator`: transaction markers and transactional offset commits)."""
+        if required_acks not in (-1, 0, 1):
+            raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1 (all), 0 or 1, not {required_acks}")
+        results: dict[TopicPartition, ProduceResult] = {}
+        pending: dict[TopicPartition, tuple[int, int]] = {}
+        log_end_waiters = self._log_end_waiters
+        metrics = self.metrics
+        for key, records in entries.items():
+            try:
+                partition = self.leader_partition(*key)
+                info = partition.append_records_to_leader(records, required_acks, from_coordinator)
+            except KafkaError as exc:
+                results[key] = ProduceResult(error=exc)
+                continue
+            results[key] = ProduceResult(info.first_offset, info.log_append_time_ms, partition.log_start_offset)
+            if metrics is not None and not info.duplicate:
+                metrics.record_append(key[0], len(records), info.last_offset - info.first_offset + 1)
+            if log_end_waiters and key in log_end_waiters:
+                self._wake_log_end(key)
+            if required_acks == ACKS_ALL:
+                pending[key] = (info.last_offset + 1, partition.leader_generation)
+        if pending:
+            await self._await_replication(pending, results, timeout_ms)
+        return results
+
+    async def _await_replication(
+        self,
+        pending: dict[TopicPartition, tuple[int, int]],
+        results: dict[TopicPartition, ProduceResult],
+        timeout_ms: int,
+    ) -> None:
+        """Kafka's DelayedProduce: done when the HW passes the batch (with the ISR still at
+        least min.insync.replicas, else NOT_ENOUGH_REPLICAS_AFTER_APPEND); fails at once if
+        leadership is lost or the ISR shrinks below min.insync.replicas."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while pending:
+            for key, (required, generation) in list(pending.items()):
+                partition = self.partitions.get(key)
+                # A new leader epoch with the same leader (the controller shrank the ISR)
+                # keeps the wait; having been a follower in between does not.
+                if partition is None or not partition.is_leader or partition.leader_generation != generation:
+                    results[key] = ProduceResult(
+                        error=KafkaError(
+                            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                            f"broker {self.broker_id} lost the leadership of {key[0]}-{key[1]} "
+                            "before the ISR had the records",
+                        )
+                    )
+                elif len(partition.isr) < partition.config.min_insync_replicas:
+                    results[key] = ProduceResult(
+                        error=KafkaError(
+                            ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                            f"{key[0]}-{key[1]} has {len(partition.isr)} in-sync replicas; "
+                            f"min.insync.replicas is {partition.config.min_insync_replicas}",
+                        )
+                    )
+                elif partition.high_watermark < required:
+                    continue
+                del pending[key]
+            remaining = deadline - loop.time()
+            if not pending:
+                return
+            if remaining <= 0:
+                for key in pending:
+                    results[key] = ProduceResult(error=KafkaError(ErrorCode.REQUEST_TIMED_OUT))
+                return
+            await self.wait_for_change(list(pending), remaining)
+
+    # Follower fetches (on the leader) ---------------------------------------------------------
+
+    async def fetch_for_follower(
+        self,
+        replica_id: int,
+        partitions: list[FollowerFetchPartition],
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> list[FollowerFetchResult]:
+        """A follower's Fetch: read up to the LEO, take the fetch offset as the follower's
+        LEO (moving the HW and maybe the ISR), and long-poll for `min_bytes` of new data
+        up to `max_wait_ms`. Errors answer at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0, max_wait_ms) / 1000
+        keys = [(p.topic, p.partition) for p in partitions]
+        while True:
+            results, total, expand = self._read_for_follower(replica_id, partitions, max_bytes)
+            for partition in expand:
+                await self._alter_isr(partition, partition.isr_with(replica_id))
+            if expand:
+                # The HW the follower is told should reflect the new ISR.
+                results = [
+                    r if r.error else _with_high_watermark(r, self.partitions.get((r.topic, r.partition)))
+                    for r in results
+                ]
+            remaining = deadline - loop.time()
+            if total < 0 or total >= min_bytes or remaining <= 0:
+                return results
+            await self.wait_for_change(keys, remaining, log_end=True)
+
+    def _read_for_follower(
+        self, replica_id: int, requests: list[FollowerFetchPartition], max_bytes: int
+    ) -> tuple[list[FollowerFetchResult], int, list[Partition]]:
+        """One pass: (results, bytes read or -1 if an error is in them, partitions whose
+        ISR should take the follower in)."""
+        budget = max_bytes if max_bytes > 0 else 0x7FFFFFFF
+        total = 0
+        has_error = False
+        expand: list[Partition] = []
+        results = []
+        now = self.clock()
+        quota = self.leader_quota
+        for req in requests:
+            partition = self.partitions.get((req.topic, req.partition))
+            if partition is None:
+                results.append(FollowerFetchResult(req.topic, req.partition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                has_error = True
+                continue
+            try:
+                # The epoch first: a follower that already knows a newer epoch than ours
+                # gets a retriable UNKNOWN_LEADER_EPOCH rather than being stopped.
+                partition.check_leader_epoch(req.current_leader_epoch)
+                if not partition.is_leader or replica_id == self.broker_id or replica_id not in partition.replicas:
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                throttled = replica_id not in partition.isr and quota.is_throttled(
+                    req.partition, partition.config.leader_replication_throttled_replicas
+                )
+                if throttled and quota.is_quota_exceeded():
+                    piece = None  # the follower learns the HW now and gets data when the quota allows
+                else:
+                    piece = partition.read(
+                        req.fetch_offset, min(req.max_bytes, budget), committed_only=False, min_one_message=total == 0
+                    )
+                    if throttled:
+                        quota.record(piece.size)
+                if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
+                    expand.append(partition)
+            except KafkaError as exc:
+                has_error = True
+                known = partition.is_leader
+                results.append(
+                    FollowerFetchResult(
+                        req.topic,
+                        req.partition,
+                        exc.code,
+                        partition.high_watermark if known else -1,
+                        partition.log_start_offset if known else -1,
+                        partition.log_end_offset if known else -1,
+                    )
+                )
+                continue
+            results.append(
+                FollowerFetchResult(
+                    req.topic,
+                    req.partition,
+                    ErrorCode.NONE,
+                    partition.high_watermark,
+                    partition.log_start_offset,
+                    partition.log_end_offset,
+                    piece if piece is not None and piece.size else None,
+                )
+            )
+            if piece is not None:
+                total += piece.size
+                budget -= piece.size
+        return results, (-1 if has_error else total), expand
+
+    # ISR changes ----------------------------------------------------------------------------
+
+    async def _alter_isr(self, partition: Partition, isr: tuple[int, ...]) -> bool:
+        """Write a new ISR for a partition we lead (compare-and-set through `isr_writer`);
+        applied locally only once written. Returns whether it was."""
+        if partition.isr_update_in_flight or tuple(isr) == partition.isr:
+            return False
+        old_isr = partition.isr
+        proposed = partition.propose_isr(isr)
+        written: PartitionState | None = proposed
+        try:
+            if self.isr_writer is not None:
+                outcome = self.isr_writer(partition.topic, partition.partition, proposed)
+                written = await outcome if inspect.isawaitable(outcome) else outcome
+        except Exception:
+            log.exception(
+                "broker %d: writing the ISR of %s-%d failed", self.broker_id, partition.topic, partition.partition
+            )
+            written = None
+        applied = partition.complete_isr_update(proposed, written)
+        key = (partition.topic, partition.partition)
+        if applied:
+            if len(partition.isr) < len(old_isr):
+                self.isr_shrinks += 1
+            elif len(partition.isr) > len(old_isr):
+                self.isr_expands += 1
+            log.info(
+                "broker %d: ISR of %s-%d changed from %s to %s",
+                self.broker_id,
+                partition.topic,
+                partition.partition,
+                list(old_isr),
+                list(partition.isr),
+            )
+            for listener in self.isr_change_listeners:
+                listener(partition.topic, partition.partition, partition.state or proposed)
+        else:
+            log.info(
+                "broker %d: ISR change of %s-%d to %s not written (state version %d is stale); "
+                "waiting for the controller's next LeaderAndIsr",
+                self.broker_id,
+                partition.topic,
+                partition.partition,
+                list(isr),
+                proposed.version,
+            )
+        # acks=all waiters re-check the ISR against min.insync.replicas.
+        self._wake(key)
+        return applied
+
+    async def maybe_shrink_isrs(self, now_ms: int | None = None) -> None:
+        """Drop from every led partition's ISR the followers that lag more than
+        replica.lag.time.max.ms."""
+        now = self.clock() if now_ms is None else now_ms
+        for partition in list(self.partitions.values()):
+            if not partition.is_leader:
+                continue
+            isr = partition.maybe_shrink_isr(now, self.replica_lag_time_max_ms)
+            if isr is not None:
+                await self._alter_isr(partition, isr)
+
+    async def _isr_expiration_loop(self) -> None:
+        interval = max(self.replica_lag_time_max_ms / 2, 10) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.maybe_shrink_isrs()
+            except Exception:
+                log.exception("broker %d: ISR expiration check failed", self.broker_id)
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background work (from the event loop): the ISR expiration check, and
+        fetchers for partitions followed before the loop ran."""
+        if self._isr_task is None:
+            self._isr_task = asyncio.get_running_loop().create_task(
+                self._isr_expiration_loop(), name=f"isr-expiration-{self.broker_id}"
+            )
+        self.fetcher_manager.start()
+
+    async def stop(self) -> None:
+        """Stop fetching and the ISR check, and wait for those tasks to end (then call
+        shutdown() for the checkpoints)."""
+        task, self._isr_task = self._isr_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.fetcher_manager.stop()
+
+    # Waiting for new data -----------------------------------------------------------------
+
+    def _on_high_watermark_change(self, partition: Partition) -> None:
+        self._wake((partition.topic, partition.partition))
+
+    def _wake(self, key: TopicPartition) -> None:
+        for fut in self._waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    def _wake_log_end(self, key: TopicPartition) -> None:
+        for fut in self._log_end_waiters.pop(key, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait_for_change(self, keys: list[TopicPartition], timeout_s: float, log_end: bool = False) -> None:
+        """Return when any of these partitions' HW moves (with `log_end`, also its LEO: a
+        follower waits for new data), it changes hands or is removed, or on timeout."""
+        if timeout_s <= 0:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        registries = (self._waiters, self._log_end_waiters) if log_end else (self._waiters,)
+        for registry in registries:
+            for key in keys:
+                registry[key].append(fut)
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            add_remote_time(time.perf_counter() - started)
+            for registry in registries:
+                for key in keys:
+                    waiters = registry.get(key)
+                    if waiters and fut in waiters:
+                        waiters.remove(fut)
+                        if not waiters:
+                            del registry[key]
+
+    def shutdown(self) -> None:
+        task, self._isr_task = self._isr_task, None
+        if task is not None:
+            task.cancel()
+        self.fetcher_manager.shutdown()
+        self.checkpoint_high_watermarks()
+        for registry in (self._waiters, self._log_end_waiters):
+            for fut_list in registry.values():
+                for fut in fut_list:
+                    if not fut.done():
+                        fut.cancel()
+            registry.clear()
+
+
+def _with_high_watermark(result: FollowerFetchResult, partition: Partition | None) -> FollowerFetchResult:
+    if partition is None or not partition.is_leader:
+        return result
+    return replace(result, high_watermark=partition.high_watermark)

@@ -1,0 +1,601 @@
+"""The broker: storage, partitions, the controller and the listeners in one process.
+
+Without `zookeeper.connect` it runs embedded: the same controller code over a metadata
+file in the log dir, electing itself, so a single node needs no ZooKeeper. With it, the
+broker registers in ZooKeeper, competes for /controller, and when elected sends its
+decisions to the other brokers over the Kafka protocol (ControllerChannelManager).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import uvicorn
+
+from ingest_gateway.apis.acl_apis import AclApis
+from ingest_gateway.apis.admin_apis import AdminApis
+from ingest_gateway.metadata.admin_manager import AdminManager
+from ingest_gateway.apis.authorization import RequestAuthorization, authorizer_from_config
+from ingest_gateway.apis.client_entity_apis import ClientEntityApis
+from ingest_gateway.apis.config_apis import ConfigApis
+from ingest_gateway.apis.controller_apis import ControllerApis
+from ingest_gateway.metadata.controller_channel import ControllerChannelManager
+from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
+from ingest_gateway.http.consumers import ConsumerManager
+from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
+from ingest_gateway.apis.fetch_apis import FetchApis
+from ingest_gateway.apis.group_apis import register_group_apis
+from ingest_gateway.apis.kafka_apis import KafkaApis
+from ingest_gateway.network.kafka_server import KafkaServer
+from ingest_gateway.server.listener_security import http_tls_options, inter_broker_security, listener_security
+from ingest_gateway.apis.log_dir_apis import register_log_dir_apis
+from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
+from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.apis.txn_apis import TxnApis
+from ingest_gateway.coordinators.transaction_markers import BrokerMarkerChannel, MarkerWriter
+from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
+from ingest_gateway.replica.replica_manager import ReplicaManager
+from loglake.cluster.metadata_image import MetadataImage
+from loglake.config import BrokerConfig, LogConfig
+from loglake.coordination.controller import BrokerChannel, Controller
+from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.store import MetadataStore
+from loglake.coordination.zookeeper import ZooKeeperMetadataStore
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
+from loglake.coordination.producer_ids import ProducerIdManager
+from loglake.errors import ErrorCode, KafkaError
+from loglake.groups import GroupConfig, GroupCoordinator
+from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from loglake.maintenance.cleaner import LogCleaningAborted
+from loglake.maintenance.cleaner_manager import LogCleanerManager
+from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
+from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
+from loglake.storage.log import Log
+from loglake.storage.log_manager import LogManager
+from loglake.storage.meta_properties import MetaProperties, new_cluster_id
+from loglake.transactions import TransactionConfig, TransactionCoordinator
+
+log = logging.getLogger(__name__)
+
+HIGH_WATERMARK_CHECKPOINT_INTERVAL_S = 5.0
+
+
+class InternalTopicCoordinator(Protocol):
+    """A coordinator whose state lives in an internal topic's partitions."""
+
+    async def load_partition(self, partition: int, leader_epoch: int) -> None: ...
+
+    def unload_partition(self, partition: int) -> None: ...
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.clustered = bool(config.zookeeper_connect)
+        self.store: MetadataStore
+        if self.clustered:
+            self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
+        else:
+            self.store = EmbeddedMetadataStore(config.log_dirs[0])
+        # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
+        # sets it; log dirs stamped with another cluster's id refuse to start.
+        try:
+            proposed = MetaProperties.stored_cluster_id(config.log_dirs) or new_cluster_id()
+            cluster_id = self.store.get_or_create_cluster_id(proposed)
+            self.log_manager = LogManager(list(config.log_dirs), config.log_defaults, config.broker_id, cluster_id)
+        except BaseException:
+            self.store.close()
+            raise
+        self.metadata_cache = MetadataCache(self.store, cluster_id)
+        # How this broker's clients reach the other brokers (the inter-broker listener).
+        self.inter_broker_security = inter_broker_security(config)
+        self.replica_manager = ReplicaManager(
+            config.broker_id,
+            self.log_manager,
+            config.log_defaults,
+            isr_writer=self._write_isr,
+            endpoint_of=self._kafka_endpoint_of,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
+            inter_broker_security=self.inter_broker_security,
+        )
+        self.channel: BrokerChannel = (
+            ControllerChannelManager(
+                config.broker_id, self.store, self.replica_manager, self.metadata_cache, self.inter_broker_security
+            )
+            if self.clustered
+            else self
+        )
+        self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
+        self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
+        self.producer_ids = ProducerIdManager(self.store, config.broker_id)
+        group_config = GroupConfig.from_properties(config.raw)
+        self.group_coordinator = GroupCoordinator(
+            group_config,
+            ReplicatedTopicLog(self.replica_manager, OFFSETS_TOPIC),
+            # The image is replaced whole on each update: read the current one every time.
+            topics=lambda: self.image.topic_snapshot(),
+        )
+        self.marker_writer = MarkerWriter(self.replica_manager, self.group_coordinator)
+        self.marker_channel = BrokerMarkerChannel(
+            config.broker_id, self.metadata_cache, self.inter_broker_security, self.marker_writer
+        )
+        self.transaction_coordinator = TransactionCoordinator(
+            TransactionConfig.from_properties(config.raw),
+            ReplicatedTopicLog(self.replica_manager, TRANSACTION_STATE_TOPIC),
+            self.marker_channel,
+            self.producer_ids.generate_producer_id,
+        )
+        self.log_cleaner = LogCleaner(
+            CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
+        )
+        self.replica_manager.leadership_listeners.append(self._on_leadership_change)
+        self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
+        metrics_config = MetricsConfig.from_properties(config.raw)
+        self.metrics = BrokerMetrics(self, metrics_config) if metrics_config.enabled else None
+        if self.metrics is not None:
+            self.replica_manager.metrics = self.metrics
+            self.log_manager.flush_observer = self.metrics.observe_flush
+        self._request_logging = metrics_config.request_logging
+        self.authorization = RequestAuthorization(authorizer_from_config(config.raw))
+        # Client quotas (producer_byte_rate, consumer_byte_rate of /config/users, /config/clients).
+        self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
+        self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
+        self.dynamic_config = DynamicConfigManager(self)
+        self.consumer_manager = ConsumerManager(
+            self.metadata_cache, self.replica_manager, self.group_coordinator, assignors=group_config.consumer.assignors
+        )
+        self.coordinators = CoordinatorLocator(
+            config,
+            self.metadata_cache,
+            self.admin,
+            self.group_coordinator.partition_for,
+            self.transaction_coordinator.partition_for,
+        )
+        self.requests = self._serve_apis()
+        self._background: set[asyncio.Task] = set()
+        self._servers: list[uvicorn.Server] = []
+        self._kafka_servers: list[KafkaServer] = []
+        self._checkpointer: asyncio.Task | None = None
+        self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
+        # The coordinator of each internal topic: it loads a partition this broker comes
+        # to lead and unloads one it stops leading.
+        self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {
+            OFFSETS_TOPIC: self.group_coordinator,
+            TRANSACTION_STATE_TOPIC: self.transaction_coordinator,
+        }
+        # Internal topic leadership changes seen before the event loop ran (startup).
+        self._pending_loads: list[tuple[str, int]] = []
+        self._stopped = asyncio.Event()
+
+    def _serve_apis(self) -> RequestRouter:
+        """The Kafka APIs, each module given the collaborators it uses."""
+        config, cache, auth, rm = self.config, self.metadata_cache, self.authorization, self.replica_manager
+        router = RequestRouter(auth, self.metrics, config.inter_broker_listener_name)
+        self.txn_apis = TxnApis(
+            self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
+        )
+        self.acl_apis = AclApis(auth, self.store)
+        api_modules = [
+            KafkaApis(
+                config=config,
+                cache=cache,
+                admin=self.admin,
+                coordinators=self.coordinators,
+                replica_manager=rm,
+                log_manager=self.log_manager,
+                producer_ids=self.producer_ids,
+                authorization=auth,
+                produce_quotas=self.produce_quotas,
+                dynamic_config=self.dynamic_config,
+                init_transactional_producer=self.txn_apis.init_producer_id,
+            ),
+            FetchApis(config, cache, rm, auth, self.fetch_quotas, self.metrics),
+            self.txn_apis,
+            self.acl_apis,
+            ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
+            AdminApis(self.admin, cache, auth),
+            ClientEntityApis(self.store, auth),
+        ]
+        if self.clustered:
+            api_modules.append(ControllerApis(self.store, rm, cache))
+        for module in api_modules:
+            module.register(router)
+        register_group_apis(router, self.group_coordinator, auth, cache)
+        return router
+
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        config = self.config
+        listeners = tuple((a.scheme, config.protocol_map[a.scheme].value, a.host, a.port) for a in config.advertised)
+        http = config.http_listeners[0]
+        (host, port) = next((h, p) for n, _, h, p in listeners if n == config.inter_broker_listener_name)
+        return BrokerEndpoint(config.broker_id, host, port, http.host, http.port, config.rack, listeners=listeners)
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Register, become controller (embedded) and take up the assigned partitions.
+
+        In a cluster, the controller election and the partitions come through ZooKeeper's
+        watches once the event loop runs (`_watch_cluster`)."""
+        self._delete_stray_logs()
+        self.store.register_broker(self.endpoint)
+        if not self.clustered:
+            self.controller.startup()
+
+    def _delete_stray_logs(self) -> None:
+        """Logs of topics deleted while this broker was down: nobody else will remove them."""
+        topics = self.store.topics()
+        for log_ in self.log_manager.all_logs():
+            if log_.topic not in topics:
+                log.info("deleting %s: its topic no longer exists", log_.dir.name)
+                self.log_manager.delete_log(log_.topic, log_.partition)
+
+    def _watch_cluster(self) -> None:
+        """Route ZooKeeper events (on kazoo's thread) onto the event loop, where the
+        controller and the replica manager live."""
+        loop = asyncio.get_running_loop()
+
+        def on_loop(fn, *args) -> None:
+            loop.call_soon_threadsafe(fn, *args)
+
+        self.store.watch_controller(lambda holder: on_loop(self._on_controller_change, holder))
+        self.store.watch_brokers(lambda live: on_loop(self.controller.on_brokers_changed, live))
+        self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
+        self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
+        self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
+        self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
+        self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
+        self.track_background(asyncio.create_task(self._preferred_leader_loop()))
+
+    def _on_controller_change(self, holder: int | None) -> None:
+        if holder is None:
+            if self.controller.startup():
+                log.info("broker %d is the controller (epoch %s)", self.config.broker_id, self.controller.epoch)
+        elif holder != self.config.broker_id and self.controller.is_active:
+            log.warning("broker %d is no longer the controller (broker %d is)", self.config.broker_id, holder)
+            self.controller.resign()
+        self.refresh_metadata(self.store.controller_epoch())
+
+    def _on_session_expired(self) -> None:
+        # Our ephemeral nodes are gone: whatever we decided as controller is void.
+        if self.controller.is_active:
+            log.warning("ZooKeeper session expired: broker %d resigns as controller", self.config.broker_id)
+            self.controller.resign()
+
+    async def _preferred_leader_loop(self) -> None:
+        raw = self.config.raw
+        if raw.get("auto.leader.rebalance.enable", "true").lower() != "true":
+            return
+        interval = float(raw.get("leader.imbalance.check.interval.seconds", "300"))
+        while True:
+            await asyncio.sleep(interval)
+            self.controller.elect_preferred_leaders()
+
+    async def start(self) -> None:
+        """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
+        every `http.listeners` address."""
+        self.startup()
+        from ingest_gateway.http.app import create_app
+
+        self.dynamic_config.start()
+        loop = asyncio.get_running_loop()
+
+        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
+            self.produce_quotas.update(configs)
+            self.fetch_quotas.update(configs)
+
+        self.store.watch_entity_configs(lambda configs: loop.call_soon_threadsafe(apply_quotas, configs))
+        authorizer = self.authorization.authorizer
+        if authorizer is not None:
+            self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
+        self._log_dir_mover = register_log_dir_apis(self.requests, self.replica_manager)
+        if self.clustered:
+            self._watch_cluster()
+        for topic, p in self._pending_loads:
+            self._load_internal_partition(self._internal_topic_coordinators[topic], topic, p)
+        self._pending_loads.clear()
+        await self.group_coordinator.start()
+        await self.transaction_coordinator.start()
+        self.replica_manager.start()
+        self.log_manager.startup(
+            self._deletion_bounds_of,
+            self.config.log_retention_check_interval_ms,
+            self.config.log_flush_scheduler_interval_ms,
+        )
+        for listener in self.config.listeners:
+            server = KafkaServer(
+                listener.host,
+                listener.port,
+                self.requests.handle,
+                self.config.socket_request_max_bytes,
+                self.metrics,
+                listener_security(self.config, listener, self.store),
+            )
+            await server.start()
+            self._kafka_servers.append(server)
+
+        app = create_app(self)
+        for listener in self.config.http_listeners:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    app,
+                    host=listener.host,
+                    port=listener.port,
+                    **http_tls_options(self.config, listener),
+                    # request.logging.enable: uvicorn's access log, one line per HTTP request.
+                    log_level="info" if self._request_logging else "warning",
+                    access_log=self._request_logging,
+                    log_config=None,  # the broker's logging (text or JSON) formats uvicorn's lines too
+                    lifespan="off",
+                )
+            )
+            self._servers.append(server)
+            self.track_background(asyncio.create_task(server.serve()))
+        self._checkpointer = asyncio.create_task(self._checkpoint_loop())
+        self.log_cleaner.startup()
+        for server in self._servers:
+            while not server.started:
+                await asyncio.sleep(0.01)
+        log.info(
+            "broker %d serving Kafka on %s and HTTP on %s",
+            self.config.broker_id,
+            self.config.listeners,
+            self.config.http_listeners,
+        )
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
+            self.replica_manager.checkpoint_high_watermarks()
+            self.log_manager.checkpoint_recovery_points()
+            # Followers move their log start as their leader reports it, not by retention.
+            self.log_manager.checkpoint_log_start_offsets()
+
+    def track_background(self, task: asyncio.Task) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop(self) -> None:
+        """Stop serving, then flush logs and write every checkpoint (a clean shutdown)."""
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()  # shutdown() writes the checkpoints itself
+        for server in self._servers:
+            server.should_exit = True
+        for kafka_server in self._kafka_servers:
+            await kafka_server.stop()
+        await self.consumer_manager.shutdown()
+        await self.group_coordinator.stop()
+        await self.transaction_coordinator.stop()
+        await self.marker_channel.close()
+        if self._log_dir_mover is not None:
+            await self._log_dir_mover.stop()
+        await self.replica_manager.stop()
+        if self.channel is not self:
+            await self.channel.close()
+        await asyncio.sleep(0)
+        for task in list(self._background):
+            if not task.done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(task), 5)
+                except (asyncio.TimeoutError, asyncio.CancelledError):
+                    task.cancel()
+        self.shutdown()
+        self._stopped.set()
+
+    def shutdown(self) -> None:
+        self.log_cleaner.shutdown()
+        self.replica_manager.shutdown()
+        self.log_manager.shutdown()
+        self.store.close()
+
+    def _write_isr(self, topic: str, partition: int, state: PartitionState):
+        """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
+        if self.clustered:
+            return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
+        return self.store.update_partition_state(topic, partition, state, state.version)
+
+    def _write_isr_and_notify(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
+        stored = self.store.update_partition_state(topic, partition, state, state.version)
+        if stored is not None:
+            # As Kafka's leaders do: the controller completes reassignments on ISR changes.
+            self.store.notify_isr_change([(topic, partition)])
+        return stored
+
+    def _deletion_bounds_of(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(high watermark, tiered offset) for retention; the tiered offset is read from the
+        metadata store (where the tier job records it) only for topics with remote storage."""
+        hosted = self.replica_manager.partitions.get((topic, partition))
+        if hosted is None:
+            return None
+        tiered = 0
+        if hosted.log.config.remote_storage_enable:
+            tiered = self.store.tiered_offset(topic, partition) or 0
+        return hosted.high_watermark, tiered
+
+    def _high_watermark_of(self, log_: Log) -> int | None:
+        """What the cleaner may clean up to; None for a log this broker does not host as a replica."""
+        partition = self.replica_manager.partitions.get((log_.topic, log_.partition))
+        return None if partition is None or partition.log is not log_ else partition.high_watermark
+
+    def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
+        endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
+        return None if endpoint is None else endpoint.kafka_endpoint(self.config.inter_broker_listener_name)
+
+    def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
+        coordinator = self._internal_topic_coordinators.get(topic)
+        if coordinator is None:
+            return
+        if not is_leader:
+            coordinator.unload_partition(partition)
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._pending_loads.append((topic, partition))
+            return
+        self._load_internal_partition(coordinator, topic, partition)
+
+    def _load_internal_partition(self, coordinator: InternalTopicCoordinator, topic: str, partition: int) -> None:
+        # The leader epoch is the coordinator epoch the transaction markers carry.
+        hosted = self.replica_manager.partitions.get((topic, partition))
+        if hosted is None or not hosted.is_leader:
+            return
+        self.track_background(asyncio.create_task(coordinator.load_partition(partition, hosted.leader_epoch)))
+
+    # Topics and coordinators ------------------------------------------------------------
+
+    # BrokerChannel: how the (embedded) controller reaches this broker ------------------
+
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None:
+        if broker_id == self.config.broker_id:
+            self.replica_manager.become_leader_or_follower(controller_epoch, partitions)
+
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None:
+        if broker_id == self.config.broker_id:
+            self.replica_manager.stop_replicas(controller_epoch, partitions, delete)
+
+    def send_update_metadata(self, controller_epoch: int) -> None:
+        self.refresh_metadata(controller_epoch)
+
+    def refresh_metadata(self, controller_epoch: int) -> None:
+        self.metadata_cache.refresh(controller_epoch)
+
+    @property
+    def image(self) -> MetadataImage:
+        """The current metadata image (read it once per request: it is replaced whole)."""
+        return self.metadata_cache.image
+
+    async def apply_compaction_plan(
+        self, topic: str, partition: int, keys: pa.Array, offsets: np.ndarray, end_offset: int, now_ms: int
+    ) -> dict[str, Any]:
+        """Rewrite this replica's log of the partition with a plan made by the Spark executor.
+        The plan must lie below this replica's high watermark (committed records only, the
+        same on every replica), else NOT_ENOUGH_REPLICAS: retry once the replica has caught up."""
+        local = self.replica_manager.partitions.get((topic, partition))
+        if local is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.config.broker_id} has no {topic}-{partition}"
+            )
+        if local.high_watermark < end_offset:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"the high watermark of {topic}-{partition} on broker {self.config.broker_id} is "
+                f"{local.high_watermark}, below the plan's end {end_offset}; retry",
+            )
+        log_ = local.log
+        try:
+            result = await asyncio.to_thread(self.log_cleaner.clean_with_plan, log_, keys, offsets, end_offset, now_ms)
+        except LogCleaningAborted as exc:
+            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"{exc}") from exc
+        stats = result.stats
+        return {
+            "broker_id": self.config.broker_id,
+            "end_offset": result.end_offset,
+            # Offsets below this are cleaned with the plan; the active segment never is.
+            "cleaned_up_to": min(result.end_offset, log_.active_segment.base_offset),
+            "bytes_read": stats.bytes_read,
+            "bytes_written": stats.bytes_written,
+            "segments_swapped": stats.segments_swapped,
+        }
+
+    # Views -------------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_properties(self.image.topic(topic).config, self.config.log_defaults)
+
+    def cluster_status(self) -> dict[str, Any]:
+        """Brokers, the controller and its epoch, and every partition's leader, replicas and
+        ISR, read from the store (fresher than this broker's image)."""
+        brokers = self.store.brokers()
+        partitions = []
+        for name, topic in sorted(self.store.topics().items()):
+            states = self.store.partition_states(name)
+            for p, replicas in sorted(topic.assignment.items()):
+                state = states.get(p)
+                if state is None:
+                    continue
+                partitions.append(
+                    {
+                        "topic": name,
+                        "partition": p,
+                        "leader": state.leader,
+                        "leader_epoch": state.leader_epoch,
+                        "replicas": list(replicas),
+                        "isr": list(state.isr),
+                        "adding_replicas": list(topic.adding.get(p, ())),
+                        "removing_replicas": list(topic.removing.get(p, ())),
+                        # Replicas being added do not count until they have caught up (Kafka's rule).
+                        "under_replicated": len(state.isr) < len(replicas) - len(topic.adding.get(p, ())),
+                        "offline": state.leader not in brokers,
+                    }
+                )
+        controller_id = self.store.controller_id()
+        return {
+            "controller": {"broker_id": controller_id, "epoch": self.store.controller_epoch()},
+            "brokers": [
+                {
+                    "broker_id": b.broker_id,
+                    "kafka": f"{b.host}:{b.port}",
+                    "http": f"http://{b.http_host}:{b.http_port}",
+                    "rack": b.rack,
+                }
+                for b in sorted(brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "partitions": partitions,
+            "under_replicated_partitions": sum(p["under_replicated"] for p in partitions),
+            "offline_partitions": sum(p["offline"] for p in partitions),
+        }
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        """A topic as kafka-topics.sh --describe shows it, plus the log start, high
+        watermark, log end and size in bytes of the partitions this broker leads."""
+        topic = self.image.topic(name)
+        states = self.image.partition_states.get(name, {})
+        partitions = []
+        for p in range(topic.num_partitions):
+            state = states.get(p)
+            if state is None:
+                continue  # added to the topic an instant ago; its state is not in the image yet
+            entry: dict[str, Any] = {
+                "partition": p,
+                "leader": state.leader,
+                "leader_epoch": state.leader_epoch,
+                "replicas": [
+                    {"broker": r, "leader": r == state.leader, "in_sync": r in state.isr} for r in topic.assignment[p]
+                ],
+                "isr": list(state.isr),
+                "adding_replicas": list(topic.adding.get(p, ())),
+                "removing_replicas": list(topic.removing.get(p, ())),
+            }
+            local = self.replica_manager.partitions.get((name, p))
+            if local is not None and local.is_leader:
+                entry.update(
+                    log_start_offset=local.log_start_offset,
+                    high_watermark=local.high_watermark,
+                    log_end_offset=local.log_end_offset,
+                    size=local.log.size,
+                )
+                if local.log.config.compact:
+                    entry["compaction"] = self.log_cleaner.manager.describe(local.log)
+            partitions.append(entry)
+        return {
+            "name": name,
+            "topic_id": topic.topic_id,
+            "partitions_count": topic.num_partitions,
+            "replication_factor": topic.replication_factor,
+            "configs": topic.config,
+            "partitions": partitions,
+        }
