@@ -7,13 +7,13 @@ import enum
 from loglake.protocol.messages import MESSAGES, ApiKey
 
 __all__ = [
-    "SPEC_VERSIONS",
     "ApiKey",
     "IsolationLevel",
     "VersionRange",
-    "api_name",
-    "is_flexible",
     "parse_versions",
+    "api_name",
+    "SPEC_VERSIONS",
+    "is_flexible",
     "request_header_version",
     "response_header_version",
 ]
