@@ -37,6 +37,7 @@ bench: setup
 	$(PY) bench/read.py
 	$(PY) -m bench.http_produce
 	$(PY) -m bench.kafka_produce
+	$(PY) -m bench.kafka_produce --small
 	$(PY) -m bench.kafka_consume
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce

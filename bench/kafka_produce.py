@@ -1,9 +1,14 @@
 """confluent-kafka producer throughput: loglake vs librdkafka's mock cluster, same run.
 
-100-byte values, linger.ms=5, large batches, N records (default 2,000,000) to a
-6-partition topic (the mock cluster's auto-created topics have 4), for acks=1 and acks=all.
-Prints records/s and MB/s for both and the
-ratio loglake / mock (target >= 0.8: the broker must not be the bottleneck).
+Large batches (default): 100-byte values, linger.ms=5, large batches, N records (default
+2,000,000) to a 6-partition topic (the mock cluster's auto-created topics have 4), for
+acks=1 and acks=all. Prints records/s and MB/s for both and the ratio loglake / mock
+(target >= 0.8: the broker must not be the bottleneck).
+
+`--small`: small requests, what latency-sensitive producers send: linger.ms=0,
+batch.num.messages=1 (one 100-byte record per Produce request), acks=1. Prints requests/s
+for both, the ratio (target >= 0.5), and the CPU seconds of each process (the mock cluster
+runs inside the client process, so its CPU is the client's).
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ import time
 
 from confluent_kafka import KafkaException, Producer
 
-from bench.kafka_common import create_topic, loglake_cluster, mock_cluster
+from bench.kafka_common import create_topic, loglake_broker, loglake_cluster, mock_cluster
+from bench.process_cpu import process_cpu_seconds
 
 VALUE_BYTES = 100
 PARTITIONS = 6
@@ -69,17 +75,60 @@ def run(bootstrap: str, records: int, acks: str, mock: bool) -> float:
     return records / produce(bootstrap, topic, records, acks)
 
 
+# One record per Produce request, sent as soon as it is produced.
+SMALL_REQUESTS = {"linger.ms": 0, "batch.num.messages": 1}
+
+
+def run_small(bootstrap: str, records: int, mock: bool, broker_pid: int | None) -> tuple[float, float, float]:
+    """Requests/s of the small-request mode, and the CPU seconds the client process and
+    the broker process (0 for the mock, which is inside the client) used meanwhile."""
+    topic = "bench-produce-small"
+    create_topic(bootstrap, topic, PARTITIONS, mock=mock)
+    produce(bootstrap, topic, 1000, "1", **SMALL_REQUESTS)  # connections up, code paths warm
+    client_cpu, broker_cpu = time.process_time(), 0.0 if broker_pid is None else process_cpu_seconds(broker_pid)
+    rate = records / produce(bootstrap, topic, records, "1", **SMALL_REQUESTS)
+    client_cpu = time.process_time() - client_cpu
+    if broker_pid is not None:
+        broker_cpu = process_cpu_seconds(broker_pid) - broker_cpu
+    return rate, client_cpu, broker_cpu
+
+
+def main_small(records: int, rounds: int) -> None:
+    rows = []
+    for _ in range(rounds):
+        # Alternate the sides so load from other work on the machine falls on both.
+        with mock_cluster() as bootstrap:
+            mock = run_small(bootstrap, records, True, None)
+        with loglake_broker() as broker:
+            assert broker.proc is not None
+            ours = run_small(broker.bootstrap, records, False, broker.proc.pid)
+        rows.append((mock, ours))
+    print(f"small requests: linger.ms=0, batch.num.messages=1, acks=1, {VALUE_BYTES}-byte records, {records:,} each")
+    for (mock, m_client, _), (ours, o_client, o_broker) in rows:
+        print(
+            f"  mock {mock:9,.0f} requests/s (client+mock CPU {m_client:5.2f} s)   "
+            f"loglake {ours:9,.0f} requests/s (client CPU {o_client:5.2f} s, broker CPU {o_broker:5.2f} s, "
+            f"{o_broker / records * 1e6:5.1f} µs/request)   ratio {ours / mock:.2f} (target >= 0.5)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--records", type=int, default=None, help="default 2,000,000 (large), 200,000 (--small)")
+    parser.add_argument("--small", action="store_true", help="one record per request (linger.ms=0)")
+    parser.add_argument("--rounds", type=int, default=2, help="--small: alternating rounds")
     args = parser.parse_args()
+    if args.small:
+        main_small(args.records or 200_000, args.rounds)
+        return
+    records = args.records or 2_000_000
     results = {}
     with mock_cluster() as bootstrap:
         for acks in ("1", "all"):
-            results[("mock", acks)] = run(bootstrap, args.records, acks, mock=True)
+            results[("mock", acks)] = run(bootstrap, records, acks, mock=True)
     with loglake_cluster() as bootstrap:
         for acks in ("1", "all"):
-            results[("loglake", acks)] = run(bootstrap, args.records, acks, mock=False)
+            results[("loglake", acks)] = run(bootstrap, records, acks, mock=False)
     mb = VALUE_BYTES / 1e6
     for acks in ("1", "all"):
         mock, ours = results[("mock", acks)], results[("loglake", acks)]

@@ -21,9 +21,11 @@ RATE = 10_000
 _SENT = struct.Struct(">d")
 
 
-def measure(bootstrap: str, topic: str, partitions: int, acks: str, seconds: float) -> tuple[list[float], int]:
+def measure(
+    bootstrap: str, topic: str, partitions: int, acks: str, seconds: float, rate: int = RATE, linger_ms: int = 5
+) -> tuple[list[float], int]:
     """Latencies (ms) of the records received, and how many were sent, during `seconds`
-    at RATE records/s."""
+    at `rate` records/s."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
     latencies: list[float] = []
@@ -42,18 +44,18 @@ def measure(bootstrap: str, topic: str, partitions: int, acks: str, seconds: flo
     receiver.start()
     time.sleep(2)  # let the consumer settle at the end of the log
     # linger.ms=5 is librdkafka's default: a few ms of batching, as clients run in production.
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": linger_ms})
     padding = bytes(100 - _SENT.size)
-    per_tick = RATE // 1000
+    per_tick = rate // 1000
     start = time.perf_counter()
     sent = 0
     while (now := time.perf_counter()) - start < seconds:
-        due = int((now - start) * RATE)
+        due = int((now - start) * rate)
         while sent < due:
             producer.produce(topic, _SENT.pack(time.perf_counter()) + padding)
             sent += 1
         producer.poll(0)
-        time.sleep(max(0.0, start + (sent + per_tick) / RATE - time.perf_counter()))
+        time.sleep(max(0.0, start + (sent + per_tick) / rate - time.perf_counter()))
     producer.flush(30)
     time.sleep(1)
     stop.set()

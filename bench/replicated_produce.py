@@ -3,7 +3,10 @@ the same confluent-kafka producer as bench/kafka_produce.py, in the same run.
 
 Prints records/s for RF=1 (single broker), RF=3 acks=1 and RF=3 acks=all, the ratios
 against RF=1 (target for acks=all: >= 0.4; Kafka's published anchor is about 0.5), and
-end-to-end p50/p99 latency at 10,000 records/s with acks=all on the cluster.
+end-to-end p50/p99 latency on the cluster with acks=all: at 10,000 records/s with
+linger.ms=5 (target p99 <= 10 ms), and at 5,000 records/s with linger.ms=0, a request per
+record or two (target: keeps up, every record received, p99 <= 20 ms).
+`--latency-only` skips the throughput runs.
 """
 
 from __future__ import annotations
@@ -27,23 +30,34 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--latency-seconds", type=float, default=10)
+    parser.add_argument("--latency-only", action="store_true")
     args = parser.parse_args()
-    with loglake_cluster() as bootstrap:
-        single = throughput(bootstrap, "bench-rf1", args.records, "1", 1)
+    if not args.latency_only:
+        with loglake_cluster() as bootstrap:
+            single = throughput(bootstrap, "bench-rf1", args.records, "1", 1)
+    latency_runs = {}
     with tempfile.TemporaryDirectory(prefix="loglake-bench-cluster-") as tmp:
         overrides = {"group.initial.rebalance.delay.ms": "0"}
         with LocalCluster(Path(tmp), 3, overrides) as cluster:
-            rf3_acks1 = throughput(cluster.bootstrap, "bench-rf3-acks1", args.records, "1", 3)
-            rf3_all = throughput(cluster.bootstrap, "bench-rf3-acksall", args.records, "all", 3)
-            create_topic(cluster.bootstrap, "bench-rf3-latency", PARTITIONS, replication=3)
-            latencies, sent = measure(cluster.bootstrap, "bench-rf3-latency", PARTITIONS, "all", args.latency_seconds)
-    print(f"RF=1 single broker, acks=1 : {single:12,.0f} records/s")
-    print(f"RF=3 cluster,       acks=1 : {rf3_acks1:12,.0f} records/s  ratio {rf3_acks1 / single:.2f}")
-    print(f"RF=3 cluster,       acks=all: {rf3_all:12,.0f} records/s  ratio {rf3_all / single:.2f} (target >= 0.4)")
-    print(
-        f"RF=3 acks=all latency at 10,000 records/s: p50 {percentile(latencies, 0.5):.2f} ms, "
-        f"p99 {percentile(latencies, 0.99):.2f} ms ({len(latencies)} of {sent} received)"
-    )
+            if not args.latency_only:
+                rf3_acks1 = throughput(cluster.bootstrap, "bench-rf3-acks1", args.records, "1", 3)
+                rf3_all = throughput(cluster.bootstrap, "bench-rf3-acksall", args.records, "all", 3)
+            for rate, linger_ms in ((10_000, 5), (5_000, 0)):
+                topic = f"bench-rf3-latency-{rate}-{linger_ms}"
+                create_topic(cluster.bootstrap, topic, PARTITIONS, replication=3)
+                latency_runs[(rate, linger_ms)] = measure(
+                    cluster.bootstrap, topic, PARTITIONS, "all", args.latency_seconds, rate, linger_ms
+                )
+    if not args.latency_only:
+        print(f"RF=1 single broker, acks=1 : {single:12,.0f} records/s")
+        print(f"RF=3 cluster,       acks=1 : {rf3_acks1:12,.0f} records/s  ratio {rf3_acks1 / single:.2f}")
+        print(f"RF=3 cluster,       acks=all: {rf3_all:12,.0f} records/s  ratio {rf3_all / single:.2f} (target >= 0.4)")
+    for (rate, linger_ms), (latencies, sent) in latency_runs.items():
+        print(
+            f"RF=3 acks=all latency at {rate:,} records/s, linger.ms={linger_ms}: "
+            f"p50 {percentile(latencies, 0.5):.2f} ms, p99 {percentile(latencies, 0.99):.2f} ms, "
+            f"max {max(latencies):.2f} ms ({len(latencies)} of {sent} received)"
+        )
 
 
 if __name__ == "__main__":

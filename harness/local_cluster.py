@@ -46,16 +46,24 @@ class LocalCluster:
         self.broker_overrides = broker_overrides or {}
         self.extra_listeners = extra_listeners
         self.listener_ports: dict[tuple[int, str], int] = {}
-        self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper")
+        # A port of its own: on ZooKeeper's default one, clusters started side by side (other
+        # worktrees, benchmarks) would join each other's ZooKeeper and fight over broker ids.
+        self.zookeeper = None if zookeeper_connect else ZooKeeperProcess(self.base_dir / "zookeeper", port=free_port())
         self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
         self.brokers: dict[int, BrokerProcess] = {}
 
     def start(self, timeout: float = 60.0) -> LocalCluster:
-        if self.zookeeper is not None:
-            self.zookeeper.start()
-        for broker_id in range(1, self.size + 1):
-            self._start_broker(broker_id, timeout)
-        self.wait_for(lambda s: len(s["brokers"]) == self.size and s["controller"]["broker_id"] is not None, timeout)
+        try:
+            if self.zookeeper is not None:
+                self.zookeeper.start()
+            for broker_id in range(1, self.size + 1):
+                self._start_broker(broker_id, timeout)
+            self.wait_for(
+                lambda s: len(s["brokers"]) == self.size and s["controller"]["broker_id"] is not None, timeout
+            )
+        except BaseException:
+            self.__exit__()  # a cluster that failed to start leaves no process behind
+            raise
         return self
 
     def add_broker(self, timeout: float = 60.0) -> int:

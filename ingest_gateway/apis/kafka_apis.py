@@ -381,7 +381,7 @@ class KafkaApis:
                 if state is not None and state.leader in image.brokers:
                     entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                     leaders.add(state.leader)
-        return node_endpoints([image.brokers[b] for b in sorted(leaders)])
+        return node_endpoints([image.brokers[b] for b in sorted(leaders)]) if leaders else []
 
     # Offsets -------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from loglake.protocol import (
     ProtocolDecodeError,
     RequestHeader,
     UnsupportedVersionError,
-    decode_request,
+    decode_request_body,
     decode_request_header,
     encode_response,
 )
@@ -99,7 +99,7 @@ class RequestRouter:
 
     async def handle(self, payload: memoryview) -> list[Chunk] | None:
         """One request frame's payload to its response frame (None: send nothing)."""
-        header, _ = decode_request_header(payload)
+        header, pos = decode_request_header(payload)
         key, version = header.request_api_key, header.request_api_version
         inter_broker = self._on_inter_broker_listener()
         api = self._apis.get(key)
@@ -112,7 +112,7 @@ class RequestRouter:
             raise ProtocolDecodeError(f"{name} v{version} is not supported on this listener")
         assert api is not None
         try:
-            header, body = decode_request(payload)
+            body = decode_request_body(header, payload, pos)
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""

@@ -411,3 +411,34 @@ def test_pipelined_requests_answered_in_order(broker):
             assert payload is not None
             got, _ = decode_response(ApiKey.API_VERSIONS, 3, payload)
             assert got == cid
+
+
+def test_an_answer_held_for_the_next_request_is_not_held_behind_its_wait(broker, topic):
+    """A produce and a long-polling fetch written at once: the produce's answer is held only
+    while the fetch is handled, and goes out as soon as the fetch waits. Proof without a
+    clock: the fetch can only end with a record produced on another connection after the
+    produce's answer came."""
+    create_topic(broker.bootstrap, topic)
+    produce = _produce_body(topic, encode_batch(_rows(1, "first"), int(time.time() * 1000)))
+    produce["acks"] = 1
+    partition = {"partition": 0, "fetch_offset": 1, "partition_max_bytes": 1 << 20}
+    fetch = {
+        "max_wait_ms": 60_000,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+    }
+    with connect(broker.bootstrap, timeout=50) as s, connect(broker.bootstrap) as other:
+        s.sendall(
+            encode_request(ApiKey.PRODUCE, 9, 1, "raw", produce) + encode_request(ApiKey.FETCH, 12, 2, "raw", fetch)
+        )
+        produced = recv_frame(s)
+        assert produced is not None
+        assert decode_response(ApiKey.PRODUCE, 9, produced)[0] == 1
+        second = _produce_body(topic, encode_batch(_rows(1, "second"), int(time.time() * 1000)))
+        assert _produce_raw(other, 9, second, 3)["error_code"] == 0
+        fetched = recv_frame(s)
+        assert fetched is not None
+        correlation_id, body = decode_response(ApiKey.FETCH, 12, fetched)
+        assert correlation_id == 2
+        assert b"second-0" in bytes(body["responses"][0]["partitions"][0]["records"])

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loglake.record.varint import encode_varint
-from loglake.record.walk import record_starts
+from loglake.record.walk import holds_records, record_starts
 
 
 def _section(lengths: list[int]) -> tuple[bytes, list[int]]:
@@ -84,3 +84,21 @@ def test_a_non_canonical_length_varint_breaks_a_run_but_still_reads() -> None:
     found = record_starts(data, 0, len(data), 41)
     assert found is not None
     assert found.tolist() == [i * 102 for i in range(20)] + [2040] + [2143 + i * 102 for i in range(20)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lengths=st.lists(st.sampled_from([0, 1, 5, 63, 64, 100, 8192]), max_size=12),
+    count_delta=st.integers(-2, 2),
+    cut=st.integers(-3, 3),
+    noise=st.binary(max_size=12),
+)
+def test_property_holds_records_agrees_with_record_starts(lengths, count_delta, cut, noise) -> None:
+    """The small-batch check (no numpy below a run's length) says yes exactly where the walk
+    finds `count` records: right and wrong counts, sections cut short or too long, and
+    arbitrary bytes."""
+    body, _ = _section(lengths)
+    count = max(0, len(lengths) + count_delta)
+    for data in (body + noise, noise):
+        end = max(0, min(len(data), len(body) + cut if data is not noise else len(noise)))
+        assert holds_records(data, 0, end, count) == (record_starts(data, 0, end, count) is not None)

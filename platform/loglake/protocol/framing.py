@@ -93,12 +93,18 @@ def decode_request(payload: Buffer) -> tuple[RequestHeader, dict]:
     lack, and ProtocolDecodeError for anything malformed.
     """
     header, pos = decode_request_header(payload)
+    return header, decode_request_body(header, payload, pos)
+
+
+def decode_request_body(header: RequestHeader, payload: Buffer, pos: int) -> dict:
+    """The body of a request payload whose header `decode_request_header` gave (with the
+    body's offset `pos`): for a server that looks at the header before the body."""
     try:
         codec = request_codec(header.request_api_key, header.request_api_version)
     except UnsupportedVersionError as e:
         e.header = header
         raise
-    return header, codec.decode(payload, pos)
+    return codec.decode(payload, pos)
 
 
 def _header_bytes(api_key: int, api_version: int, correlation_id: int) -> bytes:

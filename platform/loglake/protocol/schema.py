@@ -20,6 +20,7 @@ from typing import Any
 from loglake.protocol import types as t
 from loglake.protocol.api import api_name, parse_versions
 from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, UnsupportedVersionError
+from loglake.protocol.fast import produce_request_reader, produce_response_writer
 from loglake.protocol.messages import MESSAGES
 from loglake.protocol.types import Buffer, Reader, Writer
 
@@ -302,6 +303,16 @@ def _empty_tags(out: list, d: dict) -> None:
     out.append(b"\x00")
 
 
+def _with_fast_path(name: str, version: int, compiled: _Struct) -> _Struct:
+    """The hand-written codec of the produce path (fast.py) where there is one; it hands
+    what it does not take to the compiled one."""
+    if name == "ProduceRequest" and version >= 3:
+        return _Struct(produce_request_reader(version, compiled.read), compiled.write, compiled.new_default)
+    if name == "ProduceResponse":
+        return _Struct(compiled.read, produce_response_writer(version, compiled.write), compiled.new_default)
+    return compiled
+
+
 class MessageCodec:
     """One message at one version. Get instances from `codec()` (compiled once, cached)."""
 
@@ -312,7 +323,7 @@ class MessageCodec:
         self.name = name
         self.version = version
         self.flexible = _contains(spec["flexibleVersions"], version)
-        self._struct = _compile_struct(spec["fields"], version, self.flexible, name)
+        self._struct = _with_fast_path(name, version, _compile_struct(spec["fields"], version, self.flexible, name))
 
     def __repr__(self) -> str:
         return f"<MessageCodec {self.name} v{self.version}>"

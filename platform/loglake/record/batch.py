@@ -40,7 +40,7 @@ from loglake.record.header import (
 )
 from loglake.record.varint import SMALL_VARINTS as _SMALL_VARINTS
 from loglake.record.varint import decode_varint, encode_varint
-from loglake.record.walk import record_starts
+from loglake.record.walk import holds_records
 
 Header = tuple[str, bytes | None]
 # What a producer supplies per record: key, value, headers, timestamp (None: now).
@@ -320,7 +320,7 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> None:
         body = view[pos + HEADER_SIZE : pos + header.size]
         # bytes, not a memoryview: indexing it is several times faster in this loop.
         data = decompress(header.compression, body) if header.compression else bytes(body)
-        if record_starts(data, 0, len(data), header.record_count) is None:
+        if not holds_records(data, 0, len(data), header.record_count):
             raise KafkaError(
                 ErrorCode.INVALID_RECORD,
                 f"the batch at offset delta 0..{header.last_offset_delta} declares {header.record_count} records "

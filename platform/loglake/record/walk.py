@@ -78,6 +78,21 @@ def record_starts(data: bytes, start: int, end: int, count: int) -> np.ndarray |
     return np.concatenate(pieces)
 
 
+def holds_records(data: bytes, start: int, end: int, count: int) -> bool:
+    """Whether the section `data[start:end]` holds exactly `count` records whose lengths
+    (none negative) add up to its size: `record_starts`'s check without the positions."""
+    if count >= _MIN_RUN:
+        return record_starts(data, start, end, count) is not None
+    # Too few records for a run: the plain walk, without numpy's fixed cost (a producer
+    # with linger.ms=0 sends a batch of one record per request).
+    starts = array("q")
+    try:
+        at = _walk(data, start, end, count + 1, starts)
+    except (IndexError, KafkaError):  # a varint cut by the end of the data
+        return False
+    return at == end and len(starts) == count
+
+
 def _run(buf: np.ndarray, at: int, stride: int, size: int, limit: int) -> int:
     """How many of the next `limit` records, if all were `stride` bytes long, do start with
     the same `size` length-varint bytes as the one at `at` (so that they are)."""

@@ -71,7 +71,8 @@ class FileRecords:
     def append(self, buffers: Sequence[Bytes]) -> int:
         """Write `buffers` back to back at the end; returns the position they start at."""
         position = self._size
-        total = sum(memoryview(b).nbytes for b in buffers)
+        # len() counts bytes for every buffer here but a memoryview of wider items.
+        total = sum([b.nbytes if b.__class__ is memoryview else len(b) for b in buffers])
         try:
             written = os.pwritev(self._fd, buffers, position)
             if written < total:  # a short write (a disk filling up): finish it, or fail below
