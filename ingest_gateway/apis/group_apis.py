@@ -24,9 +24,9 @@ from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.authorized_operations import group_operations
-from ingest_gateway.network.request_context import current_request
-from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.network.request_context import current_request
 
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1

@@ -33,8 +33,8 @@ from loglake.security.tls import certificate_principal_name
 from ingest_gateway.network.request_context import CloseConnection, RequestContext, bind_request
 
 if TYPE_CHECKING:
-    from ingest_gateway.observability.metrics import BrokerMetrics
     from ingest_gateway.network.sasl_authenticator import SaslAuthenticator
+    from ingest_gateway.observability.metrics import BrokerMetrics
 
 log = logging.getLogger(__name__)
 
