@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import (
@@ -54,6 +54,13 @@ Handler = Callable[[RequestHeader, Any], Awaitable[Mapping[str, Any] | None]]
 INTER_BROKER_APIS = frozenset(
     {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.WRITE_TXN_MARKERS}
 )
+
+
+class ApiModule(Protocol):
+    """An API family's handlers (KafkaApis, GroupApis, TxnApis, ...): each module registers
+    its handlers, one per API, at the versions it answers (`register_all`: the release's)."""
+
+    def register(self, router: RequestRouter) -> None: ...
 
 
 @dataclass(frozen=True)

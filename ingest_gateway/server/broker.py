@@ -40,10 +40,10 @@ from ingest_gateway.apis.client_entity_apis import ClientEntityApis
 from ingest_gateway.apis.config_apis import ConfigApis
 from ingest_gateway.apis.controller_apis import ControllerApis
 from ingest_gateway.apis.fetch_apis import FetchApis
-from ingest_gateway.apis.group_apis import register_group_apis
+from ingest_gateway.apis.group_apis import GroupApis
 from ingest_gateway.apis.kafka_apis import KafkaApis
-from ingest_gateway.apis.log_dir_apis import register_log_dir_apis
-from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.apis.log_dir_apis import LogDirApis
+from ingest_gateway.apis.request_router import ApiModule, RequestRouter
 from ingest_gateway.apis.txn_apis import TxnApis
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
@@ -193,12 +193,13 @@ class Broker:
             self.group_coordinator.partition_for,
             self.transaction_coordinator.partition_for,
         )
+        # Moves replicas between log dirs (AlterReplicaLogDirs); started with the event loop.
+        self._log_dir_mover = ReplicaAlterLogDirsManager(self.replica_manager)
         self.requests = self._serve_apis()
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
         self._checkpointer: asyncio.Task | None = None
-        self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
         # The coordinator of each internal topic: it loads a partition this broker comes
         # to lead and unloads one it stops leading.
         self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {
@@ -217,7 +218,7 @@ class Broker:
             self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
         )
         self.acl_apis = AclApis(auth, self.store)
-        api_modules = [
+        api_modules: list[ApiModule] = [
             KafkaApis(
                 config=config,
                 cache=cache,
@@ -237,13 +238,19 @@ class Broker:
             ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
             AdminApis(self.admin, cache, auth),
             ClientEntityApis(self.store, auth),
+            GroupApis(self.group_coordinator, auth, partition_exists=self._partition_exists),
+            LogDirApis(rm, self._log_dir_mover),
         ]
         if self.clustered:
             api_modules.append(ControllerApis(self.store, rm, cache))
         for module in api_modules:
             module.register(router)
-        register_group_apis(router, self.group_coordinator, auth, cache)
         return router
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether the cluster has this partition (offset commits to others are refused)."""
+        description = self.image.topics.get(topic)
+        return description is not None and partition in description.assignment
 
     @property
     def endpoint(self) -> BrokerEndpoint:
@@ -329,7 +336,7 @@ class Broker:
         authorizer = self.authorization.authorizer
         if authorizer is not None:
             self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
-        self._log_dir_mover = register_log_dir_apis(self.requests, self.replica_manager)
+        self._log_dir_mover.start()
         if self.clustered:
             self._watch_cluster()
         for topic, p in self._pending_loads:
@@ -408,8 +415,7 @@ class Broker:
         await self.group_coordinator.stop()
         await self.transaction_coordinator.stop()
         await self.marker_channel.close()
-        if self._log_dir_mover is not None:
-            await self._log_dir_mover.stop()
+        await self._log_dir_mover.stop()
         await self.replica_manager.stop()
         await self.channel.close()
         await asyncio.sleep(0)
