@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 
-
 # Listening ports come from below Linux's ephemeral range (32768-60999): a broker restarted
 # on its port must not find it taken by some client's outgoing connection meanwhile.
 _LISTEN_PORTS = range(20000, 32768)

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import uvloop
-
-from ingest_gateway.server.broker import Broker
-from ingest_gateway.observability.broker_logging import configure_logging
-from ingest_gateway.observability.metrics import MetricsConfig
 from loglake.broker_configs import BROKER_CONFIG_KEYS
 from loglake.cli import LOG_LEVELS
 from loglake.config import BrokerConfig, parse_overrides
 from loglake.storage.meta_properties import InconsistentMetaPropertiesError
+
+from ingest_gateway.observability.broker_logging import configure_logging
+from ingest_gateway.observability.metrics import MetricsConfig
+from ingest_gateway.server.broker import Broker
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -31,10 +31,10 @@ from ingest_gateway.apis import authorized_operations
 from ingest_gateway.metadata.client_endpoints import node_endpoints
 
 if TYPE_CHECKING:
-    from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.apis.request_router import RequestRouter
+    from ingest_gateway.metadata.admin_manager import AdminManager
+    from ingest_gateway.metadata.metadata_cache import MetadataCache
 
 # DescribeCluster v1's endpoint types (KIP-919): a broker answers only for brokers.
 ENDPOINT_TYPE_BROKER = 1

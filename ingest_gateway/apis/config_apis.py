@@ -50,11 +50,11 @@ from ingest_gateway.apis.authorization import AUTHORIZATION_ERRORS
 if TYPE_CHECKING:
     from loglake.config import BrokerConfig
 
-    from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.apis.authorization import RequestAuthorization
+    from ingest_gateway.apis.request_router import RequestRouter
+    from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
     from ingest_gateway.metadata.metadata_cache import MetadataCache
-    from ingest_gateway.apis.request_router import RequestRouter
 
 # The resource of either AlterConfigs form: _alter checks and applies both alike.
 _Resource = TypeVar(

@@ -24,9 +24,9 @@ from loglake.protocol.bodies import (
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
+    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.replica.replica_manager import ReplicaManager
-    from ingest_gateway.apis.request_router import RequestRouter
 
 
 class ControllerApis:

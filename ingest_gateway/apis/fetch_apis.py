@@ -35,7 +35,9 @@ from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import ClientQuotaManager
 
 from ingest_gateway.metadata.client_endpoints import node_endpoints
+from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.network.request_context import current_request
+from ingest_gateway.observability.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     DEFAULT_EVICTION_MS,
@@ -46,16 +48,14 @@ from ingest_gateway.replica.fetch_session import (
     PartitionResponse,
     TopicIdPartition,
 )
-from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.observability.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica.replica_manager import FollowerFetchPartition, FollowerFetchResult, ReplicaManager
 
 if TYPE_CHECKING:
     from loglake.coordination.model import BrokerEndpoint
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.observability.metrics import BrokerMetrics
     from ingest_gateway.apis.request_router import RequestRouter
+    from ingest_gateway.observability.metrics import BrokerMetrics
 
 Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]

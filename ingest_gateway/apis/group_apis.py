@@ -24,9 +24,8 @@ from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.authorized_operations import group_operations
-from ingest_gateway.network.request_context import current_request
-from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.network.request_context import current_request
 
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
@@ -46,6 +45,26 @@ class GroupApis:
         self.authorization = authorization
         # Whether the cluster has this partition (None: take every commit).
         self._partition_exists = partition_exists
+
+    def register(self, router: RequestRouter) -> None:
+        # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
+        # against consumer-protocol (KIP-848) groups.
+        router.register_all(
+            {
+                ApiKey.JOIN_GROUP: self.join_group,
+                ApiKey.SYNC_GROUP: self.sync_group,
+                ApiKey.HEARTBEAT: self.heartbeat,
+                ApiKey.LEAVE_GROUP: self.leave_group,
+                ApiKey.OFFSET_COMMIT: self.offset_commit,
+                ApiKey.OFFSET_FETCH: self.offset_fetch,
+                ApiKey.OFFSET_DELETE: self.offset_delete,
+                ApiKey.LIST_GROUPS: self.list_groups,
+                ApiKey.DESCRIBE_GROUPS: self.describe_groups,
+                ApiKey.DELETE_GROUPS: self.delete_groups,
+                ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
+                ApiKey.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
+            }
+        )
 
     async def join_group(self, header: RequestHeader, body: bodies.JoinGroupRequest) -> bodies.JoinGroupResponse:
         version = header.request_api_version
@@ -453,32 +472,3 @@ class GroupApis:
                 }
             )
         return {"throttle_time_ms": 0, "groups": groups}
-
-
-def register_group_apis(
-    router: RequestRouter, coordinator: GroupCoordinator, authorization: RequestAuthorization, cache: MetadataCache
-) -> GroupApis:
-    def partition_exists(topic: str, partition: int) -> bool:
-        description = cache.image.topics.get(topic)
-        return description is not None and partition in description.assignment
-
-    groups = GroupApis(coordinator, authorization, partition_exists=partition_exists)
-    # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
-    # against consumer-protocol (KIP-848) groups.
-    router.register_all(
-        {
-            ApiKey.JOIN_GROUP: groups.join_group,
-            ApiKey.SYNC_GROUP: groups.sync_group,
-            ApiKey.HEARTBEAT: groups.heartbeat,
-            ApiKey.LEAVE_GROUP: groups.leave_group,
-            ApiKey.OFFSET_COMMIT: groups.offset_commit,
-            ApiKey.OFFSET_FETCH: groups.offset_fetch,
-            ApiKey.OFFSET_DELETE: groups.offset_delete,
-            ApiKey.LIST_GROUPS: groups.list_groups,
-            ApiKey.DESCRIBE_GROUPS: groups.describe_groups,
-            ApiKey.DELETE_GROUPS: groups.delete_groups,
-            ApiKey.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
-            ApiKey.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
-        }
-    )
-    return groups

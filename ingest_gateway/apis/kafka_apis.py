@@ -44,14 +44,14 @@ from loglake.security.quotas import ClientQuotaManager
 from loglake.storage.log_manager import LogManager
 
 from ingest_gateway.apis import authorized_operations
-from ingest_gateway.metadata.admin_manager import AdminManager
 from ingest_gateway.apis.authorization import RequestAuthorization
-from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
 from ingest_gateway.apis.config_apis import describe_topic_configs
-from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
-from ingest_gateway.network.request_context import CloseConnection, current_request
-from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
+from ingest_gateway.metadata.admin_manager import AdminManager
+from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.network.request_context import CloseConnection, current_request
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage

@@ -40,6 +40,14 @@ class LogDirApis:
         self._logs = replica_manager.log_manager
         self._mover = mover
 
+    def register(self, router: RequestRouter) -> None:
+        router.register_all(
+            {
+                ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
+                ApiKey.ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs,
+            }
+        )
+
     async def describe_log_dirs(self, header: RequestHeader, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
         """Every log dir (configured order), with the wanted partitions' logs in it;
         `topics` null means every partition."""
@@ -110,18 +118,3 @@ class LogDirApis:
             "throttle_time_ms": 0,
             "results": [{"topic_name": topic, "partitions": partitions} for topic, partitions in by_topic.items()],
         }
-
-
-def register_log_dir_apis(router: RequestRouter, replica_manager: ReplicaManager) -> ReplicaAlterLogDirsManager:
-    """Serve the log dir APIs and start the replica mover (from the event loop); the
-    caller stops the returned mover before shutting the logs down."""
-    mover = ReplicaAlterLogDirsManager(replica_manager)
-    handlers = LogDirApis(replica_manager, mover)
-    router.register_all(
-        {
-            ApiKey.DESCRIBE_LOG_DIRS: handlers.describe_log_dirs,
-            ApiKey.ALTER_REPLICA_LOG_DIRS: handlers.alter_replica_log_dirs,
-        }
-    )
-    mover.start()
-    return mover

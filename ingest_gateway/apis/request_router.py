@@ -10,16 +10,18 @@ them everywhere behind ClusterAction; one gate more costs nothing and keeps a pu
 listener from ever reaching them.)
 
 For every request: decode, the request-level authorization check, the handler, error
-counting for the metrics, encode.
+counting for the metrics, encode. A handler that fails answers its request with the error
+in the API's own shape (error_responses.py), and the connection serves the next request.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from loglake.errors import ErrorCode
+from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import (
     ApiKey,
     Chunk,
@@ -33,12 +35,17 @@ from loglake.protocol import (
 from loglake.protocol.release import release_versions
 
 from ingest_gateway.apis.authorization import RequestAuthorization
-from ingest_gateway.network.request_context import current_request
+from ingest_gateway.apis.error_responses import error_response
+from ingest_gateway.network.request_context import CloseConnection, current_request
 
 if TYPE_CHECKING:
     from ingest_gateway.observability.metrics import BrokerMetrics
 
+log = logging.getLogger(__name__)
+
 Body = dict[str, Any]
+# Kafka's message for UNKNOWN_SERVER_ERROR (the details stay in the broker's log).
+UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
 # Each API's handler takes and returns its own TypedDicts (loglake.protocol.bodies); the router
 # only decodes and encodes, so it sees a request of any shape and a response as a mapping.
 Handler = Callable[[RequestHeader, Any], Awaitable[Mapping[str, Any] | None]]
@@ -47,6 +54,13 @@ Handler = Callable[[RequestHeader, Any], Awaitable[Mapping[str, Any] | None]]
 INTER_BROKER_APIS = frozenset(
     {ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.WRITE_TXN_MARKERS}
 )
+
+
+class ApiModule(Protocol):
+    """An API family's handlers (KafkaApis, GroupApis, TxnApis, ...): each module registers
+    its handlers, one per API, at the versions it answers (`register_all`: the release's)."""
+
+    def register(self, router: RequestRouter) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -116,19 +130,44 @@ class RequestRouter:
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""
-        response: Mapping[str, Any] | None = self._authorization.denied_response(key, version, body)
-        if response is None:
-            try:
+        try:
+            response: Mapping[str, Any] | None = self._authorization.denied_response(key, version, body)
+            if response is None:
                 response = await api.handler(header, body)
-            except OSError as exc:
-                # Disk errors become KAFKA_STORAGE_ERROR where they happen: one that got
-                # here is a bug, not a closed socket, so it is not closed quietly.
-                raise RuntimeError(f"{ApiKey(key).name} failed on an I/O error: {exc}") from exc
-        if response is None:
-            return None
+            if response is None:
+                return None
+            return self._encode(header, response)
+        except (CloseConnection, ProtocolDecodeError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any handler's bug is this request's error
+            return self._failed(header, body, exc)
+
+    def _encode(self, header: RequestHeader, response: Mapping[str, Any]) -> list[Chunk]:
+        key = header.request_api_key
+        chunks = encode_response(key, header.request_api_version, header.correlation_id, response)
         if self._metrics is not None:
             self._metrics.count_errors(key, response)
-        return encode_response(key, version, header.correlation_id, response)
+        return chunks
+
+    def _failed(self, header: RequestHeader, body: Body, exc: Exception) -> list[Chunk]:
+        """A handler failed: the request's answer is the error, in its API's shape, as
+        Kafka's KafkaApis.handleError does; the connection stays open. A KafkaError keeps
+        its code; anything else is UNKNOWN_SERVER_ERROR, logged once with the header."""
+        key, version = header.request_api_key, header.request_api_version
+        request = (
+            f"{ApiKey(key).name} v{version} (correlation id {header.correlation_id}, "
+            f"client id {header.client_id!r}, from {current_request().peer})"
+        )
+        if isinstance(exc, KafkaError):
+            error, message = exc.code, exc.message
+            log.info("%s failed: %s %s", request, error.name, message)
+        else:
+            error, message = ErrorCode.UNKNOWN_SERVER_ERROR, UNKNOWN_SERVER_ERROR_MESSAGE
+            log.error("%s failed; answered %s", request, error.name, exc_info=exc)
+        if key == ApiKey.PRODUCE and body.get("acks") == 0:
+            # No answer is read after an acks=0 produce: Kafka closes the connection instead.
+            raise CloseConnection(f"{request} failed with {error.name} (acks=0)") from exc
+        return self._encode(header, error_response(key, version, body, error, message))
 
     def _on_inter_broker_listener(self) -> bool:
         return current_request().listener_name == self._inter_broker_listener

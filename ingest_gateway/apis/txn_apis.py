@@ -53,15 +53,14 @@ from loglake.protocol.bodies import (
 from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
 
-
 if TYPE_CHECKING:
     from loglake.groups import GroupCoordinator
 
     from ingest_gateway.apis.authorization import RequestAuthorization
+    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.coordinators.transaction_markers import MarkerWriter
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.replica.replica_manager import ReplicaManager
-    from ingest_gateway.apis.request_router import RequestRouter
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from ingest_gateway.replica.replica_manager import ReplicaManager
 from loglake.internal_topics import InternalTopicEntry, TransactionalRecord, TransactionMarker
 from loglake.record.batch import decode_batches, encode_batch
 from loglake.record.control import decode_marker_record, is_marker
+
+from ingest_gateway.replica.replica_manager import ReplicaManager
 
 _READ_BYTES = 1024 * 1024
 _APPEND_TIMEOUT_MS = 5000

@@ -11,7 +11,6 @@ from typing import Any
 import orjson
 from fastapi import Request
 from fastapi.responses import Response
-
 from loglake.errors import ErrorCode, KafkaError
 
 

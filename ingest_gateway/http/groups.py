@@ -12,8 +12,8 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import (
-    GroupCoordinator,
     CONSUMER_PROTOCOL_TYPE,
+    GroupCoordinator,
     GroupDescription,
     GroupState,
     OffsetCommitData,

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-
-from ingest_gateway.http.errors import BadRequest
+from loglake.cluster.partition import Partition
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
-from loglake.cluster.partition import Partition
 from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.batch import Record, RecordRow, decode_batches, encode_batches
+
+from ingest_gateway.http.errors import BadRequest
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"

@@ -11,9 +11,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
+from loglake.errors import ErrorCode, KafkaError
 
 from ingest_gateway.http.errors import BadRequest
-from loglake.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore

@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Query, Request
-
-from ingest_gateway.http.errors import BadRequest
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import TopicPartition
+
+from ingest_gateway.http.errors import BadRequest
 
 if TYPE_CHECKING:
     from loglake.transactions import TransactionCoordinator
 
-    from ingest_gateway.replica.replica_manager import ReplicaManager
     from ingest_gateway.coordinators.transaction_markers import MarkerWriter
+    from ingest_gateway.replica.replica_manager import ReplicaManager
 
 
 def transaction_routes(

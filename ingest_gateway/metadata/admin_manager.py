@@ -21,8 +21,8 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
 from loglake.security.client import ClientSecurity
 
-from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 
 # How long a forwarded request may take on the controller.
 FORWARD_TIMEOUT_MS = 30000

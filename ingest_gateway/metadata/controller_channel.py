@@ -13,10 +13,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ingest_gateway.network.kafka_client import KafkaClient
 from loglake.coordination.model import LeaderAndIsrPartition, topic_uuid
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
+
+from ingest_gateway.network.kafka_client import KafkaClient
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
@@ -46,8 +47,8 @@ class ControllerChannelManager:
     ) -> None:
         self._broker_id = broker_id
         self._store = store
-        self._replica_manager = replica_manager
-        self._cache = cache
+        # This broker's own decisions are applied directly, as embedded.
+        self._local = LocalBrokerChannel(broker_id, replica_manager, cache)
         self._inter_broker_security = inter_broker_security
         self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
         self._senders: dict[int, asyncio.Task] = {}
@@ -58,7 +59,7 @@ class ControllerChannelManager:
         self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
+            self._local.send_leader_and_isr(broker_id, controller_epoch, partitions)
             return
         by_topic: dict[str, list[LeaderAndIsrPartition]] = {}
         for p in partitions:
@@ -94,7 +95,7 @@ class ControllerChannelManager:
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
+            self._local.send_stop_replica(broker_id, controller_epoch, partitions, delete)
             return
         by_topic: dict[str, list[int]] = {}
         for topic, p in partitions:
@@ -115,7 +116,7 @@ class ControllerChannelManager:
         self._enqueue(broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body)
 
     def send_update_metadata(self, controller_epoch: int) -> None:
-        self._cache.refresh(controller_epoch)
+        self._local.send_update_metadata(controller_epoch)
         body = {
             "controller_id": self._broker_id,
             "controller_epoch": controller_epoch,
@@ -172,3 +173,31 @@ class ControllerChannelManager:
         await asyncio.gather(*self._senders.values(), return_exceptions=True)
         self._senders.clear()
         self._queues.clear()
+
+
+class LocalBrokerChannel:
+    """Controller decisions for this broker, applied by direct calls: the whole BrokerChannel
+    of an embedded (single-node) controller, and a cluster controller's for its own broker."""
+
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
+        self._broker_id = broker_id
+        self._replica_manager = replica_manager
+        self._cache = cache
+
+    def send_leader_and_isr(
+        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
+    ) -> None:
+        if broker_id == self._broker_id:
+            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
+
+    def send_stop_replica(
+        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
+    ) -> None:
+        if broker_id == self._broker_id:
+            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
+
+    def send_update_metadata(self, controller_epoch: int) -> None:
+        self._cache.refresh(controller_epoch)
+
+    async def close(self) -> None:
+        """Nothing to close: no connections, no sender tasks."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from loglake.broker_configs import DEFAULT_ENTITY, DynamicBrokerConfig
@@ -20,30 +19,53 @@ from loglake.config import LogConfig
 from loglake.errors import KafkaError
 
 if TYPE_CHECKING:
-    from ingest_gateway.server.broker import Broker
+    from collections.abc import Mapping
+
+    from loglake.coordination.store import MetadataStore
+    from loglake.storage.log_manager import LogManager
+
+    from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 
 class DynamicConfigManager:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self.config = DynamicBrokerConfig(broker.config.broker_id, broker.config.raw)
+    """`log_defaults` is the broker's current topic defaults: server.properties' under the
+    dynamic layers."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        static: Mapping[str, str],
+        log_defaults: LogConfig,
+        store: MetadataStore,
+        cache: MetadataCache,
+        replica_manager: ReplicaManager,
+        log_manager: LogManager,
+    ) -> None:
+        self._broker_id = broker_id
+        self._store = store
+        self._cache = cache
+        self._replica_manager = replica_manager
+        self._log_manager = log_manager
+        self.config = DynamicBrokerConfig(broker_id, static)
+        self.log_defaults = log_defaults
 
     def start(self) -> None:
         """Load the stored dynamic configs and follow their changes (call on the event loop)."""
         loop = asyncio.get_running_loop()
-        self._broker.store.watch_broker_configs(lambda entities: loop.call_soon_threadsafe(self.apply, entities))
+        self._store.watch_broker_configs(lambda entities: loop.call_soon_threadsafe(self.apply, entities))
         self._apply_throttles()  # server.properties may set them too
         self.reload()
 
     def reload(self) -> None:
         """Apply what the store holds now (after this broker changed it: no wait for the watch)."""
-        self.apply(self._broker.store.broker_configs())
+        self.apply(self._store.broker_configs())
 
     def write(self, entity: str, config: dict[str, str]) -> None:
         """Store one entity's document ("" is the cluster-wide default) and apply it here."""
-        self._broker.store.set_broker_config(entity or DEFAULT_ENTITY, config)
+        self._store.set_broker_config(entity or DEFAULT_ENTITY, config)
         self.reload()
 
     def apply(self, entities: dict[str, dict[str, str]]) -> None:
@@ -58,7 +80,7 @@ class DynamicConfigManager:
         except ValueError as exc:
             log.warning("ignoring replication throttle rates that do not parse: %s", exc)
             return
-        rm = self._broker.replica_manager
+        rm = self._replica_manager
         rm.leader_quota.update_rate(leader)
         rm.follower_quota.update_rate(follower)
 
@@ -69,14 +91,14 @@ class DynamicConfigManager:
             # Written by something that did not validate it; Kafka too ignores such values.
             log.warning("ignoring dynamic broker configs that do not resolve: %s", exc.message)
             return
-        broker = self._broker
-        if defaults == broker.config.log_defaults:
+        if defaults == self.log_defaults:
             return
-        log.info("broker %d: topic defaults changed by dynamic broker configs", broker.config.broker_id)
-        broker.config = replace(broker.config, log_defaults=defaults)
-        broker.replica_manager.log_defaults = defaults
-        broker.log_manager.default_config = defaults
-        for (topic, _), partition in broker.replica_manager.partitions.items():
-            description = broker.image.topics.get(topic)
+        log.info("broker %d: topic defaults changed by dynamic broker configs", self._broker_id)
+        self.log_defaults = defaults
+        self._replica_manager.log_defaults = defaults
+        self._log_manager.default_config = defaults
+        topics = self._cache.image.topics
+        for (topic, _), partition in self._replica_manager.partitions.items():
+            description = topics.get(topic)
             overrides = description.config if description is not None else {}
             partition.log.update_config(LogConfig.from_properties(overrides, defaults))

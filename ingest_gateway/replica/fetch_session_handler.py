@@ -16,8 +16,9 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ingest_gateway.replica.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, PartitionRequest, next_epoch
 from loglake.errors import ErrorCode
+
+from ingest_gateway.replica.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, PartitionRequest, next_epoch
 
 
 # The caller's partition key (the replica fetcher's (topic, partition)).

@@ -39,9 +39,9 @@ from loglake.protocol import ApiKey, ProtocolDecodeError
 from loglake.record.header import RecordBatchHeader, peek_batch_size
 from loglake.security.client import PLAINTEXT, ClientSecurity
 
+from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError
 from ingest_gateway.replica.fetch_session import ZERO_UUID, PartitionRequest
 from ingest_gateway.replica.fetch_session_handler import FetchSessionHandler
-from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError
 
 if TYPE_CHECKING:
     from loglake.cluster.partition import Partition

@@ -10,50 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from functools import partial
+from typing import Protocol
 
-import numpy as np
-import pyarrow as pa
 import uvicorn
-
-from ingest_gateway.apis.acl_apis import AclApis
-from ingest_gateway.apis.admin_apis import AdminApis
-from ingest_gateway.metadata.admin_manager import AdminManager
-from ingest_gateway.apis.authorization import RequestAuthorization, authorizer_from_config
-from ingest_gateway.apis.client_entity_apis import ClientEntityApis
-from ingest_gateway.apis.config_apis import ConfigApis
-from ingest_gateway.apis.controller_apis import ControllerApis
-from ingest_gateway.metadata.controller_channel import ControllerChannelManager
-from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
-from ingest_gateway.http.consumers import ConsumerManager
-from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
-from ingest_gateway.apis.fetch_apis import FetchApis
-from ingest_gateway.apis.group_apis import register_group_apis
-from ingest_gateway.apis.kafka_apis import KafkaApis
-from ingest_gateway.network.kafka_server import KafkaServer
-from ingest_gateway.server.listener_security import http_tls_options, inter_broker_security, listener_security
-from ingest_gateway.apis.log_dir_apis import register_log_dir_apis
-from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
-from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
-from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.apis.request_router import RequestRouter
-from ingest_gateway.apis.txn_apis import TxnApis
-from ingest_gateway.coordinators.transaction_markers import BrokerMarkerChannel, MarkerWriter
-from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
-from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
-from ingest_gateway.replica.replica_manager import ReplicaManager
+from fastapi import FastAPI
 from loglake.cluster.metadata_image import MetadataImage
-from loglake.config import BrokerConfig, LogConfig
-from loglake.coordination.controller import BrokerChannel, Controller
+from loglake.config import BrokerConfig
+from loglake.coordination.controller import Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.coordination.model import BrokerEndpoint, PartitionState
+from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.coordination.store import MetadataStore
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
-from loglake.coordination.producer_ids import ProducerIdManager
-from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import GroupConfig, GroupCoordinator
 from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from loglake.maintenance.cleaner import LogCleaningAborted
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
@@ -61,6 +32,41 @@ from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
 from loglake.storage.meta_properties import MetaProperties, new_cluster_id
 from loglake.transactions import TransactionConfig, TransactionCoordinator
+
+from ingest_gateway.apis.acl_apis import AclApis
+from ingest_gateway.apis.admin_apis import AdminApis
+from ingest_gateway.apis.authorization import RequestAuthorization, authorizer_from_config
+from ingest_gateway.apis.client_entity_apis import ClientEntityApis
+from ingest_gateway.apis.config_apis import ConfigApis
+from ingest_gateway.apis.controller_apis import ControllerApis
+from ingest_gateway.apis.fetch_apis import FetchApis
+from ingest_gateway.apis.group_apis import GroupApis
+from ingest_gateway.apis.kafka_apis import KafkaApis
+from ingest_gateway.apis.log_dir_apis import LogDirApis
+from ingest_gateway.apis.request_router import ApiModule, RequestRouter
+from ingest_gateway.apis.txn_apis import TxnApis
+from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
+from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
+from ingest_gateway.coordinators.transaction_markers import BrokerMarkerChannel, MarkerWriter
+from ingest_gateway.http.app import HttpServices, create_app
+from ingest_gateway.http.consumers import ConsumerManager
+from ingest_gateway.metadata.admin_manager import AdminManager
+from ingest_gateway.metadata.cluster_status import cluster_status
+from ingest_gateway.metadata.controller_channel import ControllerChannelManager, LocalBrokerChannel
+from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.network.kafka_server import KafkaServer
+from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
+from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
+from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
+from ingest_gateway.replica.replica_manager import ReplicaManager
+from ingest_gateway.server.broker_collector import BrokerCollector
+from ingest_gateway.server.listener_security import (
+    http_authenticator,
+    http_tls_options,
+    inter_broker_security,
+    listener_security,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,14 +112,25 @@ class Broker:
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
             inter_broker_security=self.inter_broker_security,
         )
-        self.channel: BrokerChannel = (
+        self.dynamic_config = DynamicConfigManager(
+            config.broker_id,
+            config.raw,
+            config.log_defaults,
+            self.store,
+            self.metadata_cache,
+            self.replica_manager,
+            self.log_manager,
+        )
+        self.channel: ControllerChannelManager | LocalBrokerChannel = (
             ControllerChannelManager(
                 config.broker_id, self.store, self.replica_manager, self.metadata_cache, self.inter_broker_security
             )
             if self.clustered
-            else self
+            else LocalBrokerChannel(config.broker_id, self.replica_manager, self.metadata_cache)
         )
-        self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
+        self.controller = Controller(
+            self.store, config.broker_id, self.channel, lambda: self.dynamic_config.log_defaults
+        )
         self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         group_config = GroupConfig.from_properties(config.raw)
@@ -137,10 +154,28 @@ class Broker:
             CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
-        self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
+        self.replica_manager.isr_change_listeners.append(
+            lambda *_: self.metadata_cache.refresh(self.image.controller_epoch)
+        )
         self.replica_manager.log_dir_failure_listeners.append(self._on_partitions_offline)
         metrics_config = MetricsConfig.from_properties(config.raw)
-        self.metrics = BrokerMetrics(self, metrics_config) if metrics_config.enabled else None
+        self.metrics = (
+            BrokerMetrics(
+                metrics_config,
+                BrokerCollector(
+                    self.replica_manager,
+                    self.metadata_cache,
+                    self.controller,
+                    self.group_coordinator,
+                    self.transaction_coordinator,
+                    self.log_manager,
+                    self.log_cleaner.counters,
+                    metrics_config.per_partition_enabled,
+                ),
+            )
+            if metrics_config.enabled
+            else None
+        )
         if self.metrics is not None:
             self.replica_manager.metrics = self.metrics
             self.log_manager.flush_observer = self.metrics.observe_flush
@@ -149,7 +184,6 @@ class Broker:
         # Client quotas (producer_byte_rate, consumer_byte_rate of /config/users, /config/clients).
         self.produce_quotas = ClientQuotaManager(PRODUCER_BYTE_RATE)
         self.fetch_quotas = ClientQuotaManager(CONSUMER_BYTE_RATE)
-        self.dynamic_config = DynamicConfigManager(self)
         self.consumer_manager = ConsumerManager(
             self.metadata_cache, self.replica_manager, self.group_coordinator, assignors=group_config.consumer.assignors
         )
@@ -160,12 +194,13 @@ class Broker:
             self.group_coordinator.partition_for,
             self.transaction_coordinator.partition_for,
         )
+        # Moves replicas between log dirs (AlterReplicaLogDirs); started with the event loop.
+        self._log_dir_mover = ReplicaAlterLogDirsManager(self.replica_manager)
         self.requests = self._serve_apis()
         self._background: set[asyncio.Task] = set()
         self._servers: list[uvicorn.Server] = []
         self._kafka_servers: list[KafkaServer] = []
         self._checkpointer: asyncio.Task | None = None
-        self._log_dir_mover: ReplicaAlterLogDirsManager | None = None
         # The coordinator of each internal topic: it loads a partition this broker comes
         # to lead and unloads one it stops leading.
         self._internal_topic_coordinators: dict[str, InternalTopicCoordinator] = {
@@ -187,7 +222,7 @@ class Broker:
             self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
         )
         self.acl_apis = AclApis(auth, self.store)
-        api_modules = [
+        api_modules: list[ApiModule] = [
             KafkaApis(
                 config=config,
                 cache=cache,
@@ -207,13 +242,19 @@ class Broker:
             ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
             AdminApis(self.admin, cache, auth),
             ClientEntityApis(self.store, auth),
+            GroupApis(self.group_coordinator, auth, partition_exists=self._partition_exists),
+            LogDirApis(rm, self._log_dir_mover),
         ]
         if self.clustered:
             api_modules.append(ControllerApis(self.store, rm, cache))
         for module in api_modules:
             module.register(router)
-        register_group_apis(router, self.group_coordinator, auth, cache)
         return router
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        """Whether the cluster has this partition (offset commits to others are refused)."""
+        description = self.image.topics.get(topic)
+        return description is not None and partition in description.assignment
 
     @property
     def endpoint(self) -> BrokerEndpoint:
@@ -268,7 +309,7 @@ class Broker:
         elif holder != self.config.broker_id and self.controller.is_active:
             log.warning("broker %d is no longer the controller (broker %d is)", self.config.broker_id, holder)
             self.controller.resign()
-        self.refresh_metadata(self.store.controller_epoch())
+        self.metadata_cache.refresh(self.store.controller_epoch())
 
     def _on_session_expired(self) -> None:
         # Our ephemeral nodes are gone: whatever we decided as controller is void.
@@ -289,8 +330,6 @@ class Broker:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
         every `http.listeners` address."""
         self.startup()
-        from ingest_gateway.http.app import create_app
-
         self.dynamic_config.start()
         loop = asyncio.get_running_loop()
 
@@ -302,7 +341,7 @@ class Broker:
         authorizer = self.authorization.authorizer
         if authorizer is not None:
             self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
-        self._log_dir_mover = register_log_dir_apis(self.requests, self.replica_manager)
+        self._log_dir_mover.start()
         if self.clustered:
             self._watch_cluster()
         for topic, p in self._pending_loads:
@@ -328,7 +367,7 @@ class Broker:
             await server.start()
             self._kafka_servers.append(server)
 
-        app = create_app(self)
+        app = self.create_http_app()
         for listener in self.config.http_listeners:
             server = uvicorn.Server(
                 uvicorn.Config(
@@ -381,11 +420,9 @@ class Broker:
         await self.group_coordinator.stop()
         await self.transaction_coordinator.stop()
         await self.marker_channel.close()
-        if self._log_dir_mover is not None:
-            await self._log_dir_mover.stop()
+        await self._log_dir_mover.stop()
         await self.replica_manager.stop()
-        if self.channel is not self:
-            await self.channel.close()
+        await self.channel.close()
         await asyncio.sleep(0)
         for task in list(self._background):
             if not task.done():
@@ -478,151 +515,34 @@ class Broker:
             return
         self.track_background(asyncio.create_task(coordinator.load_partition(partition, hosted.leader_epoch)))
 
-    # Topics and coordinators ------------------------------------------------------------
-
-    # BrokerChannel: how the (embedded) controller reaches this broker ------------------
-
-    def send_leader_and_isr(
-        self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
-    ) -> None:
-        if broker_id == self.config.broker_id:
-            self.replica_manager.become_leader_or_follower(controller_epoch, partitions)
-
-    def send_stop_replica(
-        self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
-    ) -> None:
-        if broker_id == self.config.broker_id:
-            self.replica_manager.stop_replicas(controller_epoch, partitions, delete)
-
-    def send_update_metadata(self, controller_epoch: int) -> None:
-        self.refresh_metadata(controller_epoch)
-
-    def refresh_metadata(self, controller_epoch: int) -> None:
-        self.metadata_cache.refresh(controller_epoch)
-
     @property
     def image(self) -> MetadataImage:
         """The current metadata image (read it once per request: it is replaced whole)."""
         return self.metadata_cache.image
 
-    async def apply_compaction_plan(
-        self, topic: str, partition: int, keys: pa.Array, offsets: np.ndarray, end_offset: int, now_ms: int
-    ) -> dict[str, Any]:
-        """Rewrite this replica's log of the partition with a plan made by the Spark executor.
-        The plan must lie below this replica's high watermark (committed records only, the
-        same on every replica), else NOT_ENOUGH_REPLICAS: retry once the replica has caught up."""
-        local = self.replica_manager.partitions.get((topic, partition))
-        if local is None:
-            raise KafkaError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"broker {self.config.broker_id} has no {topic}-{partition}"
+    def create_http_app(self) -> FastAPI:
+        """The HTTP API over this broker's components."""
+        return create_app(
+            HttpServices(
+                config=self.config,
+                store=self.store,
+                authorization=self.authorization,
+                authenticator=http_authenticator(self.config, self.store),
+                cache=self.metadata_cache,
+                admin=self.admin,
+                replica_manager=self.replica_manager,
+                log_manager=self.log_manager,
+                log_cleaner=self.log_cleaner,
+                log_defaults=lambda: self.dynamic_config.log_defaults,
+                group_coordinator=self.group_coordinator,
+                consumers=self.consumer_manager,
+                coordinators=self.coordinators,
+                transaction_coordinator=self.transaction_coordinator,
+                marker_writer=self.marker_writer,
+                dynamic_config=self.dynamic_config,
+                acl_apis=self.acl_apis,
+                metrics=self.metrics,
+                cluster_status=partial(cluster_status, self.store),
+                in_background=self.track_background,
             )
-        if local.high_watermark < end_offset:
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"the high watermark of {topic}-{partition} on broker {self.config.broker_id} is "
-                f"{local.high_watermark}, below the plan's end {end_offset}; retry",
-            )
-        log_ = local.log
-        try:
-            result = await asyncio.to_thread(self.log_cleaner.clean_with_plan, log_, keys, offsets, end_offset, now_ms)
-        except LogCleaningAborted as exc:
-            raise KafkaError(ErrorCode.REBALANCE_IN_PROGRESS, f"{exc}") from exc
-        stats = result.stats
-        return {
-            "broker_id": self.config.broker_id,
-            "end_offset": result.end_offset,
-            # Offsets below this are cleaned with the plan; the active segment never is.
-            "cleaned_up_to": min(result.end_offset, log_.active_segment.base_offset),
-            "bytes_read": stats.bytes_read,
-            "bytes_written": stats.bytes_written,
-            "segments_swapped": stats.segments_swapped,
-        }
-
-    # Views -------------------------------------------------------------------------------
-
-    def topic_config(self, topic: str) -> LogConfig:
-        return LogConfig.from_properties(self.image.topic(topic).config, self.config.log_defaults)
-
-    def cluster_status(self) -> dict[str, Any]:
-        """Brokers, the controller and its epoch, and every partition's leader, replicas and
-        ISR, read from the store (fresher than this broker's image)."""
-        brokers = self.store.brokers()
-        partitions = []
-        for name, topic in sorted(self.store.topics().items()):
-            states = self.store.partition_states(name)
-            for p, replicas in sorted(topic.assignment.items()):
-                state = states.get(p)
-                if state is None:
-                    continue
-                partitions.append(
-                    {
-                        "topic": name,
-                        "partition": p,
-                        "leader": state.leader,
-                        "leader_epoch": state.leader_epoch,
-                        "replicas": list(replicas),
-                        "isr": list(state.isr),
-                        "adding_replicas": list(topic.adding.get(p, ())),
-                        "removing_replicas": list(topic.removing.get(p, ())),
-                        # Replicas being added do not count until they have caught up (Kafka's rule).
-                        "under_replicated": len(state.isr) < len(replicas) - len(topic.adding.get(p, ())),
-                        "offline": state.leader not in brokers,
-                    }
-                )
-        controller_id = self.store.controller_id()
-        return {
-            "controller": {"broker_id": controller_id, "epoch": self.store.controller_epoch()},
-            "brokers": [
-                {
-                    "broker_id": b.broker_id,
-                    "kafka": f"{b.host}:{b.port}",
-                    "http": f"http://{b.http_host}:{b.http_port}",
-                    "rack": b.rack,
-                }
-                for b in sorted(brokers.values(), key=lambda b: b.broker_id)
-            ],
-            "partitions": partitions,
-            "under_replicated_partitions": sum(p["under_replicated"] for p in partitions),
-            "offline_partitions": sum(p["offline"] for p in partitions),
-        }
-
-    def describe_topic(self, name: str) -> dict[str, Any]:
-        """A topic as kafka-topics.sh --describe shows it, plus the log start, high
-        watermark, log end and size in bytes of the partitions this broker leads."""
-        topic = self.image.topic(name)
-        states = self.image.partition_states.get(name, {})
-        partitions = []
-        for p in range(topic.num_partitions):
-            state = states.get(p)
-            if state is None:
-                continue  # added to the topic an instant ago; its state is not in the image yet
-            entry: dict[str, Any] = {
-                "partition": p,
-                "leader": state.leader,
-                "leader_epoch": state.leader_epoch,
-                "replicas": [
-                    {"broker": r, "leader": r == state.leader, "in_sync": r in state.isr} for r in topic.assignment[p]
-                ],
-                "isr": list(state.isr),
-                "adding_replicas": list(topic.adding.get(p, ())),
-                "removing_replicas": list(topic.removing.get(p, ())),
-            }
-            local = self.replica_manager.partitions.get((name, p))
-            if local is not None and local.is_leader:
-                entry.update(
-                    log_start_offset=local.log_start_offset,
-                    high_watermark=local.high_watermark,
-                    log_end_offset=local.log_end_offset,
-                    size=local.log.size,
-                )
-                if local.log.config.compact:
-                    entry["compaction"] = self.log_cleaner.manager.describe(local.log)
-            partitions.append(entry)
-        return {
-            "name": name,
-            "topic_id": topic.topic_id,
-            "partitions_count": topic.num_partitions,
-            "replication_factor": topic.replication_factor,
-            "configs": topic.config,
-            "partitions": partitions,
-        }
+        )

@@ -7,7 +7,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ingest_gateway.server.broker import Broker
-from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 
@@ -22,5 +21,5 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 @pytest.fixture
 def client(broker: Broker) -> Iterator[TestClient]:
-    with TestClient(create_app(broker)) as c:
+    with TestClient(broker.create_http_app()) as c:
         yield c

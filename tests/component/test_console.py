@@ -17,7 +17,6 @@ from fastapi.testclient import TestClient
 from console_helpers import error_message, table_cells
 from ingest_gateway.server.broker import Broker
 from ingest_gateway.http.console.render import LagHistory, TrafficHistory, render_bytes, traffic_sample
-from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
@@ -248,7 +247,7 @@ def client_with(tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
             config = BrokerConfig.from_properties({"log.dirs": str(tmp_path / f"logs-{len(brokers)}"), **props})
             brokers.append(Broker(config))
             brokers[-1].startup()
-            return clients.enter_context(TestClient(create_app(brokers[-1])))
+            return clients.enter_context(TestClient(brokers[-1].create_http_app()))
 
         yield make
     for broker in brokers:

@@ -12,7 +12,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ingest_gateway.server.broker import Broker
-from ingest_gateway.http.app import create_app
 from loglake.partitioner import partition_for_key
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -218,7 +217,7 @@ def test_acks_zero_answers_202_and_still_appends(client: TestClient) -> None:
 
 def test_fetch_long_polls_until_data_arrives(broker: Broker) -> None:
     async def scenario() -> tuple[list, float, list, float]:
-        transport = httpx.ASGITransport(app=create_app(broker))
+        transport = httpx.ASGITransport(app=broker.create_http_app())
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             await c.post("/topics", json={"name": "lp", "partitions": 1})
             loop = asyncio.get_running_loop()

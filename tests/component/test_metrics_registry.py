@@ -12,7 +12,6 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from ingest_gateway.server.broker import Broker
-from ingest_gateway.http.app import create_app
 from loglake.config import BrokerConfig
 
 JSON_V2 = "application/vnd.kafka.json.v2+json"
@@ -29,7 +28,7 @@ def make_client(tmp_path: Path) -> Iterator:
         broker = Broker(config)
         broker.startup()
         brokers.append(broker)
-        client = TestClient(create_app(broker))
+        client = TestClient(broker.create_http_app())
         clients.append(client)
         return broker, client
 

@@ -19,12 +19,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.templating import Jinja2Templates
+from loglake.config import LogConfig, parse_overrides
+from loglake.errors import KafkaError
 
 from ingest_gateway.http.console.cluster import Cluster, ConsoleError
 from ingest_gateway.http.console.render import RENDER_MODES, LagHistory, Line, TrafficHistory, line_chart, render_bytes
 from ingest_gateway.http.errors import http_status
-from loglake.config import LogConfig, parse_overrides
-from loglake.errors import KafkaError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

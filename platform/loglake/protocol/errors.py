@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loglake.protocol.framing import RequestHeader
+    from loglake.protocol.header import RequestHeader
 
 
 class ProtocolDecodeError(ValueError):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from loglake.protocol import types as t
 from loglake.protocol.api import request_header_version, response_header_version
 from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, UnsupportedVersionError
+from loglake.protocol.header import RequestHeader
 from loglake.protocol.schema import request_codec, response_codec
 from loglake.protocol.types import Buffer, RecordsRef
 
@@ -41,14 +41,6 @@ MAX_FRAME_SIZE = 100 * 1024 * 1024
 
 Chunk = bytes | RecordsRef
 _HEADER = struct.Struct(">hhi")  # request_api_key, request_api_version, correlation_id
-
-
-@dataclass(slots=True)
-class RequestHeader:
-    request_api_key: int
-    request_api_version: int
-    correlation_id: int
-    client_id: str | None = None
 
 
 def read_frame_size(prefix: Buffer, max_size: int = MAX_FRAME_SIZE) -> int:
