@@ -52,7 +52,9 @@ class AdminApis:
         try:
             if body["election_type"] not in ElectionType._value2member_map_:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown election type {body['election_type']}")
-            results = await self._admin.elect_leaders(partitions, ElectionType(body["election_type"]))
+            results = await self._admin.elect_leaders(
+                partitions, ElectionType(body["election_type"]), body["timeout_ms"]
+            )
         except KafkaError as exc:
             # The whole request failed (no controller, say): every partition gets the error.
             return _election_response(exc.code, {tp: exc for tp in partitions or ()})
@@ -69,7 +71,7 @@ class AdminApis:
         }
         response: Body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None}
         try:
-            results = await self._admin.alter_partition_reassignments(targets)
+            results = await self._admin.alter_partition_reassignments(targets, body["timeout_ms"])
         except KafkaError as exc:
             return response | {"error_code": exc.code, "error_message": exc.message, "responses": []}
         by_topic: dict[str, list[Body]] = {}
@@ -86,7 +88,10 @@ class AdminApis:
     async def list_partition_reassignments(self, header: RequestHeader, body: Body) -> Body:
         requested = body["topics"]
         partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
-        ongoing = self._admin.list_partition_reassignments(partitions)
+        try:
+            ongoing = await self._admin.list_partition_reassignments(partitions, body["timeout_ms"])
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "topics": []}
         by_topic: dict[str, list[Body]] = {}
         for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
             by_topic.setdefault(topic, []).append(

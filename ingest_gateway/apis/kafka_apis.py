@@ -9,6 +9,7 @@ never the whole broker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -126,7 +127,7 @@ class KafkaApis:
 
     # Metadata ----------------------------------------------------------------------------
 
-    def _maybe_auto_create(self, name: str) -> ErrorCode | None:
+    async def _maybe_auto_create(self, name: str) -> ErrorCode | None:
         """Create `name` with the broker defaults if allowed; an error code if not."""
         config = self._config
         if not config.auto_create_topics_enable:
@@ -135,7 +136,7 @@ class KafkaApis:
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
-            self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
+            await self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 return exc.code
@@ -187,7 +188,7 @@ class KafkaApis:
                 topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
-                error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                error = await self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if error is not None:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
@@ -281,7 +282,7 @@ class KafkaApis:
                     )
                 continue
             if name not in self._cache.image.topics:
-                error = self._maybe_auto_create(name)
+                error = await self._maybe_auto_create(name)
                 if error is not None:
                     for p in topic["partition_data"]:
                         errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
@@ -468,8 +469,14 @@ class KafkaApis:
                 if nulls:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
                 configs = {c["name"]: c["value"] for c in t["configs"]}
-                created = self._admin.create_topic(
-                    name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
+                created = await self._admin.create_topic(
+                    name,
+                    partitions,
+                    rf,
+                    configs,
+                    assignment=assignment,
+                    validate_only=body.get("validate_only", False),
+                    timeout_ms=body["timeout_ms"],
                 )
                 if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
                     # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
@@ -520,7 +527,7 @@ class KafkaApis:
                     entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
                 self._require_topic(AclOperation.DELETE, name)
-                self._admin.delete_topic(name)
+                await self._admin.delete_topic(name, body["timeout_ms"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
@@ -533,7 +540,9 @@ class KafkaApis:
             try:
                 self._require_topic(AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
-                await self._admin.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
+                await self._admin.create_partitions(
+                    t["name"], t["count"], body["validate_only"], assignment, body["timeout_ms"]
+                )
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
@@ -544,7 +553,7 @@ class KafkaApis:
     async def find_coordinator(self, header: RequestHeader, body: Body) -> Body:
         version = header.request_api_version
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        coordinators = [self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        coordinators = [await self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
         if version >= 4:
             return {"throttle_time_ms": 0, "coordinators": coordinators}
         c = coordinators[0]
@@ -557,7 +566,7 @@ class KafkaApis:
             "port": c["port"],
         }
 
-    def _coordinator_for(self, key: str, key_type: int) -> Body:
+    async def _coordinator_for(self, key: str, key_type: int) -> Body:
         entry: Body = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0, "error_message": None}
         if key_type not in (COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION):
             # Share groups (2, KIP-932) or an unknown type: not served; non-retriable.
@@ -572,10 +581,10 @@ class KafkaApis:
                     key,
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 )
-                endpoint = self._coordinators.transaction_coordinator(key)
+                endpoint = await self._coordinators.transaction_coordinator(key)
             else:
                 self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-                endpoint = self._coordinators.group_coordinator(key)
+                endpoint = await self._coordinators.group_coordinator(key)
             node = node_endpoint(endpoint)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
@@ -599,8 +608,9 @@ class KafkaApis:
     async def init_producer_id(self, header: RequestHeader, body: Body) -> Body:
         if body["transactional_id"] is not None:
             return await self._init_transactional_producer(body)
-        producer_id, epoch = self._producer_ids.init_producer_id(
-            body.get("producer_id", -1), body.get("producer_epoch", -1)
+        # A new block of ids is reserved in the metadata store: off the event loop.
+        producer_id, epoch = await asyncio.to_thread(
+            self._producer_ids.init_producer_id, body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
 

@@ -153,7 +153,7 @@ def create_app(broker: Broker) -> FastAPI:
     @app.get("/cluster")
     async def cluster_status() -> dict[str, Any]:
         """Brokers, controller and epoch, leaders/replicas/ISR, under-replicated and offline partitions."""
-        return broker.cluster_status()
+        return await broker.metadata_thread.run(broker.cluster_status)
 
     @app.get("/topics")
     async def list_topics() -> list[str]:
@@ -169,7 +169,7 @@ def create_app(broker: Broker) -> FastAPI:
         rf = doc.get("replication_factor", broker.config.default_replication_factor)
         if not isinstance(partitions, int) or not isinstance(rf, int):
             raise BadRequest(422, "'partitions' and 'replication_factor' must be integers", 2)
-        broker.admin.create_topic(name, partitions, rf, _configs(doc.get("configs")))
+        await broker.admin.create_topic(name, partitions, rf, _configs(doc.get("configs")))
         return broker.describe_topic(name)
 
     @app.get("/topics/{topic}")
@@ -191,7 +191,7 @@ def create_app(broker: Broker) -> FastAPI:
 
     @app.delete("/topics/{topic}", status_code=204)
     async def delete_topic(topic: str) -> Response:
-        broker.admin.delete_topic(topic)
+        await broker.admin.delete_topic(topic)
         return Response(status_code=204)
 
     @app.post("/admin/compaction/{topic}/{partition}")

@@ -2,9 +2,10 @@
 ControllerChannelManager): LeaderAndIsr, StopReplica and UpdateMetadata requests over the
 Kafka protocol, each stamped with the controller epoch.
 
-The controller decides synchronously and enqueues; one sender task per broker sends that
-broker's requests in order and retries until the broker answers or leaves the cluster.
-Decisions for the controller's own broker are applied by a direct call, as embedded.
+The controller decides synchronously, on the metadata thread, and enqueues (on the event
+loop); one sender task per broker sends that broker's requests in order and retries until
+the broker answers or leaves the cluster. Decisions for the controller's own broker are
+applied by a call on the event loop, as embedded.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from loglake.security.client import ClientSecurity
 
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -43,12 +45,14 @@ class ControllerChannelManager:
         replica_manager: ReplicaManager,
         cache: MetadataCache,
         inter_broker_security: ClientSecurity,
+        metadata_thread: MetadataThread,
     ) -> None:
         self._broker_id = broker_id
         self._store = store
         self._replica_manager = replica_manager
         self._cache = cache
         self._inter_broker_security = inter_broker_security
+        self._metadata_thread = metadata_thread
         self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
         self._senders: dict[int, asyncio.Task] = {}
 
@@ -58,7 +62,7 @@ class ControllerChannelManager:
         self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
+            self._metadata_thread.on_loop(self._replica_manager.become_leader_or_follower, controller_epoch, partitions)
             return
         by_topic: dict[str, list[LeaderAndIsrPartition]] = {}
         for p in partitions:
@@ -94,7 +98,7 @@ class ControllerChannelManager:
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
+            self._metadata_thread.on_loop(self._replica_manager.stop_replicas, controller_epoch, partitions, delete)
             return
         by_topic: dict[str, list[int]] = {}
         for topic, p in partitions:
@@ -128,6 +132,9 @@ class ControllerChannelManager:
     # Sending ---------------------------------------------------------------------------
 
     def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
+        self._metadata_thread.on_loop(self._put, broker_id, api_key, version, body)
+
+    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
         queue = self._queues.get(broker_id)
         if queue is None:
             queue = self._queues[broker_id] = asyncio.Queue()
@@ -140,7 +147,7 @@ class ControllerChannelManager:
             while True:
                 api_key, version, body = await queue.get()
                 while True:
-                    endpoint = self._store.brokers().get(broker_id)
+                    endpoint = (await self._metadata_thread.run(self._store.brokers)).get(broker_id)
                     if endpoint is None:
                         log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
                         break

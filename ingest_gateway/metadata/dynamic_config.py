@@ -10,7 +10,6 @@ take the new default at once, topics with one keep it. The replication throttle 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING
 from loglake.broker_configs import DEFAULT_ENTITY, DynamicBrokerConfig
 from loglake.config import LogConfig
 from loglake.errors import KafkaError
+
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from ingest_gateway.server.broker import Broker
@@ -31,20 +32,25 @@ class DynamicConfigManager:
         self.config = DynamicBrokerConfig(broker.config.broker_id, broker.config.raw)
 
     def start(self) -> None:
-        """Load the stored dynamic configs and follow their changes (call on the event loop)."""
-        loop = asyncio.get_running_loop()
-        self._broker.store.watch_broker_configs(lambda entities: loop.call_soon_threadsafe(self.apply, entities))
-        self._apply_throttles()  # server.properties may set them too
-        self.reload()
+        """Load the stored dynamic configs and follow their changes (call on the metadata
+        thread; they apply on the event loop)."""
+        on_loop = self._broker.metadata_thread.on_loop
+        self._broker.store.watch_broker_configs(lambda entities: on_loop(self.apply, entities))
+        on_loop(self._apply_throttles)  # server.properties may set them too
+        on_loop(self.apply, self._broker.store.broker_configs())
 
-    def reload(self) -> None:
-        """Apply what the store holds now (after this broker changed it: no wait for the watch)."""
-        self.apply(self._broker.store.broker_configs())
+    async def write(self, entity: str, config: dict[str, str], timeout_ms: int = 0) -> None:
+        """Store one entity's document ("" is the cluster-wide default) and apply it here (no
+        wait for the watch); REQUEST_TIMED_OUT if the store does not answer within `timeout_ms`."""
+        stored = await self._broker.metadata_thread.run(
+            self._store_and_read, entity or DEFAULT_ENTITY, config, timeout_ms=timeout_ms or ADMIN_TIMEOUT_MS
+        )
+        self.apply(stored)
 
-    def write(self, entity: str, config: dict[str, str]) -> None:
-        """Store one entity's document ("" is the cluster-wide default) and apply it here."""
-        self._broker.store.set_broker_config(entity or DEFAULT_ENTITY, config)
-        self.reload()
+    def _store_and_read(self, entity: str, config: dict[str, str]) -> dict[str, dict[str, str]]:
+        store = self._broker.store
+        store.set_broker_config(entity, config)
+        return store.broker_configs()
 
     def apply(self, entities: dict[str, dict[str, str]]) -> None:
         if not self.config.update(entities):

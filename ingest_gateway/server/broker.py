@@ -36,6 +36,7 @@ from ingest_gateway.apis.log_dir_apis import register_log_dir_apis
 from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
 from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.apis.request_router import RequestRouter
 from ingest_gateway.apis.txn_apis import TxnApis
 from ingest_gateway.coordinators.transaction_markers import BrokerMarkerChannel, MarkerWriter
@@ -46,7 +47,7 @@ from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig, LogConfig
 from loglake.coordination.controller import BrokerChannel, Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
-from loglake.coordination.store import MetadataStore
+from loglake.coordination.store import MetadataStore, instrumented
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
 from loglake.coordination.producer_ids import ProducerIdManager
@@ -84,6 +85,9 @@ class Broker:
             self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
         else:
             self.store = EmbeddedMetadataStore(config.log_dirs[0])
+        self.store = instrumented(self.store)
+        # Every store call once the event loop runs: the loop never waits on ZooKeeper.
+        self.metadata_thread = MetadataThread()
         # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
         # sets it; log dirs stamped with another cluster's id refuse to start.
         try:
@@ -93,7 +97,7 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
-        self.metadata_cache = MetadataCache(self.store, cluster_id)
+        self.metadata_cache = MetadataCache(self.store, cluster_id, self.metadata_thread)
         # How this broker's clients reach the other brokers (the inter-broker listener).
         self.inter_broker_security = inter_broker_security(config)
         self.replica_manager = ReplicaManager(
@@ -108,13 +112,20 @@ class Broker:
         )
         self.channel: BrokerChannel = (
             ControllerChannelManager(
-                config.broker_id, self.store, self.replica_manager, self.metadata_cache, self.inter_broker_security
+                config.broker_id,
+                self.store,
+                self.replica_manager,
+                self.metadata_cache,
+                self.inter_broker_security,
+                self.metadata_thread,
             )
             if self.clustered
             else self
         )
         self.controller = Controller(self.store, config.broker_id, self.channel, lambda: self.config.log_defaults)
-        self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
+        self.admin = AdminManager(
+            config, self.store, self.controller, self.metadata_cache, self.inter_broker_security, self.metadata_thread
+        )
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         group_config = GroupConfig.from_properties(config.raw)
         self.group_coordinator = GroupCoordinator(
@@ -137,7 +148,9 @@ class Broker:
             CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
-        self.replica_manager.isr_change_listeners.append(lambda *_: self.refresh_metadata(self.image.controller_epoch))
+        self.replica_manager.isr_change_listeners.append(
+            lambda *_: self.metadata_thread.submit(self.refresh_metadata, self.image.controller_epoch)
+        )
         metrics_config = MetricsConfig.from_properties(config.raw)
         self.metrics = BrokerMetrics(self, metrics_config) if metrics_config.enabled else None
         if self.metrics is not None:
@@ -205,7 +218,7 @@ class Broker:
             ClientEntityApis(self.store, auth),
         ]
         if self.clustered:
-            api_modules.append(ControllerApis(self.store, rm, cache))
+            api_modules.append(ControllerApis(self.store, rm, cache, self.metadata_thread))
         for module in api_modules:
             module.register(router)
         register_group_apis(router, self.group_coordinator, auth, cache)
@@ -240,21 +253,16 @@ class Broker:
                 self.log_manager.delete_log(log_.topic, log_.partition)
 
     def _watch_cluster(self) -> None:
-        """Route ZooKeeper events (on kazoo's thread) onto the event loop, where the
-        controller and the replica manager live."""
-        loop = asyncio.get_running_loop()
-
-        def on_loop(fn, *args) -> None:
-            loop.call_soon_threadsafe(fn, *args)
-
-        self.store.watch_controller(lambda holder: on_loop(self._on_controller_change, holder))
-        self.store.watch_brokers(lambda live: on_loop(self.controller.on_brokers_changed, live))
-        self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
-        self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
-        self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
-        self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
-        self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
-        self.track_background(asyncio.create_task(self._preferred_leader_loop()))
+        """Route ZooKeeper events (on the store's event thread) to the metadata thread, where
+        the controller works; its decisions for this broker hop on to the event loop."""
+        on_thread = self.metadata_thread.submit
+        self.store.watch_controller(lambda holder: on_thread(self._on_controller_change, holder))
+        self.store.watch_brokers(lambda live: on_thread(self.controller.on_brokers_changed, live))
+        self.store.watch_topics(lambda names: on_thread(self.controller.on_topics_changed, names))
+        self.store.watch_topic_deletions(lambda names: on_thread(self.controller.on_topic_deletions, names))
+        self.store.watch_isr_changes(lambda token: on_thread(self.controller.on_isr_changes, token))
+        self.store.watch_reassignment_request(lambda token: on_thread(self.controller.on_reassignment_request, token))
+        self.store.on_session_expired(lambda: on_thread(self._on_session_expired))
 
     def _on_controller_change(self, holder: int | None) -> None:
         if holder is None:
@@ -278,28 +286,19 @@ class Broker:
         interval = float(raw.get("leader.imbalance.check.interval.seconds", "300"))
         while True:
             await asyncio.sleep(interval)
-            self.controller.elect_preferred_leaders()
+            await self.metadata_thread.run(self.controller.elect_preferred_leaders)
 
     async def start(self) -> None:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
         every `http.listeners` address."""
-        self.startup()
+        self.metadata_thread.bind(asyncio.get_running_loop())
+        await self.metadata_thread.run(self.startup)
         from ingest_gateway.http.app import create_app
 
-        self.dynamic_config.start()
-        loop = asyncio.get_running_loop()
-
-        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
-            self.produce_quotas.update(configs)
-            self.fetch_quotas.update(configs)
-
-        self.store.watch_entity_configs(lambda configs: loop.call_soon_threadsafe(apply_quotas, configs))
-        authorizer = self.authorization.authorizer
-        if authorizer is not None:
-            self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
+        await self.metadata_thread.run(self._watch_store)
         self._log_dir_mover = register_log_dir_apis(self.requests, self.replica_manager)
         if self.clustered:
-            self._watch_cluster()
+            self.track_background(asyncio.create_task(self._preferred_leader_loop()))
         for topic, p in self._pending_loads:
             self._load_internal_partition(self._internal_topic_coordinators[topic], topic, p)
         self._pending_loads.clear()
@@ -352,6 +351,23 @@ class Broker:
             self.config.http_listeners,
         )
 
+    def _watch_store(self) -> None:
+        """Follow the configs, quotas, ACLs and (in a cluster) the controller's events; their
+        first values are read here, on the metadata thread."""
+        on_loop = self.metadata_thread.on_loop
+        self.dynamic_config.start()
+
+        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
+            self.produce_quotas.update(configs)
+            self.fetch_quotas.update(configs)
+
+        self.store.watch_entity_configs(lambda configs: on_loop(apply_quotas, configs))
+        authorizer = self.authorization.authorizer
+        if authorizer is not None:
+            self.store.watch_acls(lambda acls: on_loop(authorizer.replace_acls, acls))
+        if self.clustered:
+            self._watch_cluster()
+
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
@@ -395,13 +411,14 @@ class Broker:
         self.log_cleaner.shutdown()
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
+        self.metadata_thread.shutdown()
         self.store.close()
 
     def _write_isr(self, topic: str, partition: int, state: PartitionState):
         """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
         if self.clustered:
             return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
-        return self.store.update_partition_state(topic, partition, state, state.version)
+        return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
 
     def _write_isr_and_notify(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
         stored = self.store.update_partition_state(topic, partition, state, state.version)
@@ -427,7 +444,9 @@ class Broker:
         return None if partition is None or partition.log is not log_ else partition.high_watermark
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
-        endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
+        # The image only (the store would block the loop): a broker not in it yet is a
+        # connection error the fetcher retries, and UpdateMetadata follows every LeaderAndIsr.
+        endpoint = self.image.brokers.get(broker_id)
         return None if endpoint is None else endpoint.kafka_endpoint(self.config.inter_broker_listener_name)
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
@@ -459,13 +478,13 @@ class Broker:
         self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
     ) -> None:
         if broker_id == self.config.broker_id:
-            self.replica_manager.become_leader_or_follower(controller_epoch, partitions)
+            self.metadata_thread.on_loop(self.replica_manager.become_leader_or_follower, controller_epoch, partitions)
 
     def send_stop_replica(
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None:
         if broker_id == self.config.broker_id:
-            self.replica_manager.stop_replicas(controller_epoch, partitions, delete)
+            self.metadata_thread.on_loop(self.replica_manager.stop_replicas, controller_epoch, partitions, delete)
 
     def send_update_metadata(self, controller_epoch: int) -> None:
         self.refresh_metadata(controller_epoch)

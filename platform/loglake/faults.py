@@ -23,3 +23,12 @@ def crash_point(point: str) -> None:
     if os.environ.get(FAULT_ENV) == point:
         log.warning("%s=%s: killing the process", FAULT_ENV, point)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# Every metadata-store call of this process sleeps this long first (`loglake.coordination.store.
+# instrumented`): a slow ZooKeeper on one broker, for the tests that keep it off the event loop.
+STORE_DELAY_ENV = "LOGLAKE_FAULT_STORE_DELAY_MS"
+
+
+def store_delay_s() -> float:
+    return int(os.environ.get(STORE_DELAY_ENV, "0")) / 1000

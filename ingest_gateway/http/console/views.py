@@ -178,7 +178,7 @@ def console_routes(
         partitions = _int("partitions", form.get("partitions"), 1)
         rf = _int("replication factor", form.get("replication_factor"), 1)
         configs = _configs(form.get("configs", ""))
-        admin.create_topic(name, partitions, rf, configs, validate_only=True)
+        await admin.create_topic(name, partitions, rf, configs, validate_only=True)
         if form.get("confirm") != "yes":
             return page(
                 request,
