@@ -136,7 +136,13 @@ def create_app(broker: Broker) -> FastAPI:
     app.include_router(user_routes(broker.store))
     app.include_router(acl_routes(broker.acl_apis, broker.authorization))
     app.include_router(
-        console_routes(broker.config, broker.admin, broker.metadata_cache, broker.metrics, broker.cluster_status)
+        console_routes(
+            broker.config,
+            broker.admin,
+            broker.metadata_cache,
+            broker.metrics,
+            lambda: broker.metadata_thread.run(broker.cluster_status),
+        )
     )
 
     @app.get("/healthz")

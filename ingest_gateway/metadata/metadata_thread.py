@@ -43,6 +43,10 @@ class MetadataThread:
         """Await `fn(*args)` run here. Past `timeout_ms` the caller gets REQUEST_TIMED_OUT (as
         Kafka answers an admin request it could not complete in time); the call itself still
         completes, in order, once the store answers."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A broker driven by a loop other than the one it started on (a test's client).
+            self.bind(loop)
         future = asyncio.wrap_future(self._executor.submit(fn, *args))
         if timeout_ms is None:
             return await future

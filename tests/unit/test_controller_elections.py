@@ -94,7 +94,7 @@ def test_an_election_request_that_fails_whole_answers_every_partition() -> None:
     """No controller to forward to: Kafka's answer is the error for each partition."""
 
     class NoController:
-        async def elect_leaders(self, partitions, election_type):
+        async def elect_leaders(self, partitions, election_type, timeout_ms):
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
 
     body = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 1]}], "timeout_ms": 1000}
