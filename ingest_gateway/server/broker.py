@@ -85,7 +85,7 @@ class Broker:
             self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
         else:
             self.store = EmbeddedMetadataStore(config.log_dirs[0])
-        self.store = instrumented(self.store)
+        self.store = instrumented(self.store, config.broker_id)
         # Every store call once the event loop runs: the loop never waits on ZooKeeper.
         self.metadata_thread = MetadataThread()
         # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from pathlib import Path
 
 FAULT_ENV = "LOGLAKE_FAULT"
 
@@ -25,10 +26,19 @@ def crash_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# Every metadata-store call of this process sleeps this long first (`loglake.coordination.store.
-# instrumented`): a slow ZooKeeper on one broker, for the tests that keep it off the event loop.
-STORE_DELAY_ENV = "LOGLAKE_FAULT_STORE_DELAY_MS"
+# A slow ZooKeeper on one broker, for the tests that keep it off the event loop: a path with
+# `{broker_id}`; while that broker's file exists, each of its metadata-store calls first
+# sleeps the milliseconds written in it (`loglake.coordination.store.instrumented`).
+STORE_DELAY_ENV = "LOGLAKE_FAULT_STORE_DELAY_FILE"
 
 
-def store_delay_s() -> float:
-    return int(os.environ.get(STORE_DELAY_ENV, "0")) / 1000
+def store_delay_file(broker_id: int) -> Path | None:
+    template = os.environ.get(STORE_DELAY_ENV)
+    return None if not template else Path(template.format(broker_id=broker_id))
+
+
+def store_delay_s(path: Path) -> float:
+    try:
+        return int(path.read_text()) / 1000
+    except (FileNotFoundError, ValueError):
+        return 0.0

@@ -21,6 +21,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Callable, cast
 
 from loglake import faults
@@ -271,21 +272,21 @@ class StoreCalledOnEventLoop(RuntimeError):
     """A metadata-store call was made on an event loop's thread (LOGLAKE_STORE_LOOP_GUARD)."""
 
 
-def instrumented(store: MetadataStore) -> MetadataStore:
+def instrumented(store: MetadataStore, broker_id: int) -> MetadataStore:
     """`store` itself, or, under LOGLAKE_STORE_LOOP_GUARD or the store-delay fault, a proxy
-    that checks or slows every call (see `loglake.faults.store_delay_s`)."""
+    that checks or slows every call (see `loglake.faults.store_delay_file`)."""
     guard = os.environ.get(LOOP_GUARD_ENV) == "1"
-    delay_s = faults.store_delay_s()
-    if not guard and not delay_s:
+    delay_file = faults.store_delay_file(broker_id)
+    if not guard and delay_file is None:
         return store
-    return cast(MetadataStore, _InstrumentedStore(store, guard, delay_s))
+    return cast(MetadataStore, _InstrumentedStore(store, guard, delay_file))
 
 
 class _InstrumentedStore:
-    def __init__(self, store: MetadataStore, guard: bool, delay_s: float) -> None:
+    def __init__(self, store: MetadataStore, guard: bool, delay_file: Path | None) -> None:
         self._store = store
         self._guard = guard
-        self._delay_s = delay_s
+        self._delay_file = delay_file
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
@@ -296,8 +297,8 @@ class _InstrumentedStore:
         def call(*args: Any, **kwargs: Any) -> Any:
             if self._guard and asyncio._get_running_loop() is not None:
                 raise StoreCalledOnEventLoop(f"MetadataStore.{name} called on the event loop's thread")
-            if self._delay_s:
-                time.sleep(self._delay_s)
+            if self._delay_file is not None:
+                time.sleep(faults.store_delay_s(self._delay_file))
             return attr(*args, **kwargs)
 
         return call
