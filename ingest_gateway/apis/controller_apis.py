@@ -24,7 +24,11 @@ Body = dict[str, Any]
 
 class ControllerApis:
     def __init__(
-        self, store: MetadataStore, replica_manager: ReplicaManager, cache: MetadataCache, metadata_thread: MetadataThread
+        self,
+        store: MetadataStore,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        metadata_thread: MetadataThread,
     ) -> None:
         self._store = store
         self._metadata_thread = metadata_thread

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
 
@@ -52,7 +53,7 @@ class MetadataThread:
             return await future
         try:
             return await asyncio.wait_for(asyncio.shield(future), max(timeout_ms, 0) / 1000)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             future.add_done_callback(_log_late_failure)
             raise KafkaError(
                 ErrorCode.REQUEST_TIMED_OUT, f"the metadata store did not answer within {timeout_ms} ms"

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Callable, cast
 
 from loglake import faults
-
 from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
 from loglake.security.scram import MECHANISMS
