@@ -241,6 +241,7 @@ class Broker:
         watches once the event loop runs (`_watch_cluster`)."""
         self._delete_stray_logs()
         self.store.register_broker(self.endpoint)
+        self.producer_ids.prefetch()
         if not self.clustered:
             self.controller.startup()
 
@@ -412,6 +413,7 @@ class Broker:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.metadata_thread.shutdown()
+        self.producer_ids.close()
         self.store.close()
 
     def _write_isr(self, topic: str, partition: int, state: PartitionState):
