@@ -22,6 +22,7 @@ request otherwise); a changed or removed credential takes effect when that lapse
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -94,7 +95,7 @@ class BasicAuthenticator:
         self._clock = clock
         self._verified: dict[tuple[str, bytes], float] = {}
 
-    def principal(self, header: str | None) -> KafkaPrincipal | None:
+    async def principal(self, header: str | None) -> KafkaPrincipal | None:
         """The user of a valid `Authorization: Basic ...` header, else None."""
         if not header or not header.lower().startswith("basic "):
             return None
@@ -109,7 +110,8 @@ class BasicAuthenticator:
         if self._verified.get(key, 0.0) > now:
             return KafkaPrincipal.user(user)
         try:
-            PlainServer(self._credentials_of).evaluate(f"\0{user}\0{password}".encode())
+            # Off the event loop: the credentials come from the metadata store; PBKDF2 takes milliseconds.
+            await asyncio.to_thread(PlainServer(self._credentials_of).evaluate, f"\0{user}\0{password}".encode())
         except SaslError:
             return None
         if len(self._verified) > 10_000:
@@ -133,12 +135,12 @@ class HttpSecurity:
         self._authenticator = authenticator
         self._realm = realm
 
-    def _principal(self, scope: Scope) -> KafkaPrincipal | None:
+    async def _principal(self, scope: Scope) -> KafkaPrincipal | None:
         """Basic credentials when sent (None if wrong), else the verified client certificate's
         subject, else ANONYMOUS without authentication (None: required but missing)."""
         raw = dict(scope.get("headers") or ()).get(b"authorization")
         if self._authenticator is not None and raw:
-            return self._authenticator.principal(raw.decode("latin-1"))
+            return await self._authenticator.principal(raw.decode("latin-1"))
         tls = (scope.get("extensions") or {}).get("tls") or {}
         if tls.get("client_cert_name"):
             return KafkaPrincipal.user(tls["client_cert_name"])
@@ -156,7 +158,7 @@ class HttpSecurity:
         if path == "/healthz":
             await self.app(scope, receive, send)
             return
-        principal = self._principal(scope)
+        principal = await self._principal(scope)
         if principal is None:
             response = error_response(401, "Unauthorized: valid HTTP Basic credentials are required")
             response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'
