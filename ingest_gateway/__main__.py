@@ -29,7 +29,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def run(config: BrokerConfig) -> None:
-    broker = Broker(config)
+    # Connecting to ZooKeeper and reading the cluster id block: not on the event loop.
+    broker = await asyncio.to_thread(Broker, config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, broker.stop_requested.set)

@@ -108,7 +108,10 @@ class AdminApis:
     ) -> ListPartitionReassignmentsResponse:
         requested = body["topics"]
         partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
-        ongoing = self._admin.list_partition_reassignments(partitions)
+        try:
+            ongoing = await self._admin.list_partition_reassignments(partitions, body["timeout_ms"])
+        except KafkaError as exc:
+            return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "topics": []}
         by_topic: dict[str, list[ListPartitionReassignmentsResponseOngoingPartitionReassignment]] = {}
         for (topic, p), (replicas, adding, removing) in sorted(ongoing.items()):
             by_topic.setdefault(topic, []).append(

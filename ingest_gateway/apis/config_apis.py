@@ -360,7 +360,7 @@ class ConfigApis:
             wanted = new_config(r, dict(stored))
             manager.config.validate(wanted)
             if not validate_only:
-                manager.write(entity, wanted)
+                await manager.write(entity, wanted)
         else:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST,

@@ -26,12 +26,20 @@ if TYPE_CHECKING:
 
     from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 
 class ControllerApis:
-    def __init__(self, store: MetadataStore, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        replica_manager: ReplicaManager,
+        cache: MetadataCache,
+        metadata_thread: MetadataThread,
+    ) -> None:
         self._store = store
+        self._metadata_thread = metadata_thread
         self._replica_manager = replica_manager
         self._cache = cache
 
@@ -45,7 +53,7 @@ class ControllerApis:
         )
 
     async def leader_and_isr(self, header: RequestHeader, body: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-        topics = self._store.topics()
+        topics = await self._metadata_thread.run(self._store.topics)
         if header.request_api_version < 2:  # partition states not yet grouped by topic
             by_topic: dict[str, list[LeaderAndIsrRequestLeaderAndIsrPartitionState]] = {}
             for ps in body["ungrouped_partition_states"]:
@@ -129,5 +137,5 @@ class ControllerApis:
         if epoch < self._replica_manager.controller_epoch:
             return {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
         self._replica_manager.controller_epoch = epoch
-        self._cache.refresh(epoch)
+        await self._metadata_thread.run(self._cache.refresh, epoch)
         return {"error_code": ErrorCode.NONE}

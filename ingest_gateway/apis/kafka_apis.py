@@ -9,6 +9,7 @@ never the whole broker.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -142,7 +143,7 @@ class KafkaApis:
 
     # Metadata ----------------------------------------------------------------------------
 
-    def _maybe_auto_create(self, name: str) -> ErrorCode | None:
+    async def _maybe_auto_create(self, name: str) -> ErrorCode | None:
         """Create `name` with the broker defaults if allowed; an error code if not."""
         config = self._config
         if not config.auto_create_topics_enable:
@@ -151,7 +152,7 @@ class KafkaApis:
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
-            self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
+            await self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 return exc.code
@@ -203,7 +204,7 @@ class KafkaApis:
                 topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
-                error = self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                error = await self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if error is not None:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
@@ -297,7 +298,7 @@ class KafkaApis:
                     )
                 continue
             if name not in self._cache.image.topics:
-                error = self._maybe_auto_create(name)
+                error = await self._maybe_auto_create(name)
                 if error is not None:
                     for p in topic["partition_data"]:
                         errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
@@ -489,8 +490,14 @@ class KafkaApis:
                 if nulls:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {nulls}")
                 configs = {c["name"]: value for c in t["configs"] if (value := c["value"]) is not None}
-                created = self._admin.create_topic(
-                    name, partitions, rf, configs, assignment=assignment, validate_only=body.get("validate_only", False)
+                created = await self._admin.create_topic(
+                    name,
+                    partitions,
+                    rf,
+                    configs,
+                    assignment=assignment,
+                    validate_only=body.get("validate_only", False),
+                    timeout_ms=body["timeout_ms"],
                 )
                 if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
                     # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
@@ -543,7 +550,7 @@ class KafkaApis:
                     entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
                 self._require_topic(AclOperation.DELETE, name)
-                self._admin.delete_topic(name)
+                await self._admin.delete_topic(name, body["timeout_ms"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
@@ -560,7 +567,9 @@ class KafkaApis:
             try:
                 self._require_topic(AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
-                await self._admin.create_partitions(t["name"], t["count"], body["validate_only"], assignment)
+                await self._admin.create_partitions(
+                    t["name"], t["count"], body["validate_only"], assignment, body["timeout_ms"]
+                )
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             results.append(entry)
@@ -571,7 +580,7 @@ class KafkaApis:
     async def find_coordinator(self, header: RequestHeader, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
         version = header.request_api_version
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        coordinators = [self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        coordinators = [await self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
         if version >= 4:
             return {"throttle_time_ms": 0, "coordinators": coordinators}
         c = coordinators[0]
@@ -584,7 +593,7 @@ class KafkaApis:
             "port": c["port"],
         }
 
-    def _coordinator_for(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+    async def _coordinator_for(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
         entry: FindCoordinatorResponseCoordinator = {
             "key": key,
             "node_id": -1,
@@ -606,10 +615,10 @@ class KafkaApis:
                     key,
                     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 )
-                endpoint = self._coordinators.transaction_coordinator(key)
+                endpoint = await self._coordinators.transaction_coordinator(key)
             else:
                 self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-                endpoint = self._coordinators.group_coordinator(key)
+                endpoint = await self._coordinators.group_coordinator(key)
             node = node_endpoint(endpoint)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
@@ -633,8 +642,9 @@ class KafkaApis:
     async def init_producer_id(self, header: RequestHeader, body: InitProducerIdRequest) -> InitProducerIdResponse:
         if body["transactional_id"] is not None:
             return await self._init_transactional_producer(body)
-        producer_id, epoch = self._producer_ids.init_producer_id(
-            body.get("producer_id", -1), body.get("producer_epoch", -1)
+        # A new block of ids is reserved in the metadata store: off the event loop.
+        producer_id, epoch = await asyncio.to_thread(
+            self._producer_ids.init_producer_id, body.get("producer_id", -1), body.get("producer_epoch", -1)
         )
         return {"throttle_time_ms": 0, "error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
 

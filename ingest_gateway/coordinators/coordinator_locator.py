@@ -31,13 +31,13 @@ class CoordinatorLocator:
         self._group_partition = group_partition
         self._transaction_partition = transaction_partition
 
-    def group_coordinator(self, group_id: str) -> BrokerEndpoint:
+    async def group_coordinator(self, group_id: str) -> BrokerEndpoint:
         config = self._config
         topic_config = {
             "cleanup.policy": "compact",
             "segment.bytes": config.raw.get("offsets.topic.segment.bytes", "104857600"),
         }
-        return self._leader_of(
+        return await self._leader_of(
             OFFSETS_TOPIC,
             config.offsets_topic_num_partitions,
             config.offsets_topic_replication_factor,
@@ -46,14 +46,14 @@ class CoordinatorLocator:
             f"the group {group_id!r}",
         )
 
-    def transaction_coordinator(self, transactional_id: str) -> BrokerEndpoint:
+    async def transaction_coordinator(self, transactional_id: str) -> BrokerEndpoint:
         raw = self._config.raw
         topic_config = {
             "cleanup.policy": "compact",
             "segment.bytes": raw.get("transaction.state.log.segment.bytes", "104857600"),
             "min.insync.replicas": raw.get("transaction.state.log.min.isr", "2"),
         }
-        return self._leader_of(
+        return await self._leader_of(
             TRANSACTION_STATE_TOPIC,
             int(raw.get("transaction.state.log.num.partitions", "50")),
             int(raw.get("transaction.state.log.replication.factor", "3")),
@@ -62,7 +62,7 @@ class CoordinatorLocator:
             f"the transactional id {transactional_id!r}",
         )
 
-    def _leader_of(
+    async def _leader_of(
         self, topic: str, num_partitions: int, rf: int, config: dict[str, str], partition: int, owner: str
     ) -> BrokerEndpoint:
         image = self._cache.image
@@ -71,7 +71,7 @@ class CoordinatorLocator:
             if "min.insync.replicas" in config:
                 config = config | {"min.insync.replicas": str(min(int(config["min.insync.replicas"]), rf))}
             try:
-                self._admin.create_topic(topic, num_partitions, rf, config)
+                await self._admin.create_topic(topic, num_partitions, rf, config)
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise KafkaError(

@@ -8,7 +8,7 @@ them behind the HTTP security middleware and Kafka's error codes mapped to HTTP 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +74,8 @@ class HttpServices:
     dynamic_config: DynamicConfigManager
     acl_apis: AclApis
     metrics: BrokerMetrics | None
-    cluster_status: Callable[[], dict[str, Any]]
+    # The store's cluster status, read on the metadata thread.
+    cluster_status: Callable[[], Coroutine[Any, Any, dict[str, Any]]]
     # Keeps a task the response does not wait for (an acks=0 append) until it ends.
     in_background: Callable[[asyncio.Task[Any]], None]
 

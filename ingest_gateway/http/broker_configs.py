@@ -7,6 +7,7 @@ replication throttle rates this way.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -40,7 +41,7 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
         """The dynamic configs stored for one broker (or the cluster-wide default); the values
         of sensitive ones are null."""
         entity = entity_of(name)
-        return {"broker": name, "configs": shown(store.broker_configs().get(entity, {}))}
+        return {"broker": name, "configs": shown((await asyncio.to_thread(store.broker_configs)).get(entity, {}))}
 
     @router.patch("/brokers/{name}/configs")
     async def alter(name: str, request: Request) -> dict[str, Any]:
@@ -49,10 +50,10 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
         changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
-        stored = dict(store.broker_configs().get(entity, {}))
+        stored = dict((await asyncio.to_thread(store.broker_configs)).get(entity, {}))
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
         dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""})
-        dynamic_config.write(entity, wanted)
+        await dynamic_config.write(entity, wanted)
         return {"broker": name, "configs": shown(wanted)}
 
     return router

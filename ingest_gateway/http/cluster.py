@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Response
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def cluster_routes(
     broker_id: int,
     metrics: BrokerMetrics | None,
-    cluster_status: Callable[[], dict[str, Any]],
+    cluster_status: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
     log_manager: LogManager,
     replica_manager: ReplicaManager,
 ) -> APIRouter:
@@ -52,6 +52,6 @@ def cluster_routes(
     @router.get("/cluster")
     async def status() -> dict[str, Any]:
         """Brokers, controller and epoch, leaders/replicas/ISR, under-replicated and offline partitions."""
-        return cluster_status()
+        return await cluster_status()
 
     return router

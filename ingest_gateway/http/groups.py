@@ -100,7 +100,7 @@ def group_routes(
             raise BadRequest(422, "auto.offset.reset must be 'earliest' or 'latest'", 2)
         auto_commit = str(doc.get("auto.commit.enable", "true")).lower() == "true"
         read_committed = parse_isolation(doc.get("isolation.level", "read_committed"), "isolation.level")
-        locator.group_coordinator(group_id)
+        await locator.group_coordinator(group_id)
         instance = consumers.create(
             group_id, doc.get("name"), fmt, reset, auto_commit, read_committed, protocol, assignor
         )
@@ -198,7 +198,7 @@ def group_routes(
     async def describe_group(group_id: str) -> dict[str, Any]:
         """Members and their assignment; per partition the committed offset, the log end
         offset and the lag (kafka-consumer-groups.sh --describe)."""
-        locator.group_coordinator(group_id)
+        await locator.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
         if consumer_group.error is ErrorCode.NONE:
             summary = _consumer_group_summary(consumer_group)
@@ -246,7 +246,7 @@ def group_routes(
         if to == "offset" and not isinstance(doc.get("offset"), int):
             raise BadRequest(422, "'offset' must be an integer with to=offset", 2)
         partitions = doc.get("partitions") or list(range(cache.image.partition_count(topic)))
-        locator.group_coordinator(group_id)
+        await locator.group_coordinator(group_id)
         (consumer_group,) = await coordinator.consumer_group_describe([group_id])
         members: Sequence[object] = consumer_group.members
         if consumer_group.error is not ErrorCode.NONE:  # not a consumer-protocol group
@@ -276,7 +276,7 @@ def group_routes(
 
     @router.delete("/groups/{group_id}", status_code=204)
     async def delete_group(group_id: str) -> Response:
-        locator.group_coordinator(group_id)
+        await locator.group_coordinator(group_id)
         errors = await coordinator.delete_groups([group_id])
         _check(errors[group_id], f"cannot delete group {group_id!r}")
         return Response(status_code=204)

@@ -44,7 +44,7 @@ def reassignment_routes(admin: AdminManager) -> APIRouter:
 
     @router.get("/reassignments")
     async def list_reassignments() -> dict[str, Any]:
-        ongoing = admin.list_partition_reassignments(None)
+        ongoing = await admin.list_partition_reassignments(None)
         return {
             "partitions": [
                 {

@@ -23,6 +23,7 @@ changed or removed one stops the old password at once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -94,7 +95,7 @@ class BasicAuthenticator:
         # (user, password digest, the stored credentials it matched)
         self._verified: set[tuple[str, bytes, tuple[tuple[str, ScramCredential], ...]]] = set()
 
-    def principal(self, header: str | None) -> KafkaPrincipal | None:
+    async def principal(self, header: str | None) -> KafkaPrincipal | None:
         """The user of a valid `Authorization: Basic ...` header, else None."""
         if not header or not header.lower().startswith("basic "):
             return None
@@ -104,12 +105,15 @@ class BasicAuthenticator:
             return None
         if not sep or not user:
             return None
-        credentials = self._credentials_of(user)
+        # The stored credential is read on every request (a changed or removed one stops
+        # working at once), off the event loop: it comes from the metadata store.
+        credentials = await asyncio.to_thread(self._credentials_of, user)
         key = (user, hashlib.sha256(password.encode()).digest(), tuple(sorted(credentials.items())))
         if key in self._verified:
             return KafkaPrincipal.user(user)
         try:
-            PlainServer(lambda _: credentials).evaluate(f"\0{user}\0{password}".encode())
+            # PBKDF2 takes milliseconds: off the event loop too.
+            await asyncio.to_thread(PlainServer(lambda _: credentials).evaluate, f"\0{user}\0{password}".encode())
         except SaslError:
             return None
         if len(self._verified) > 10_000:
@@ -133,12 +137,12 @@ class HttpSecurity:
         self._authenticator = authenticator
         self._realm = realm
 
-    def _principal(self, scope: Scope) -> KafkaPrincipal | None:
+    async def _principal(self, scope: Scope) -> KafkaPrincipal | None:
         """Basic credentials when sent (None if wrong), else the verified client certificate's
         subject, else ANONYMOUS without authentication (None: required but missing)."""
         raw = dict(scope.get("headers") or ()).get(b"authorization")
         if self._authenticator is not None and raw:
-            return self._authenticator.principal(raw.decode("latin-1"))
+            return await self._authenticator.principal(raw.decode("latin-1"))
         tls = (scope.get("extensions") or {}).get("tls") or {}
         if tls.get("client_cert_name"):
             return KafkaPrincipal.user(tls["client_cert_name"])
@@ -156,7 +160,7 @@ class HttpSecurity:
         if path == "/healthz":
             await self.app(scope, receive, send)
             return
-        principal = self._principal(scope)
+        principal = await self._principal(scope)
         if principal is None:
             response = error_response(401, "Unauthorized: valid HTTP Basic credentials are required")
             response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'

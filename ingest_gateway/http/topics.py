@@ -93,7 +93,7 @@ def topic_routes(
         rf = doc.get("replication_factor", default_replication_factor)
         if not isinstance(partitions, int) or not isinstance(rf, int):
             raise BadRequest(422, "'partitions' and 'replication_factor' must be integers", 2)
-        admin.create_topic(name, partitions, rf, _configs(doc.get("configs")))
+        await admin.create_topic(name, partitions, rf, _configs(doc.get("configs")))
         return describe(name)
 
     @router.get("/topics/{topic}")
@@ -115,7 +115,7 @@ def topic_routes(
 
     @router.delete("/topics/{topic}", status_code=204)
     async def delete_topic(topic: str) -> Response:
-        admin.delete_topic(topic)
+        await admin.delete_topic(topic)
         return Response(status_code=204)
 
     @router.get("/topics/{topic}/partitions")

@@ -7,6 +7,12 @@ any broker may do in ZooKeeper mode. Changes that the controller must act on at 
 a broker that is not the controller forwards them there over the inter-broker listener.
 After a change it made, the broker refreshes its metadata cache, so that its own next
 answers already include it.
+
+Every store and controller call runs on the metadata thread, never on the event loop. A
+request waits for it up to its `timeout_ms` (Kafka's timeout of the admin APIs; without
+one, `ADMIN_TIMEOUT_MS`) and is then answered REQUEST_TIMED_OUT, as Kafka answers an
+admin request it could not complete in time; the change itself still happens, in order,
+once the store answers.
 """
 
 from __future__ import annotations
@@ -15,17 +21,25 @@ from typing import Any
 
 from loglake.config import BrokerConfig
 from loglake.coordination.controller import Controller, ElectionType
-from loglake.coordination.model import TopicDescription
+from loglake.coordination.model import BrokerEndpoint, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
 from loglake.security.client import ClientSecurity
 
-from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
+from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.metadata.metadata_thread import MetadataThread
 
 # How long a forwarded request may take on the controller.
 FORWARD_TIMEOUT_MS = 30000
+# How long a request without a timeout of its own (timeout_ms <= 0: Kafka then waits only
+# for the store's writes; the HTTP API) waits for the store.
+ADMIN_TIMEOUT_MS = 30000
+
+
+def _wait_ms(timeout_ms: int) -> int:
+    return timeout_ms if timeout_ms > 0 else ADMIN_TIMEOUT_MS
 
 
 def _raise_for(result: dict[str, Any]) -> None:
@@ -55,19 +69,21 @@ class AdminManager:
         controller: Controller,
         cache: MetadataCache,
         inter_broker_security: ClientSecurity,
+        metadata_thread: MetadataThread,
     ) -> None:
         self._config = config
         self._store = store
         self._controller = controller
         self._cache = cache
         self._inter_broker_security = inter_broker_security
+        self._thread = metadata_thread
         self._clustered = bool(config.zookeeper_connect)
 
     @property
     def _runs_here(self) -> bool:
         return self._controller.is_active or not self._clustered
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         num_partitions: int,
@@ -75,6 +91,27 @@ class AdminManager:
         config: dict[str, str],
         assignment: dict[int, tuple[int, ...]] | None = None,
         validate_only: bool = False,
+        timeout_ms: int = 0,
+    ) -> TopicDescription:
+        return await self._thread.run(
+            self._create_topic,
+            name,
+            num_partitions,
+            replication_factor,
+            config,
+            assignment,
+            validate_only,
+            timeout_ms=_wait_ms(timeout_ms),
+        )
+
+    def _create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        config: dict[str, str],
+        assignment: dict[int, tuple[int, ...]] | None,
+        validate_only: bool,
     ) -> TopicDescription:
         topic = self._controller.create_topic(
             name, num_partitions, replication_factor, config, assignment, validate_only
@@ -84,17 +121,24 @@ class AdminManager:
             self._cache.refresh_from_store()
         return topic
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, timeout_ms: int = 0) -> None:
         if not self._config.delete_topic_enable:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false on this broker")
-        self._controller.delete_topic(name)
+        await self._thread.run(self._controller.delete_topic, name, timeout_ms=_wait_ms(timeout_ms))
 
     async def create_partitions(
-        self, name: str, total: int, validate_only: bool = False, assignment: list[tuple[int, ...]] | None = None
+        self,
+        name: str,
+        total: int,
+        validate_only: bool = False,
+        assignment: list[tuple[int, ...]] | None = None,
+        timeout_ms: int = 0,
     ) -> None:
         """Grow a topic (`assignment`: the new partitions' replicas, else round-robin)."""
         if self._runs_here:
-            self._controller.create_partitions(name, total, validate_only, assignment)
+            await self._thread.run(
+                self._controller.create_partitions, name, total, validate_only, assignment, timeout_ms=_wait_ms(timeout_ms)
+            )
             return
         assignments = None if assignment is None else [{"broker_ids": list(replicas)} for replicas in assignment]
         body = {
@@ -104,18 +148,15 @@ class AdminManager:
         }
         response = await self._forward_to_controller(ApiKey.CREATE_PARTITIONS, 3, body)
         _raise_for(response["results"][0])
-        self._cache.refresh_from_store()
+        await self._refresh(timeout_ms)
 
     async def elect_leaders(
-        self,
-        partitions: list[tuple[str, int]] | None,
-        election_type: ElectionType,
-        timeout_ms: int = FORWARD_TIMEOUT_MS,
+        self, partitions: list[tuple[str, int]] | None, election_type: ElectionType, timeout_ms: int = 0
     ) -> dict[tuple[str, int], KafkaError | None]:
-        """`timeout_ms` (the request's): how long a forwarded election may wait for the
-        controller's answer; past it, REQUEST_TIMED_OUT."""
         if self._runs_here:
-            return self._controller.elect_leaders(partitions, election_type)
+            return await self._thread.run(
+                self._controller.elect_leaders, partitions, election_type, timeout_ms=_wait_ms(timeout_ms)
+            )
         by_topic: dict[str, list[int]] = {}
         for topic, p in partitions or ():
             by_topic.setdefault(topic, []).append(p)
@@ -124,42 +165,54 @@ class AdminManager:
             "topic_partitions": None
             if partitions is None
             else [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "timeout_ms": timeout_ms,
+            "timeout_ms": timeout_ms or FORWARD_TIMEOUT_MS,
         }
-        response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body, timeout_ms)
+        # The request's own timeout_ms: how long the forwarded election may wait (then REQUEST_TIMED_OUT).
+        response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body, timeout_ms or None)
         _raise_for(response)
-        self._cache.refresh_from_store()
+        await self._refresh(timeout_ms)
         return _partition_errors(response, "replica_election_results", "topic", "partition_result", "partition_id")
 
     async def alter_partition_reassignments(
-        self, targets: dict[tuple[str, int], tuple[int, ...] | None], timeout_ms: int = FORWARD_TIMEOUT_MS
+        self, targets: dict[tuple[str, int], tuple[int, ...] | None], timeout_ms: int = 0
     ) -> dict[tuple[str, int], KafkaError | None]:
-        """`timeout_ms` as for `elect_leaders`."""
         if self._runs_here:
-            return self._controller.alter_partition_reassignments(targets)
+            return await self._thread.run(
+                self._controller.alter_partition_reassignments, targets, timeout_ms=_wait_ms(timeout_ms)
+            )
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, p), replicas in targets.items():
             by_topic.setdefault(topic, []).append(
                 {"partition_index": p, "replicas": None if replicas is None else list(replicas)}
             )
         body = {
-            "timeout_ms": timeout_ms,
+            "timeout_ms": timeout_ms or FORWARD_TIMEOUT_MS,
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
-        response = await self._forward_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_ms)
+        response = await self._forward_to_controller(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_ms or None
+        )
         _raise_for(response)
         return _partition_errors(response, "responses", "name", "partitions", "partition_index")
 
-    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], Any]:
-        return self._controller.list_partition_reassignments(partitions)
+    async def list_partition_reassignments(
+        self, partitions: list[tuple[str, int]] | None, timeout_ms: int = 0
+    ) -> dict[tuple[str, int], Any]:
+        return await self._thread.run(
+            self._controller.list_partition_reassignments, partitions, timeout_ms=_wait_ms(timeout_ms)
+        )
 
-    async def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> None:
+    async def alter_topic_config(
+        self, name: str, config: dict[str, str], validate_only: bool = False, timeout_ms: int = 0
+    ) -> None:
         """Change a topic's overrides ("" removes one); forwarded as an AlterConfigs of the
         whole resulting set."""
         if self._runs_here:
-            self._controller.alter_topic_config(name, config, validate_only)
+            await self._thread.run(
+                self._controller.alter_topic_config, name, config, validate_only, timeout_ms=_wait_ms(timeout_ms)
+            )
             return
-        current = self._store.topics().get(name)
+        current = (await self._thread.run(self._store.topics, timeout_ms=_wait_ms(timeout_ms))).get(name)
         if current is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         merged = {k: v for k, v in {**current.config, **config}.items() if v != ""}
@@ -172,15 +225,21 @@ class AdminManager:
             ApiKey.ALTER_CONFIGS, 2, {"resources": [resource], "validate_only": validate_only}
         )
         _raise_for(response["responses"][0])
-        self._cache.refresh_from_store()
+        await self._refresh(timeout_ms)
+
+    async def _refresh(self, timeout_ms: int) -> None:
+        await self._thread.run(self._cache.refresh_from_store, timeout_ms=_wait_ms(timeout_ms))
+
+    def _controller_endpoint(self) -> tuple[int | None, BrokerEndpoint | None]:
+        controller_id = self._store.controller_id()
+        return controller_id, None if controller_id is None else self._store.brokers().get(controller_id)
 
     async def _forward_to_controller(
         self, api_key: ApiKey, version: int, body: dict[str, Any], timeout_ms: int | None = None
     ) -> dict[str, Any]:
         """The controller's answer; a request that carries its own `timeout_ms` waits that
         long (else the client's request timeout) and then fails REQUEST_TIMED_OUT, as Kafka's."""
-        controller_id = self._store.controller_id()
-        endpoint = None if controller_id is None else self._store.brokers().get(controller_id)
+        controller_id, endpoint = await self._thread.run(self._controller_endpoint, timeout_ms=FORWARD_TIMEOUT_MS)
         if endpoint is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
         client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
@@ -192,7 +251,8 @@ class AdminManager:
                     ErrorCode.NOT_CONTROLLER, f"the controller (broker {controller_id}) did not answer: {exc}"
                 ) from exc
             raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT, f"the controller (broker {controller_id}) did not answer within {timeout_ms} ms"
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the controller (broker {controller_id}) did not answer within {timeout_ms} ms",
             ) from exc
         except (ConnectionError, TimeoutError) as exc:
             raise KafkaError(

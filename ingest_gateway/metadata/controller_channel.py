@@ -2,9 +2,10 @@
 ControllerChannelManager): LeaderAndIsr, StopReplica and UpdateMetadata requests over the
 Kafka protocol, each stamped with the controller epoch.
 
-The controller decides synchronously and enqueues; one sender task per broker sends that
-broker's requests in order and retries until the broker answers or leaves the cluster.
-Decisions for the controller's own broker are applied by a direct call, as embedded.
+The controller decides synchronously, on the metadata thread, and enqueues (on the event
+loop); one sender task per broker sends that broker's requests in order and retries until
+the broker answers or leaves the cluster. Decisions for the controller's own broker are
+applied by a call on the event loop, as embedded.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from loglake.security.client import ClientSecurity
 
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -44,12 +46,14 @@ class ControllerChannelManager:
         replica_manager: ReplicaManager,
         cache: MetadataCache,
         inter_broker_security: ClientSecurity,
+        metadata_thread: MetadataThread,
     ) -> None:
         self._broker_id = broker_id
         self._store = store
         # This broker's own decisions are applied directly, as embedded.
-        self._local = LocalBrokerChannel(broker_id, replica_manager, cache)
+        self._local = LocalBrokerChannel(broker_id, replica_manager, cache, metadata_thread)
         self._inter_broker_security = inter_broker_security
+        self._metadata_thread = metadata_thread
         self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
         self._senders: dict[int, asyncio.Task] = {}
 
@@ -129,6 +133,9 @@ class ControllerChannelManager:
     # Sending ---------------------------------------------------------------------------
 
     def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
+        self._metadata_thread.on_loop(self._put, broker_id, api_key, version, body)
+
+    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
         queue = self._queues.get(broker_id)
         if queue is None:
             queue = self._queues[broker_id] = asyncio.Queue()
@@ -141,7 +148,7 @@ class ControllerChannelManager:
             while True:
                 api_key, version, body = await queue.get()
                 while True:
-                    endpoint = self._store.brokers().get(broker_id)
+                    endpoint = (await self._metadata_thread.run(self._store.brokers)).get(broker_id)
                     if endpoint is None:
                         log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
                         break
@@ -177,24 +184,28 @@ class ControllerChannelManager:
 
 class LocalBrokerChannel:
     """Controller decisions for this broker, applied by direct calls: the whole BrokerChannel
-    of an embedded (single-node) controller, and a cluster controller's for its own broker."""
+    of an embedded (single-node) controller, and a cluster controller's for its own broker.
+    The controller decides on the metadata thread; the replica manager acts on the event loop."""
 
-    def __init__(self, broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache) -> None:
+    def __init__(
+        self, broker_id: int, replica_manager: ReplicaManager, cache: MetadataCache, metadata_thread: MetadataThread
+    ) -> None:
         self._broker_id = broker_id
         self._replica_manager = replica_manager
         self._cache = cache
+        self._metadata_thread = metadata_thread
 
     def send_leader_and_isr(
         self, broker_id: int, controller_epoch: int, partitions: list[LeaderAndIsrPartition]
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.become_leader_or_follower(controller_epoch, partitions)
+            self._metadata_thread.on_loop(self._replica_manager.become_leader_or_follower, controller_epoch, partitions)
 
     def send_stop_replica(
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None:
         if broker_id == self._broker_id:
-            self._replica_manager.stop_replicas(controller_epoch, partitions, delete)
+            self._metadata_thread.on_loop(self._replica_manager.stop_replicas, controller_epoch, partitions, delete)
 
     def send_update_metadata(self, controller_epoch: int) -> None:
         self._cache.refresh(controller_epoch)

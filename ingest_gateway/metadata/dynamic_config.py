@@ -10,13 +10,14 @@ take the new default at once, topics with one keep it. The replication throttle 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
 from loglake.broker_configs import DEFAULT_ENTITY, DynamicBrokerConfig
 from loglake.config import LogConfig
 from loglake.errors import KafkaError
+
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from loglake.storage.log_manager import LogManager
 
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,10 @@ class DynamicConfigManager:
         cache: MetadataCache,
         replica_manager: ReplicaManager,
         log_manager: LogManager,
+        metadata_thread: MetadataThread,
     ) -> None:
         self._broker_id = broker_id
+        self._metadata_thread = metadata_thread
         self._store = store
         self._cache = cache
         self._replica_manager = replica_manager
@@ -53,20 +57,24 @@ class DynamicConfigManager:
         self.log_defaults = log_defaults
 
     def start(self) -> None:
-        """Load the stored dynamic configs and follow their changes (call on the event loop)."""
-        loop = asyncio.get_running_loop()
-        self._store.watch_broker_configs(lambda entities: loop.call_soon_threadsafe(self.apply, entities))
-        self._apply_throttles()  # server.properties may set them too
-        self.reload()
+        """Load the stored dynamic configs and follow their changes (call on the metadata
+        thread; they apply on the event loop)."""
+        on_loop = self._metadata_thread.on_loop
+        self._store.watch_broker_configs(lambda entities: on_loop(self.apply, entities))
+        on_loop(self._apply_throttles)  # server.properties may set them too
+        on_loop(self.apply, self._store.broker_configs())
 
-    def reload(self) -> None:
-        """Apply what the store holds now (after this broker changed it: no wait for the watch)."""
-        self.apply(self._store.broker_configs())
+    async def write(self, entity: str, config: dict[str, str], timeout_ms: int = 0) -> None:
+        """Store one entity's document ("" is the cluster-wide default) and apply it here (no
+        wait for the watch); REQUEST_TIMED_OUT if the store does not answer within `timeout_ms`."""
+        stored = await self._metadata_thread.run(
+            self._store_and_read, entity or DEFAULT_ENTITY, config, timeout_ms=timeout_ms or ADMIN_TIMEOUT_MS
+        )
+        self.apply(stored)
 
-    def write(self, entity: str, config: dict[str, str]) -> None:
-        """Store one entity's document ("" is the cluster-wide default) and apply it here."""
-        self._store.set_broker_config(entity or DEFAULT_ENTITY, config)
-        self.reload()
+    def _store_and_read(self, entity: str, config: dict[str, str]) -> dict[str, dict[str, str]]:
+        self._store.set_broker_config(entity, config)
+        return self._store.broker_configs()
 
     def apply(self, entities: dict[str, dict[str, str]]) -> None:
         if not self.config.update(entities):

@@ -21,7 +21,7 @@ from loglake.coordination.controller import Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.model import BrokerEndpoint, PartitionState
 from loglake.coordination.producer_ids import ProducerIdManager
-from loglake.coordination.store import MetadataStore
+from loglake.coordination.store import MetadataStore, instrumented
 from loglake.coordination.zookeeper import ZooKeeperMetadataStore
 from loglake.groups import GroupConfig, GroupCoordinator
 from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -55,6 +55,7 @@ from ingest_gateway.metadata.cluster_status import cluster_status
 from ingest_gateway.metadata.controller_channel import ControllerChannelManager, LocalBrokerChannel
 from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
 from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.network.kafka_server import KafkaServer
 from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
@@ -90,6 +91,9 @@ class Broker:
             self.store = ZooKeeperMetadataStore(config.zookeeper_connect, config.zookeeper_session_timeout_ms)
         else:
             self.store = EmbeddedMetadataStore(config.log_dirs[0])
+        self.store = instrumented(self.store, config.broker_id)
+        # Every store call once the event loop runs: the loop never waits on ZooKeeper.
+        self.metadata_thread = MetadataThread()
         # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
         # sets it; log dirs stamped with another cluster's id refuse to start.
         try:
@@ -99,7 +103,7 @@ class Broker:
         except BaseException:
             self.store.close()
             raise
-        self.metadata_cache = MetadataCache(self.store, cluster_id)
+        self.metadata_cache = MetadataCache(self.store, cluster_id, self.metadata_thread)
         # How this broker's clients reach the other brokers (the inter-broker listener).
         self.inter_broker_security = inter_broker_security(config)
         self.replica_manager = ReplicaManager(
@@ -120,18 +124,26 @@ class Broker:
             self.metadata_cache,
             self.replica_manager,
             self.log_manager,
+            self.metadata_thread,
         )
         self.channel: ControllerChannelManager | LocalBrokerChannel = (
             ControllerChannelManager(
-                config.broker_id, self.store, self.replica_manager, self.metadata_cache, self.inter_broker_security
+                config.broker_id,
+                self.store,
+                self.replica_manager,
+                self.metadata_cache,
+                self.inter_broker_security,
+                self.metadata_thread,
             )
             if self.clustered
-            else LocalBrokerChannel(config.broker_id, self.replica_manager, self.metadata_cache)
+            else LocalBrokerChannel(config.broker_id, self.replica_manager, self.metadata_cache, self.metadata_thread)
         )
         self.controller = Controller(
             self.store, config.broker_id, self.channel, lambda: self.dynamic_config.log_defaults
         )
-        self.admin = AdminManager(config, self.store, self.controller, self.metadata_cache, self.inter_broker_security)
+        self.admin = AdminManager(
+            config, self.store, self.controller, self.metadata_cache, self.inter_broker_security, self.metadata_thread
+        )
         self.producer_ids = ProducerIdManager(self.store, config.broker_id)
         group_config = GroupConfig.from_properties(config.raw)
         self.group_coordinator = GroupCoordinator(
@@ -155,7 +167,7 @@ class Broker:
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
         self.replica_manager.isr_change_listeners.append(
-            lambda *_: self.metadata_cache.refresh(self.image.controller_epoch)
+            lambda *_: self.metadata_thread.submit(self.metadata_cache.refresh, self.image.controller_epoch)
         )
         self.replica_manager.log_dir_failure_listeners.append(self._on_partitions_offline)
         metrics_config = MetricsConfig.from_properties(config.raw)
@@ -246,7 +258,7 @@ class Broker:
             LogDirApis(rm, self._log_dir_mover),
         ]
         if self.clustered:
-            api_modules.append(ControllerApis(self.store, rm, cache))
+            api_modules.append(ControllerApis(self.store, rm, cache, self.metadata_thread))
         for module in api_modules:
             module.register(router)
         return router
@@ -273,6 +285,7 @@ class Broker:
         watches once the event loop runs (`_watch_cluster`)."""
         self._delete_stray_logs()
         self.store.register_broker(self.endpoint)
+        self.producer_ids.prefetch()
         if not self.clustered:
             self.controller.startup()
 
@@ -285,22 +298,17 @@ class Broker:
                 self.log_manager.delete_log(log_.topic, log_.partition)
 
     def _watch_cluster(self) -> None:
-        """Route ZooKeeper events (on kazoo's thread) onto the event loop, where the
-        controller and the replica manager live."""
-        loop = asyncio.get_running_loop()
-
-        def on_loop(fn, *args) -> None:
-            loop.call_soon_threadsafe(fn, *args)
-
-        self.store.watch_controller(lambda holder: on_loop(self._on_controller_change, holder))
-        self.store.watch_brokers(lambda live: on_loop(self.controller.on_brokers_changed, live))
-        self.store.watch_topics(lambda names: on_loop(self.controller.on_topics_changed, names))
-        self.store.watch_topic_deletions(lambda names: on_loop(self.controller.on_topic_deletions, names))
-        self.store.watch_isr_changes(lambda token: on_loop(self.controller.on_isr_changes, token))
-        self.store.watch_log_dir_failures(lambda token: on_loop(self.controller.on_log_dir_failures, token))
-        self.store.watch_reassignment_request(lambda token: on_loop(self.controller.on_reassignment_request, token))
-        self.store.on_session_expired(lambda: on_loop(self._on_session_expired))
-        self.track_background(asyncio.create_task(self._preferred_leader_loop()))
+        """Route ZooKeeper events (on the store's event thread) to the metadata thread, where
+        the controller works; its decisions for this broker hop on to the event loop."""
+        on_thread = self.metadata_thread.submit
+        self.store.watch_controller(lambda holder: on_thread(self._on_controller_change, holder))
+        self.store.watch_brokers(lambda live: on_thread(self.controller.on_brokers_changed, live))
+        self.store.watch_topics(lambda names: on_thread(self.controller.on_topics_changed, names))
+        self.store.watch_topic_deletions(lambda names: on_thread(self.controller.on_topic_deletions, names))
+        self.store.watch_isr_changes(lambda token: on_thread(self.controller.on_isr_changes, token))
+        self.store.watch_log_dir_failures(lambda token: on_thread(self.controller.on_log_dir_failures, token))
+        self.store.watch_reassignment_request(lambda token: on_thread(self.controller.on_reassignment_request, token))
+        self.store.on_session_expired(lambda: on_thread(self._on_session_expired))
 
     def _on_controller_change(self, holder: int | None) -> None:
         if holder is None:
@@ -324,26 +332,17 @@ class Broker:
         interval = float(raw.get("leader.imbalance.check.interval.seconds", "300"))
         while True:
             await asyncio.sleep(interval)
-            self.controller.elect_preferred_leaders()
+            await self.metadata_thread.run(self.controller.elect_preferred_leaders)
 
     async def start(self) -> None:
         """Start up, then serve the Kafka protocol on every `listeners` address and HTTP on
         every `http.listeners` address."""
-        self.startup()
-        self.dynamic_config.start()
-        loop = asyncio.get_running_loop()
-
-        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
-            self.produce_quotas.update(configs)
-            self.fetch_quotas.update(configs)
-
-        self.store.watch_entity_configs(lambda configs: loop.call_soon_threadsafe(apply_quotas, configs))
-        authorizer = self.authorization.authorizer
-        if authorizer is not None:
-            self.store.watch_acls(lambda acls: loop.call_soon_threadsafe(authorizer.replace_acls, acls))
+        self.metadata_thread.bind(asyncio.get_running_loop())
+        await self.metadata_thread.run(self.startup)
+        await self.metadata_thread.run(self._watch_store)
         self._log_dir_mover.start()
         if self.clustered:
-            self._watch_cluster()
+            self.track_background(asyncio.create_task(self._preferred_leader_loop()))
         for topic, p in self._pending_loads:
             self._load_internal_partition(self._internal_topic_coordinators[topic], topic, p)
         self._pending_loads.clear()
@@ -396,6 +395,23 @@ class Broker:
             self.config.http_listeners,
         )
 
+    def _watch_store(self) -> None:
+        """Follow the configs, quotas, ACLs and (in a cluster) the controller's events; their
+        first values are read here, on the metadata thread."""
+        on_loop = self.metadata_thread.on_loop
+        self.dynamic_config.start()
+
+        def apply_quotas(configs: dict[str, dict[str, str]]) -> None:
+            self.produce_quotas.update(configs)
+            self.fetch_quotas.update(configs)
+
+        self.store.watch_entity_configs(lambda configs: on_loop(apply_quotas, configs))
+        authorizer = self.authorization.authorizer
+        if authorizer is not None:
+            self.store.watch_acls(lambda acls: on_loop(authorizer.replace_acls, acls))
+        if self.clustered:
+            self._watch_cluster()
+
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(HIGH_WATERMARK_CHECKPOINT_INTERVAL_S)
@@ -437,6 +453,8 @@ class Broker:
         self.log_cleaner.shutdown()
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
+        self.metadata_thread.shutdown()
+        self.producer_ids.close()
         self.store.close()
 
     def _on_partitions_offline(self, partitions: list[tuple[str, int]]) -> None:
@@ -465,7 +483,7 @@ class Broker:
         """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
         if self.clustered:
             return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
-        return self.store.update_partition_state(topic, partition, state, state.version)
+        return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
 
     def _write_isr_and_notify(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
         stored = self.store.update_partition_state(topic, partition, state, state.version)
@@ -491,7 +509,9 @@ class Broker:
         return None if partition is None or partition.log is not log_ else partition.high_watermark
 
     def _kafka_endpoint_of(self, broker_id: int) -> tuple[str, int] | None:
-        endpoint = self.image.brokers.get(broker_id) or self.store.brokers().get(broker_id)
+        # The image only (the store would block the loop): a broker not in it yet is a
+        # connection error the fetcher retries, and UpdateMetadata follows every LeaderAndIsr.
+        endpoint = self.image.brokers.get(broker_id)
         return None if endpoint is None else endpoint.kafka_endpoint(self.config.inter_broker_listener_name)
 
     def _on_leadership_change(self, topic: str, partition: int, is_leader: bool) -> None:
@@ -542,7 +562,7 @@ class Broker:
                 dynamic_config=self.dynamic_config,
                 acl_apis=self.acl_apis,
                 metrics=self.metrics,
-                cluster_status=partial(cluster_status, self.store),
+                cluster_status=lambda: self.metadata_thread.run(partial(cluster_status, self.store)),
                 in_background=self.track_background,
             )
         )

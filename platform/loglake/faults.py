@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from pathlib import Path
 
 FAULT_ENV = "LOGLAKE_FAULT"
 
@@ -23,3 +24,21 @@ def crash_point(point: str) -> None:
     if os.environ.get(FAULT_ENV) == point:
         log.warning("%s=%s: killing the process", FAULT_ENV, point)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# A slow ZooKeeper on one broker, for the tests that keep it off the event loop: a path with
+# `{broker_id}`; while that broker's file exists, each of its metadata-store calls first
+# sleeps the milliseconds written in it (`loglake.coordination.store.instrumented`).
+STORE_DELAY_ENV = "LOGLAKE_FAULT_STORE_DELAY_FILE"
+
+
+def store_delay_file(broker_id: int) -> Path | None:
+    template = os.environ.get(STORE_DELAY_ENV)
+    return None if not template else Path(template.format(broker_id=broker_id))
+
+
+def store_delay_s(path: Path) -> float:
+    try:
+        return int(path.read_text()) / 1000
+    except (FileNotFoundError, ValueError):
+        return 0.0

@@ -22,6 +22,7 @@ from ingest_gateway.apis.kafka_apis import KafkaApis
 from ingest_gateway.network.kafka_client import KafkaClient
 from ingest_gateway.network.kafka_server import KafkaServer
 from ingest_gateway.metadata.metadata_cache import MetadataCache
+from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.replica.replica_fetcher import ReplicaFetcherConfig
 from ingest_gateway.replica.replica_manager import ReplicaManager
 from ingest_gateway.apis.request_router import RequestRouter
@@ -56,7 +57,7 @@ class Node:
         # Only the APIs replication uses (produce, fetch, offsets), on an image of the
         # cluster's topics; no authorizer, no quotas, no metrics.
         config = BrokerConfig(broker_id=broker_id, auto_create_topics_enable=False)
-        self.cache = cache = MetadataCache(store=None, cluster_id="")  # type: ignore[arg-type]  # never refreshed
+        self.cache = cache = MetadataCache(store=None, cluster_id="", metadata_thread=MetadataThread())  # type: ignore[arg-type]  # never refreshed
         cache.image = MetadataImage(topics=cluster.topics)
         auth = RequestAuthorization(None)
         self.router = RequestRouter(auth, None, config.inter_broker_listener_name)

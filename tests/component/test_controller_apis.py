@@ -38,7 +38,7 @@ def apis(broker: Broker) -> ControllerApis:
     broker.store.create_topic(
         TopicDescription("t", str(TOPIC_ID), {0: (me,), 1: (me,)}), {p: PartitionState(me, 0, (me,), 1) for p in (0, 1)}
     )
-    return ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache)
+    return ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache, broker.metadata_thread)
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.LEADER_AND_ISR))

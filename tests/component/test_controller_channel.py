@@ -11,6 +11,7 @@ from loglake.protocol import ApiKey, decode_request, encode_response
 from loglake.security.client import PLAINTEXT
 
 from ingest_gateway.metadata.controller_channel import ControllerChannelManager
+from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.network.kafka_server import KafkaServer
 from harness.process import free_port
 
@@ -58,7 +59,8 @@ def test_requests_wait_for_a_broker_that_is_not_listening_yet_and_for_its_restar
         port = free_port()
         fake = Registry(port)
         # Requests for other brokers only: no replica manager or cache is needed.
-        channel = ControllerChannelManager(CONTROLLER, fake, None, None, PLAINTEXT)  # type: ignore[arg-type]
+        metadata_thread = MetadataThread()
+        channel = ControllerChannelManager(CONTROLLER, fake, None, None, PLAINTEXT, metadata_thread)  # type: ignore[arg-type]
         seen: list[int] = []
         try:
             channel.send_leader_and_isr(TARGET, 1, leader_and_isr(1))
@@ -88,5 +90,6 @@ def test_requests_wait_for_a_broker_that_is_not_listening_yet_and_for_its_restar
             await third.server.stop()
         finally:
             await channel.close()
+            metadata_thread.shutdown()
 
     asyncio.run(scenario())

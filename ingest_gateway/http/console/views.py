@@ -115,7 +115,7 @@ def console_routes(
     admin: AdminManager,
     cache: MetadataCache,
     broker_metrics: BrokerMetrics | None,
-    cluster_status: Callable[[], dict[str, Any]],
+    cluster_status: Callable[[], Coroutine[Any, Any, dict[str, Any]]],
 ) -> APIRouter:
     router = APIRouter(prefix="/ui", route_class=_ConsoleRoute, include_in_schema=False)
     traffic = TrafficHistory()
@@ -124,8 +124,8 @@ def console_routes(
     def page(request: Request, name: str, **context: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, name, {"broker_id": config.broker_id, **context})
 
-    def cluster(request: Request) -> Cluster:
-        return Cluster(config, cluster_status(), request.app, request.headers.get("authorization"))
+    async def cluster(request: Request) -> Cluster:
+        return Cluster(config, await cluster_status(), request.app, request.headers.get("authorization"))
 
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
@@ -136,7 +136,7 @@ def console_routes(
 
     @router.get("")
     async def overview(request: Request) -> HTMLResponse:
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             status = c.status
             topics = sorted({p["topic"] for p in status["partitions"]})
             flagged = [p for p in status["partitions"] if p["under_replicated"] or p["offline"]]
@@ -154,7 +154,7 @@ def console_routes(
 
     @router.get("/topics")
     async def topics(request: Request, internal: bool = False) -> HTMLResponse:
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             rows: dict[str, dict[str, Any]] = {}
             for p in c.status["partitions"]:
                 if p["topic"].startswith("__") and not internal:
@@ -186,7 +186,7 @@ def console_routes(
         partitions = _int("partitions", form.get("partitions"), 1)
         rf = _int("replication factor", form.get("replication_factor"), 1)
         configs = _configs(form.get("configs", ""))
-        admin.create_topic(name, partitions, rf, configs, validate_only=True)
+        await admin.create_topic(name, partitions, rf, configs, validate_only=True)
         if form.get("confirm") != "yes":
             return page(
                 request,
@@ -198,14 +198,14 @@ def console_routes(
                 fields=form,
                 cancel="/ui/topics",
             )
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             body = {"name": name, "partitions": partitions, "replication_factor": rf, "configs": configs}
             await c.call(c.self_id, "POST", "/topics", json=body)
         return RedirectResponse(f"/ui/topics/{quote(name)}", status_code=303)
 
     @router.get("/topics/{topic}")
     async def topic_page(request: Request, topic: str) -> HTMLResponse:
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             described = await c.describe_topic(topic)
             flags = {p["partition"]: p for p in c.partitions_of(topic)}
             return page(request, "topic.html", topic=described, flags=flags)
@@ -231,7 +231,7 @@ def console_routes(
                 fields=form,
                 cancel=f"/ui/topics/{quote(topic)}",
             )
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             await c.call(c.self_id, "PATCH", f"/topics/{topic}", json={"configs": configs})
         return RedirectResponse(f"/ui/topics/{quote(topic)}", status_code=303)
 
@@ -251,7 +251,7 @@ def console_routes(
                 fields=form,
                 cancel=f"/ui/topics/{quote(topic)}",
             )
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             await c.call(c.self_id, "DELETE", f"/topics/{topic}")
         return RedirectResponse("/ui/topics", status_code=303)
 
@@ -269,7 +269,7 @@ def console_routes(
         if render not in RENDER_MODES:
             raise ConsoleError(422, f"render must be one of {', '.join(RENDER_MODES)}, not {render!r}")
         p = _int("partition", partition, 0)
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             offsets = await c.offsets(topic, p)
             start, end = offsets.start, offsets.high_watermark
             notices = []
@@ -326,11 +326,11 @@ def console_routes(
 
     @router.get("/groups")
     async def groups(request: Request) -> HTMLResponse:
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             return page(request, "groups.html", groups=await c.groups())
 
     async def group_context(request: Request, group_id: str) -> dict[str, Any]:
-        async with cluster(request) as c:
+        async with await cluster(request) as c:
             group, described = await c.describe_group(group_id)
         lags = [o["lag"] for o in described["offsets"] if o["lag"] is not None]
         history = lag_history.add(group_id, sum(lags))

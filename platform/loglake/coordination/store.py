@@ -15,10 +15,16 @@ the `watch_*` call), then every change, one call at a time per watch; it should 
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable, cast
 
+from loglake import faults
 from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
 from loglake.security.sanitizer import desanitize, sanitize
@@ -273,3 +279,44 @@ class MetadataStore(ABC):
 
     def close(self) -> None:
         """Release the store; the broker's ephemeral registrations vanish at once."""
+
+
+# Under this flag (the test suites set it) a store call made on a thread that runs an asyncio
+# loop raises: a blocking call there would stall every client of the broker.
+LOOP_GUARD_ENV = "LOGLAKE_STORE_LOOP_GUARD"
+
+
+class StoreCalledOnEventLoop(RuntimeError):
+    """A metadata-store call was made on an event loop's thread (LOGLAKE_STORE_LOOP_GUARD)."""
+
+
+def instrumented(store: MetadataStore, broker_id: int) -> MetadataStore:
+    """`store` itself, or, under LOGLAKE_STORE_LOOP_GUARD or the store-delay fault, a proxy
+    that checks or slows every call (see `loglake.faults.store_delay_file`)."""
+    guard = os.environ.get(LOOP_GUARD_ENV) == "1"
+    delay_file = faults.store_delay_file(broker_id)
+    if not guard and delay_file is None:
+        return store
+    return cast(MetadataStore, _InstrumentedStore(store, guard, delay_file))
+
+
+class _InstrumentedStore:
+    def __init__(self, store: MetadataStore, guard: bool, delay_file: Path | None) -> None:
+        self._store = store
+        self._guard = guard
+        self._delay_file = delay_file
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not callable(attr) or name == "close":
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._guard and asyncio._get_running_loop() is not None:
+                raise StoreCalledOnEventLoop(f"MetadataStore.{name} called on the event loop's thread")
+            if self._delay_file is not None:
+                time.sleep(faults.store_delay_s(self._delay_file))
+            return attr(*args, **kwargs)
+
+        return call
