@@ -32,6 +32,7 @@ from ingest_gateway.http.errors import (
 )
 from ingest_gateway.http.groups import group_routes
 from ingest_gateway.http.reassignments import reassignment_routes
+from ingest_gateway.http.replication_throttles import replication_throttle_routes
 from ingest_gateway.http.security import HttpSecurity
 from ingest_gateway.http.tiering import tiering_routes
 from ingest_gateway.http.transactions import transaction_routes
@@ -132,6 +133,7 @@ def create_app(broker: Broker) -> FastAPI:
         )
     )
     app.include_router(reassignment_routes(broker.admin))
+    app.include_router(replication_throttle_routes(broker.replica_manager, broker.metadata_cache))
     app.include_router(broker_config_routes(broker.dynamic_config, broker.metadata_cache, broker.store))
     app.include_router(user_routes(broker.store))
     app.include_router(acl_routes(broker.acl_apis, broker.authorization))
