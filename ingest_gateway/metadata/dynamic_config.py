@@ -51,6 +51,7 @@ class DynamicConfigManager:
             return
         self._apply_throttles()
         self._apply_log_defaults()
+        self._apply_advertised_listeners()
 
     def _apply_throttles(self) -> None:
         try:
@@ -61,6 +62,21 @@ class DynamicConfigManager:
         rm = self._broker.replica_manager
         rm.leader_quota.update_rate(leader)
         rm.follower_quota.update_rate(follower)
+
+    def _apply_advertised_listeners(self) -> None:
+        """A changed advertised.listeners: register this broker's node again, so that the
+        controller (watching the nodes' data) sends every broker the new endpoint."""
+        try:
+            advertised = self.config.advertised()
+        except ValueError as exc:
+            log.warning("ignoring an advertised.listeners that does not pass the listener checks: %s", exc)
+            return
+        broker = self._broker
+        if advertised == broker.config.advertised:
+            return
+        log.info("broker %d: advertised.listeners changed to %s", broker.config.broker_id, advertised)
+        broker.config = replace(broker.config, advertised_listeners=advertised)
+        broker.store.register_broker(broker.endpoint)
 
     def _apply_log_defaults(self) -> None:
         try:

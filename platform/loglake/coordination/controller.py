@@ -144,6 +144,9 @@ class Controller:
             dead, joined = known - live, (live - known) | bounced
             self._broker_epochs = dict(brokers)
             if not dead and not joined:
+                # The same brokers, one registered again with other endpoints: every
+                # broker's metadata must tell clients the new ones (Kafka: UpdateMetadata).
+                self._channel.send_update_metadata(epoch)
                 return
             for topic in self._store.topics().values():
                 touched = set(self._elect_offline_leaders(topic, live - bounced))
