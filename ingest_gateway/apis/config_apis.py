@@ -358,7 +358,7 @@ class ConfigApis:
             entity = manager.config.entity if per_broker else ""
             stored = manager.config.per_broker if per_broker else manager.config.cluster_default
             wanted = new_config(r, dict(stored))
-            manager.config.validate(wanted)
+            manager.config.validate(wanted, per_broker)
             if not validate_only:
                 await manager.write(entity, wanted)
         else:

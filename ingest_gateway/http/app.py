@@ -24,6 +24,7 @@ from ingest_gateway.http.errors import BadRequest, JSONBytesResponse, error_resp
 from ingest_gateway.http.groups import group_routes
 from ingest_gateway.http.reassignments import reassignment_routes
 from ingest_gateway.http.records import record_routes
+from ingest_gateway.http.replication_throttles import replication_throttle_routes
 from ingest_gateway.http.security import BasicAuthenticator, HttpSecurity
 from ingest_gateway.http.tiering import tiering_routes
 from ingest_gateway.http.topics import topic_routes
@@ -120,6 +121,7 @@ def create_app(services: HttpServices) -> FastAPI:
         transaction_routes(config.broker_id, s.transaction_coordinator, s.replica_manager, s.marker_writer)
     )
     app.include_router(reassignment_routes(s.admin))
+    app.include_router(replication_throttle_routes(s.replica_manager, s.cache))
     app.include_router(broker_config_routes(s.dynamic_config, s.cache, s.store))
     app.include_router(user_routes(s.store))
     app.include_router(acl_routes(s.acl_apis, s.authorization))

@@ -52,7 +52,7 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
         stored = dict((await asyncio.to_thread(store.broker_configs)).get(entity, {}))
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
-        dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""})
+        dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""}, entity != DEFAULT_ENTITY)
         await dynamic_config.write(entity, wanted)
         return {"broker": name, "configs": shown(wanted)}
 

@@ -20,7 +20,9 @@ from loglake.errors import KafkaError
 from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+
+    from loglake.config import Listener
 
     from loglake.coordination.store import MetadataStore
     from loglake.storage.log_manager import LogManager
@@ -46,9 +48,13 @@ class DynamicConfigManager:
         replica_manager: ReplicaManager,
         log_manager: LogManager,
         metadata_thread: MetadataThread,
+        advertise: Callable[[tuple[Listener, ...]], None],
     ) -> None:
+        """`advertise`: the broker's re-registration under changed advertised listeners
+        (a no-op when they are the ones it has)."""
         self._broker_id = broker_id
         self._metadata_thread = metadata_thread
+        self._advertise = advertise
         self._store = store
         self._cache = cache
         self._replica_manager = replica_manager
@@ -81,6 +87,7 @@ class DynamicConfigManager:
             return
         self._apply_throttles()
         self._apply_log_defaults()
+        self._apply_advertised_listeners()
 
     def _apply_throttles(self) -> None:
         try:
@@ -91,6 +98,16 @@ class DynamicConfigManager:
         rm = self._replica_manager
         rm.leader_quota.update_rate(leader)
         rm.follower_quota.update_rate(follower)
+
+    def _apply_advertised_listeners(self) -> None:
+        """A changed advertised.listeners: the broker registers its node again, so that the
+        controller (watching the nodes' data) sends every broker the new endpoint."""
+        try:
+            advertised = self.config.advertised()
+        except ValueError as exc:
+            log.warning("ignoring an advertised.listeners that does not pass the listener checks: %s", exc)
+            return
+        self._advertise(advertised)
 
     def _apply_log_defaults(self) -> None:
         try:

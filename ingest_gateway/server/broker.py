@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from functools import partial
 from typing import Protocol
 
 import uvicorn
 from fastapi import FastAPI
 from loglake.cluster.metadata_image import MetadataImage
-from loglake.config import BrokerConfig
+from loglake.config import BrokerConfig, Listener
 from loglake.coordination.controller import Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
 from loglake.coordination.model import BrokerEndpoint, PartitionState
@@ -125,6 +126,7 @@ class Broker:
             self.replica_manager,
             self.log_manager,
             self.metadata_thread,
+            self._advertise,
         )
         self.channel: ControllerChannelManager | LocalBrokerChannel = (
             ControllerChannelManager(
@@ -267,6 +269,15 @@ class Broker:
         """Whether the cluster has this partition (offset commits to others are refused)."""
         description = self.image.topics.get(topic)
         return description is not None and partition in description.assignment
+
+    def _advertise(self, advertised: tuple[Listener, ...]) -> None:
+        """Register this broker again with changed advertised listeners (on the event loop,
+        where dynamic configs apply; the store write goes to the metadata thread)."""
+        if advertised == self.config.advertised:
+            return
+        log.info("broker %d: advertised.listeners changed to %s", self.config.broker_id, advertised)
+        self.config = replace(self.config, advertised_listeners=advertised)
+        self.metadata_thread.submit(self.store.register_broker, self.endpoint)
 
     @property
     def endpoint(self) -> BrokerEndpoint:

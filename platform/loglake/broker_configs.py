@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from loglake.config import TOPIC_PROPERTIES, LogConfig
+from loglake.config import TOPIC_PROPERTIES, Listener, LogConfig, advertised_listeners
 from loglake.config_defs import (
     LONG_MAX,
     ConfigKey,
@@ -164,9 +164,16 @@ BROKER_CONFIG_KEYS: dict[str, ConfigKey] = {**_BY_NAME_STATIC, **{k.name: k for 
 # DynamicLogConfig.ReconfigurableConfigs), message.format.version excepted as in Kafka, and
 # the replication throttles.
 REPLICATION_THROTTLE_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
-DYNAMIC_CONFIGS = frozenset(
-    p.broker_name for p in TOPIC_PROPERTIES if p.broker_name and p.broker_name != "log.message.format.version"
-) | frozenset(REPLICATION_THROTTLE_RATES)
+# Dynamic configs a broker may only have for itself, never as the cluster-wide default
+# (Kafka's DynamicBrokerConfig.PerBrokerConfigs): a broker's own addresses.
+PER_BROKER_CONFIGS = frozenset({"advertised.listeners"})
+DYNAMIC_CONFIGS = (
+    frozenset(
+        p.broker_name for p in TOPIC_PROPERTIES if p.broker_name and p.broker_name != "log.message.format.version"
+    )
+    | frozenset(REPLICATION_THROTTLE_RATES)
+    | PER_BROKER_CONFIGS
+)
 
 
 def sensitive_broker_config(name: str) -> bool:
@@ -232,6 +239,10 @@ class DynamicBrokerConfig:
         )
         return leader, follower
 
+    def advertised(self) -> tuple[Listener, ...]:
+        """The listeners this broker registers for clients, the dynamic layer applied."""
+        return advertised_listeners(self.effective())
+
     def log_defaults(self) -> LogConfig:
         """The broker-wide topic defaults with the dynamic layers applied."""
         return LogConfig.from_broker_properties(self.effective())
@@ -252,13 +263,25 @@ class DynamicBrokerConfig:
                 out.append(Synonym(n, to_config_string(key.default), ConfigSource.DEFAULT_CONFIG))
         return out
 
-    def validate(self, props: Mapping[str, str]) -> None:
-        """Check a dynamic broker config document (INVALID_REQUEST as Kafka: KAFKA-13609).
+    def validate(self, props: Mapping[str, str], per_broker: bool = True) -> None:
+        """Check a dynamic broker config document, this broker's (`per_broker`) or the
+        cluster-wide default (INVALID_REQUEST as Kafka: KAFKA-13609).
 
         Configs loglake does not know are accepted and stored, as Kafka accepts custom ones."""
         read_only = sorted(n for n in props if n in BROKER_CONFIG_KEYS and n not in DYNAMIC_CONFIGS)
         if read_only:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {read_only}")
+        own = sorted(n for n in props if n in PER_BROKER_CONFIGS)
+        if own and not per_broker:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"Cannot update these configs at default cluster level, broker id must be specified: {own}",
+            )
+        if own:
+            try:
+                advertised_listeners({**self.static, **props})
+            except ValueError as exc:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
         for name, value in props.items():
             key = BROKER_CONFIG_KEYS.get(name)
             if key is None:

@@ -521,6 +521,13 @@ def _listener_security(props: Mapping[str, str], listeners: tuple[Listener, ...]
     return {"protocol_map": protocol_map, "advertised_listeners": advertised, "inter_broker_listener_name": inter}
 
 
+def advertised_listeners(props: Mapping[str, str]) -> tuple[Listener, ...]:
+    """What `props` advertise (advertised.listeners, else listeners), by Kafka's listener
+    checks; ValueError if they fail (a dynamic advertised.listeners is checked so)."""
+    listeners = _parse_listeners(props["listeners"]) if props.get("listeners") else BrokerConfig.listeners
+    return _listener_security(props, listeners)["advertised_listeners"] or listeners
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """What a broker process needs, from server.properties plus --override."""

@@ -162,3 +162,59 @@ def test_zookeeper_store_broker_configs_reach_another_store_by_notification(make
     assert seen[-1] == {"<default>": {"log.retention.ms": "1000"}}
     writer.set_broker_config("3", {})
     assert reader.broker_configs() == {"<default>": {"log.retention.ms": "1000"}, "3": {}}
+
+
+def alter_broker(bootstrap: str, resource_name: str, name: str, value: str) -> dict[str, Any]:
+    """IncrementalAlterConfigs SET of one broker config; the resource's response."""
+    body = {
+        "resources": [
+            {
+                "resource_type": BROKER,
+                "resource_name": resource_name,
+                "configs": [{"name": name, "config_operation": 0, "value": value}],
+            }
+        ],
+        "validate_only": False,
+    }
+    (response,) = call(bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)["responses"]
+    return response
+
+
+def metadata_hosts(bootstrap: str) -> dict[int, tuple[str, int]]:
+    brokers = call(bootstrap, ApiKey.METADATA, 12, {"topics": [], "allow_auto_topic_creation": False})["brokers"]
+    return {b["node_id"]: (b["host"], b["port"]) for b in brokers}
+
+
+@pytest.mark.timeout(180)
+def test_advertised_listeners_is_a_per_broker_dynamic_config(cluster: LocalCluster) -> None:
+    """As Kafka 3.9 (ZooKeeper mode): broker 2's advertised.listeners altered at run time
+    (its PLAINTEXT listener advertised as localhost instead of 127.0.0.1) reaches every
+    broker's Metadata, and a client reaches broker 2 there; not at the cluster default, not
+    naming a listener that does not exist, and DescribeConfigs shows it not read-only."""
+    port = int(cluster.brokers[2].bootstrap.rsplit(":", 1)[1])
+    assert metadata_hosts(cluster.brokers[1].bootstrap)[2] == ("127.0.0.1", port)
+    bootstrap2 = cluster.brokers[2].bootstrap
+
+    at_default = alter_broker(bootstrap2, "", "advertised.listeners", f"PLAINTEXT://localhost:{port}")
+    assert at_default["error_code"] == 42, at_default  # INVALID_REQUEST
+    assert "broker id must be specified" in at_default["error_message"]
+    stranger = alter_broker(bootstrap2, "2", "advertised.listeners", f"EXTERNAL://localhost:{port}")
+    assert stranger["error_code"] == 42 and "not in listeners" in stranger["error_message"], stranger
+    assert metadata_hosts(cluster.brokers[1].bootstrap)[2] == ("127.0.0.1", port)
+
+    altered = alter_broker(bootstrap2, "2", "advertised.listeners", f"PLAINTEXT://localhost:{port}")
+    assert altered["error_code"] == 0, altered
+    body = {"resources": [{"resource_type": BROKER, "resource_name": "2", "configuration_keys": None}]}
+    (result,) = call(bootstrap2, ApiKey.DESCRIBE_CONFIGS, 4, body)["results"]
+    (entry,) = [c for c in result["configs"] if c["name"] == "advertised.listeners"]
+    assert (entry["value"], entry["read_only"]) == (f"PLAINTEXT://localhost:{port}", False)
+    for b in (1, 2, 3):
+        eventually(lambda b=b: metadata_hosts(cluster.brokers[b].bootstrap)[2] == ("localhost", port))
+
+    # A client told only broker 1 reaches broker 2 at its new address (it leads the partition).
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    for future in admin.create_topics(
+        [NewTopic("on-two", 1, replica_assignment=[[2]], config={"min.insync.replicas": "1"})]
+    ).values():
+        future.result(30)
+    assert produce_error(cluster.brokers[1].bootstrap, "on-two", 10) is None

@@ -516,6 +516,58 @@ def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(clu
     assert read_all(cluster.bootstrap, "heavy", 1, 2000, timeout=120)[0][-1] == chunk
 
 
+def test_execute_submits_only_once_every_involved_broker_applied_the_throttle(tmp_path, zk_connect: str) -> None:
+    """`reassign execute --throttle`: a paused (SIGSTOP) involved broker cannot report the
+    throttle applied, so the CLI refuses after --throttle-wait, naming it, and no reassignment
+    starts; with every broker running, each reports the throttle (its rates and the topic's
+    throttled replicas) applied, and only then is the plan submitted."""
+    # Sessions long enough that the paused broker stays registered (and so involved).
+    overrides = {**FAST, "zookeeper.session.timeout.ms": "30000"}
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        controller = cluster.status()["controller"]["broker_id"]
+        joining = max(b for b in (2, 3) if b != controller)  # neither the CLI's broker (1) nor the controller
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        for future in admin.create_topics([NewTopic("slowed", 1, replica_assignment=[[1]])]).values():
+            future.result(30)
+        cluster.wait_for(lambda s: any(p["topic"] == "slowed" for p in s["partitions"]))
+        source, target = [1], [1, joining]
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps({"version": 1, "partitions": [{"topic": "slowed", "partition": 0, "replicas": target}]})
+        )
+
+        cluster.pause(joining)
+        try:
+            refused = loglake(
+                cluster, "reassign", "execute", "--plan", str(plan), "--throttle", "1000000", "--throttle-wait", "1"
+            )
+        finally:
+            cluster.resume(joining)
+        assert refused.returncode == 1, refused.stdout
+        assert f"broker {joining} has not applied the replication throttle" in refused.stderr, refused.stderr
+        assert "no reassignment was submitted" in refused.stderr
+        assert "accepted" not in refused.stdout
+        assert ongoing(cluster.brokers[1].bootstrap) == {}
+        assert cluster.partition("slowed", 0)["replicas"] == source
+
+        executed = loglake(cluster, "reassign", "execute", "--plan", str(plan), "--throttle", "2000000")
+        assert executed.returncode == 0, executed.stderr
+        throttling = executed.stdout.index("Throttling replication")
+        assert throttling < executed.stdout.index("slowed-0: accepted"), executed.stdout
+        for b in target:
+            applied = httpx.get(f"{cluster.http_url(b)}/replication-throttles", timeout=10).json()
+            assert applied["broker"] == b
+            assert applied["rates"] == {
+                "leader.replication.throttled.rate": 2000000,
+                "follower.replication.throttled.rate": 2000000,
+            }
+            assert applied["topics"]["slowed"] == {
+                "leader.replication.throttled.replicas": "0:1",
+                "follower.replication.throttled.replicas": f"0:{joining}",
+            }
+        settled(cluster, "slowed", 0, target)
+
+
 def test_a_reassignment_in_progress_is_cancelled_back_to_the_original_replicas(cluster: LocalCluster, tmp_path) -> None:
     """A move whose new replica cannot catch up (its broker is paused) is cancelled with
     `loglake reassign cancel`: the replicas are the original ones again, the added replica

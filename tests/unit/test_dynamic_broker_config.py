@@ -50,6 +50,31 @@ def test_validate_refuses_read_only_and_bad_values_as_invalid_request(props: dic
     assert exc.value.code == ErrorCode.INVALID_REQUEST and fragment in exc.value.message
 
 
+def test_advertised_listeners_is_per_broker_and_names_existing_listeners() -> None:
+    config = DynamicBrokerConfig(
+        1,
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:9092,EXTERNAL://0.0.0.0:9094",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+        },
+    )
+    wanted = {"advertised.listeners": "PLAINTEXT://127.0.0.1:9092,EXTERNAL://kafka1.example.com:9094"}
+    config.validate(wanted)
+    for props, per_broker, fragment in (
+        (wanted, False, "broker id must be specified"),
+        ({"advertised.listeners": "OTHER://h:1,PLAINTEXT://h:2"}, True, "not in listeners"),
+        ({"advertised.listeners": "EXTERNAL://h:1"}, True, "inter-broker listener PLAINTEXT"),
+    ):
+        with pytest.raises(KafkaError, match=fragment) as refused:
+            config.validate(props, per_broker)
+        assert refused.value.code == ErrorCode.INVALID_REQUEST
+    config.update({"1": wanted})
+    assert [(a.scheme, a.host) for a in config.advertised()] == [
+        ("PLAINTEXT", "127.0.0.1"),
+        ("EXTERNAL", "kafka1.example.com"),
+    ]
+
+
 def test_custom_broker_configs_are_accepted_as_kafka_does() -> None:
     DynamicBrokerConfig(0, {}).validate({"some.plugin.setting": "x", "log.retention.ms": "1000"})
 

@@ -14,8 +14,18 @@ import httpx
 import orjson
 
 from loglake.broker_configs import REPLICATION_THROTTLE_RATES
-from loglake.cli.common import CliError, broker_urls, check, client, command_group, http_command, print_json
+from loglake.cli.common import (
+    CliError,
+    broker_urls,
+    check,
+    client,
+    command_group,
+    http_client,
+    http_command,
+    print_json,
+)
 from loglake.cluster.assignment import assign_replicas
+from loglake.cluster.replication_quota import THROTTLED_REPLICAS
 
 
 def _read_plan(path: str) -> dict[str, Any]:
@@ -90,11 +100,8 @@ def cmd_reassign_execute(args: argparse.Namespace) -> int:
             )
         )
         if args.throttle is not None:
-            _set_throttles(c, plan, current, args.throttle)
+            _set_throttles(c, plan, current, args.throttle, args.throttle_wait)
         return submit_plan(c, plan)
-
-
-_THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 
 def _throttle_plan(
@@ -125,7 +132,9 @@ def _throttle_plan(
     return configs, brokers
 
 
-def _set_throttles(c: httpx.Client, plan: dict[str, Any], current: dict[tuple[str, int], list[int]], rate: int) -> None:
+def _set_throttles(
+    c: httpx.Client, plan: dict[str, Any], current: dict[tuple[str, int], list[int]], rate: int, wait: float
+) -> None:
     if rate < 1:
         raise CliError(f"--throttle must be a positive number of bytes/s, not {rate}")
     configs, brokers = _throttle_plan(plan, current)
@@ -133,15 +142,43 @@ def _set_throttles(c: httpx.Client, plan: dict[str, Any], current: dict[tuple[st
         check(c.patch(f"/topics/{topic}", json={"configs": config}))
     for b in sorted(brokers):
         check(c.patch(f"/brokers/{b}/configs", json={"configs": dict.fromkeys(REPLICATION_THROTTLE_RATES, str(rate))}))
+    _await_throttles(broker_urls(c), configs, brokers, rate, wait)
     print(f"Throttling replication of the moving replicas to {rate} B/s on brokers {sorted(brokers)}")
+
+
+def _await_throttles(
+    urls: dict[int, str], configs: dict[str, dict[str, str]], brokers: set[int], rate: int, wait: float
+) -> None:
+    """Wait until each involved broker reports the throttle applied: it applies the stored
+    configs only on the store's notification, and a move started before then runs unthrottled."""
+    rates = dict.fromkeys(REPLICATION_THROTTLE_RATES, rate)
+    deadline = time.monotonic() + wait
+    for b in sorted(brokers):
+        if b not in urls:
+            raise CliError(f"broker {b} is not alive; no reassignment was submitted")
+        with http_client(urls[b], wait) as bc:
+            while True:
+                try:
+                    applied = check(bc.get("/replication-throttles", timeout=max(deadline - time.monotonic(), 0.1)))
+                    seen = f"rates {applied['rates']}, topics {applied['topics']}"
+                    if applied["rates"] == rates and all(applied["topics"].get(t) == v for t, v in configs.items()):
+                        break
+                except httpx.HTTPError as exc:
+                    seen = f"no answer ({exc.__class__.__name__})"
+                if time.monotonic() >= deadline:
+                    raise CliError(
+                        f"broker {b} has not applied the replication throttle after {wait:g}s ({seen}); "
+                        "no reassignment was submitted"
+                    )
+                time.sleep(0.1)
 
 
 def _remove_throttles(c: httpx.Client, topics: set[str]) -> None:
     """What `verify` does once a plan is complete: no throttle left on any broker or topic."""
     for topic in sorted(topics):
         config = check(c.get(f"/topics/{topic}"))["configs"]
-        if any(config.get(n) for n in _THROTTLED_REPLICAS):
-            check(c.patch(f"/topics/{topic}", json={"configs": dict.fromkeys(_THROTTLED_REPLICAS, "")}))
+        if any(config.get(n) for n in THROTTLED_REPLICAS):
+            check(c.patch(f"/topics/{topic}", json={"configs": dict.fromkeys(THROTTLED_REPLICAS, "")}))
     for b in broker_urls(c):
         stored = check(c.get(f"/brokers/{b}/configs"))["configs"]
         if any(n in stored for n in REPLICATION_THROTTLE_RATES):
@@ -290,6 +327,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         p.add_argument("--plan", required=True, help="a plan JSON file")
     commands["execute"].add_argument(
         "--throttle", type=int, help="bytes/s for moving replicas (leader and follower replication throttles)"
+    )
+    commands["execute"].add_argument(
+        "--throttle-wait",
+        type=float,
+        default=30,
+        help="seconds to wait for every involved broker to apply the throttle before submitting (default 30)",
     )
     commands["verify"].add_argument(
         "--preserve-throttles", action="store_true", help="keep the throttles after the plan completes"

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from loglake.token_bucket import TokenBucket
 
 UNLIMITED = 2**63 - 1  # Kafka's default rate: Long.MAX_VALUE
+# The topic configs naming the throttled replicas, leader side then follower side.
+THROTTLED_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
 # "*" in a throttled-replicas list: every replica of the topic.
 _ALL = frozenset({-1})

@@ -153,6 +153,9 @@ class Controller:
                 # A restarted broker tried its log dirs again: what loaded is online.
                 self._offline_replicas.pop(broker, None)
             if not dead and not joined:
+                # The same brokers, one registered again with other endpoints: every
+                # broker's metadata must tell clients the new ones (Kafka: UpdateMetadata).
+                self._channel.send_update_metadata(epoch)
                 return
             for topic in self._store.topics().values():
                 touched = set(self._elect_offline_leaders(topic, live - bounced))

@@ -250,7 +250,8 @@ class MetadataStore(ABC):
     def watch_brokers(self, callback: Callable[[dict[int, int]], None]) -> None:
         """Call `callback` with the live brokers, id -> broker epoch (which registration it
         is), now and whenever that changes: a broker that registers again under the same id
-        (restarted within its session timeout) is a change even if the ids look the same."""
+        (restarted within its session timeout) is a change even if the ids look the same, and
+        so is a broker rewriting its registration (its endpoints), with the same epochs."""
 
     @abstractmethod
     def watch_controller(self, callback: Callable[[int | None], None]) -> None:

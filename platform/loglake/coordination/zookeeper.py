@@ -758,15 +758,17 @@ class ZooKeeperMetadataStore(MetadataStore):
     def watch_brokers(self, callback: Callable[[dict[int, int]], None]) -> None:
         children = self._children_reader(BROKER_IDS)
 
-        def read(watcher: Callable[[WatchedEvent], None]) -> dict[int, int]:
+        def read(watcher: Callable[[WatchedEvent], None]) -> dict[int, tuple[int, int]]:
             # With the ids alone, a broker deleted and registered again between two reads
             # (restarted within its session timeout: one watch event for both changes)
-            # would look unchanged; its node's creation zxid (the broker epoch) tells.
+            # would look unchanged; its node's creation zxid (the broker epoch) tells. A
+            # broker that rewrites its node (new advertised.listeners) changes its mzxid;
+            # the watch on each node's data tells.
             ids = [i for i in children(watcher) if i.isdigit()]
-            stats = {int(i): self._client.exists_async(f"{BROKER_IDS}/{i}") for i in ids}
-            return {b: stat.czxid for b, reply in stats.items() if (stat := reply.get()) is not None}
+            stats = {int(i): self._client.exists_async(f"{BROKER_IDS}/{i}", watch=watcher) for i in ids}
+            return {b: (stat.czxid, stat.mzxid) for b, reply in stats.items() if (stat := reply.get()) is not None}
 
-        self._add_watch(read, dict, callback)
+        self._add_watch(read, lambda zxids: {b: czxid for b, (czxid, _) in zxids.items()}, callback)
 
     def watch_topics(self, callback: Callable[[set[str]], None]) -> None:
         self._add_watch(self._children_reader(TOPICS), set, callback)
