@@ -25,13 +25,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
     from pyspark.sql.streaming import DataStreamReader
 
-# Spark's Kafka source schema: the stand-in source of the tests is read with it.
-KAFKA_SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
-)
-
-
 @dataclass(frozen=True)
 class Trigger:
     """`available-now` (everything there is, then stop) or `processing-time=<interval>`."""
@@ -124,7 +117,10 @@ def loglake_source_options(args: argparse.Namespace) -> dict[str, str]:
 def load_source(reader: DataFrameReader | DataStreamReader, spark: SparkSession, args: argparse.Namespace) -> DataFrame:
     """The job's input in Spark's Kafka source schema: loglake topics, or the tests' Parquet stand-in."""
     if args.test_only_parquet_source is not None:
-        return reader.schema(KAFKA_SCHEMA_DDL).option("maxFilesPerTrigger", 1).parquet(args.test_only_parquet_source)
+        from loglake.spark.source import kafka_schema
+
+        stand_in = reader.schema(kafka_schema(include_headers=True)).option("maxFilesPerTrigger", 1)
+        return stand_in.parquet(args.test_only_parquet_source)
     import loglake.spark
 
     loglake.spark.register(spark)

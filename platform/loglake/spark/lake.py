@@ -19,7 +19,7 @@ the broker. No offset is read twice or skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,7 +28,7 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from pyspark.sql.datasource import InputPartition
 
-from loglake.spark.arrow_decoder import arrow_schema
+from loglake.spark.kafka_columns import arrow_schema
 from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describe_configs
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
@@ -163,11 +163,11 @@ def lake_part_at(client: ProtocolClient, topic: str, partition: int, start: int,
 
 
 def read_lake_range(
-    partition: LakeRangePartition, include_headers: bool, read_committed: bool
+    partition: LakeRangePartition, columns: Sequence[str], read_committed: bool
 ) -> Iterator[pa.RecordBatch]:
-    """The records of the range, in offset order, with the source's Arrow schema; for
+    """The records of the range, in offset order, as the source's `columns`; for
     read_committed, without the rows of aborted transactions (as the log reads them)."""
-    schema = arrow_schema(include_headers)
+    schema = arrow_schema(columns)
     dataset = DeltaTable(partition.table, version=partition.version).to_pyarrow_dataset()
     where = (
         (pds.field("partition") == partition.partition)
@@ -176,6 +176,6 @@ def read_lake_range(
     )
     if read_committed and ABORTED_COLUMN in dataset.schema.names:
         where &= pds.field(ABORTED_COLUMN).is_null() | ~pds.field(ABORTED_COLUMN)  # null: tiered before the flag
-    table = dataset.to_table(columns=schema.names, filter=where)
-    table = table.take(pc.sort_indices(table, [("offset", "ascending")]))
+    table = dataset.to_table(columns=list(dict.fromkeys([*schema.names, "offset"])), filter=where)
+    table = table.take(pc.sort_indices(table, [("offset", "ascending")])).select(schema.names)
     yield from table.cast(schema).to_batches(max_chunksize=65536)

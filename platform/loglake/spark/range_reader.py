@@ -6,10 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import pyarrow as pa
-
 from loglake.errors import ErrorCode
-from loglake.spark.arrow_decoder import decode_fetch
+from loglake.spark.arrow_decoder import DecodedFetch, decode_fetch
 from loglake.spark.offset_ranges import OffsetRange, list_offsets, report_data_loss
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import (
@@ -43,8 +41,9 @@ class _RetryDeadline:
         self.until = None
 
 
-def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of `offset_range`, one Arrow batch per fetch answer."""
+def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[DecodedFetch]:
+    """The records of `offset_range`, one Arrow batch of `options.columns` per fetch answer
+    that has any, with the offset the next fetch starts at."""
     tp = offset_range.topic_partition
     where = f"{tp.topic}-{tp.partition}"
     max_bytes = options.max_partition_fetch_bytes
@@ -89,11 +88,11 @@ def read_range(options: ReadOptions, offset_range: OffsetRange) -> Iterator[pa.R
                 tp.partition,
                 offset,
                 offset_range.end,
-                options.include_headers,
+                options.columns,
                 fetched.aborted,
             )
             if decoded.batch.num_rows:
-                yield decoded.batch
+                yield decoded
             if decoded.next_offset > offset:
                 offset = decoded.next_offset
                 deadline.reset()
