@@ -1,0 +1,199 @@
+"""`read_topic`: a topic as one DataFrame, its tiered part read by Spark's own Parquet reader.
+
+The driver plans every partition's offset range as the `loglake` source does (same options,
+same `earliest`, which starts at the lake), pins the topic's Delta table at one version and
+cuts each range at that version's tiered extent ([lake start, tiered end)):
+
+- inside it, Spark's native Parquet reader scans only that version's files of the
+  partition (partition pruning by the table's partition values, file pruning by the
+  files' offset statistics, row-group pruning by the offset filter it pushes down);
+- outside it (below an expired lake start, above the tiered end), the `loglake` source reads
+  exactly those offsets from the brokers (`assign` with starting/ending offsets per part).
+
+The parts are disjoint offset ranges that together cover the planned range, so the union
+has no gap and no duplicate whatever tiering or retention does meanwhile. A table whose
+reader features a plain Parquet scan cannot honour (deletion vectors, column mapping) is
+not scanned natively: the whole topic goes through the `loglake` source, whose lake read
+understands them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import reduce
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
+
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from loglake.protocol import IsolationLevel
+from loglake.spark.kafka_columns import KAFKA_COLUMNS
+from loglake.spark.lake import ABORTED_COLUMN, Lake, lakes_for, plain_parquet_refusal
+from loglake.spark.offset_ranges import OffsetRange, connect, plan_batch
+from loglake.spark.options import OptionError, ReadOptions, parse_read_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+# The options that choose what is read: read_topic resolves them to offsets itself.
+_SELECTION_OPTIONS = frozenset(
+    name.lower()
+    for name in (
+        "subscribe",
+        "subscribePattern",
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
+        "minPartitions",
+    )
+)
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """A read cut into the offsets read from the lake's files and those read from brokers."""
+
+    lake_parts: list[tuple[Lake, OffsetRange]]
+    # at most one part per partition in each read (the source takes one range per partition)
+    broker_reads: list[list[OffsetRange]]
+
+
+def plan_topic_read(options: ReadOptions) -> TopicPlan:
+    """Every partition's range, planned whole, cut at its lake's pinned extent."""
+    whole = replace(options, min_partitions=None, max_records_per_partition=sys.maxsize)
+    ranges = [r for r in plan_batch(whole) if r.size > 0]
+    with connect(options) as client:
+        lakes = lakes_for(client, {r.topic for r in ranges}) if ranges else {}
+    scannable = {}
+    for topic, lake in lakes.items():
+        refusal = plain_parquet_refusal(DeltaTable(lake.table, version=lake.version))
+        if refusal is None:
+            scannable[topic] = lake
+        else:
+            log.info("%s: %s; its tiered part is read through the loglake source", lake.table, refusal)
+    lake_parts: list[tuple[Lake, OffsetRange]] = []
+    below: list[OffsetRange] = []
+    above: list[OffsetRange] = []
+    for r in ranges:
+        lake = scannable.get(r.topic)
+        extent = None if lake is None else lake.extents.get(r.partition)
+        if lake is None or extent is None:
+            above.append(r)
+            continue
+        first = min(r.end, max(r.start, extent[0]))
+        last = max(first, min(r.end, extent[1]))
+        for start, end, into in ((r.start, first, below), (last, r.end, above)):
+            if end > start:
+                into.append(OffsetRange(r.topic, r.partition, start, end))
+        if last > first:
+            lake_parts.append((lake, OffsetRange(r.topic, r.partition, first, last)))
+    return TopicPlan(lake_parts, [parts for parts in (below, above) if parts])
+
+
+def _source_options(options: Mapping[str, str], parts: list[OffsetRange]) -> dict[str, str]:
+    """The `loglake` source's options reading exactly `parts`."""
+    assign: dict[str, list[int]] = {}
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for r in parts:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starts.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ends.setdefault(r.topic, {})[str(r.partition)] = r.end
+    kept = {k: v for k, v in options.items() if k.lower() not in _SELECTION_OPTIONS}
+    return kept | {
+        "assign": json.dumps(assign),
+        "startingOffsets": json.dumps(starts),
+        "endingOffsets": json.dumps(ends),
+    }
+
+
+def _file_uris(actions: list[dict], root: str, part: OffsetRange) -> list[str]:
+    """The files of the part's partition (add actions of the pinned version) whose offsets
+    may fall in the part."""
+    uris = []
+    for action in actions:
+        low, high = action.get("min.offset"), action.get("max.offset")
+        if action["partition.partition"] != part.partition:
+            continue
+        if low is not None and high is not None and (high < part.start or low >= part.end):
+            continue
+        uris.append(f"{root}/{unquote(action['path'])}")
+    return uris
+
+
+def _lake_frame(
+    spark: SparkSession, uris: list[str], part: OffsetRange, columns: tuple[str, ...], read_committed: bool
+) -> DataFrame | None:
+    """The part's rows from the pinned version's Parquet files `uris`, by Spark's Parquet reader."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField
+
+    from loglake.spark.source import columns_schema
+
+    if not uris:
+        return None
+    # Partition columns are not in Delta's data files: `partition` is the part's, `topic` the
+    # table's. A file without the aborted flag (tiered before it existed) reads it as null.
+    stored = tuple(n for n in KAFKA_COLUMNS.names if n not in ("partition", "topic"))
+    file_schema = columns_schema(stored).add(StructField(ABORTED_COLUMN, BooleanType()))
+    rows = spark.read.schema(file_schema).parquet(*uris)
+    where = (F.col("offset") >= part.start) & (F.col("offset") < part.end)
+    if read_committed:
+        where &= F.col(ABORTED_COLUMN).isNull() | ~F.col(ABORTED_COLUMN)
+    constants = {"partition": F.lit(part.partition).cast("int"), "topic": F.lit(part.topic)}
+    return rows.where(where).select(*[constants.get(n, F.col(n)).alias(n) for n in columns])
+
+
+def read_topic(
+    spark: SparkSession, topic: str | None = None, *, schema: StructType | str | None = None, **options: object
+) -> DataFrame:
+    """Topics as one batch DataFrame, like `spark.read.format("loglake")` with `options` (the
+    Kafka source's option names; `topic` is `subscribe`, comma-separated), but with the tiered
+    part read by Spark's Parquet reader from one pinned Delta version. `schema`: any of the
+    Kafka source's columns, in any order (default: all, headers with includeHeaders=true)."""
+    import loglake.spark
+    from loglake.spark.source import columns_schema, selected_columns
+    from pyspark.sql.types import StructType as SparkStruct
+
+    loglake.spark.register(spark)
+    given = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
+    if topic is not None:
+        given["subscribe"] = topic
+    parsed = parse_read_options(given, streaming=False)
+    if parsed.commit_offsets:
+        raise OptionError("commitOffsets: read_topic does not commit offsets (use spark.read.format('loglake'))")
+    if schema is not None:
+        struct = schema if isinstance(schema, SparkStruct) else SparkStruct.fromDDL(schema)
+        parsed = replace(parsed, columns=selected_columns(struct))
+    columns = parsed.columns
+    plan = plan_topic_read(parsed)
+    read_committed = parsed.isolation_level == IsolationLevel.READ_COMMITTED
+    frames = []
+    actions: dict[str, tuple[list[dict], str]] = {}  # per table: its pinned add actions, its root
+    for lake, part in plan.lake_parts:
+        if lake.table not in actions:
+            pinned = DeltaTable(lake.table, version=lake.version)
+            files = pa.table(pinned.get_add_actions(flatten=True)).to_pylist()
+            actions[lake.table] = (files, pinned.table_uri.rstrip("/"))
+        frame = _lake_frame(spark, _file_uris(*actions[lake.table], part), part, columns, read_committed)
+        if frame is not None:
+            frames.append(frame)
+    for parts in plan.broker_reads:
+        reader = spark.read.format("loglake").schema(columns_schema(columns))
+        frames.append(reader.options(**_source_options(given, parts)).load())
+    if not frames:
+        return spark.createDataFrame([], columns_schema(columns))
+    return reduce(lambda a, b: a.unionByName(b), frames)
