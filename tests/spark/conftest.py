@@ -33,3 +33,13 @@ def topic(request: pytest.FixtureRequest) -> str:
     from clients.client_helpers import unique_name
 
     return unique_name(request.node.name)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone master and two one-core workers on loopback for the whole session,
+    stopped at its end (and when starting fails)."""
+    from standalone_cluster import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster

@@ -42,6 +42,10 @@ def register(spark: SparkSession) -> None:
     """
     from loglake.spark.source import LoglakeDataSource
 
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        # A Spark Connect session: the server's Python workers run its own interpreter.
+        spark.dataSource.register(LoglakeDataSource)
+        return
     sc = spark.sparkContext
     if not os.environ.get("PYSPARK_PYTHON") and not sc.getConf().get("spark.pyspark.python"):
         os.environ["PYSPARK_PYTHON"] = sys.executable
