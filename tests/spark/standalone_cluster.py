@@ -187,8 +187,10 @@ def connect_server(cluster: StandaloneCluster, log: Path) -> Iterator[str]:
         str(jar),
     ]
     with log.open("wb") as out:
+        # spark-submit starts this server as a daemon: SPARK_DAEMON_MEMORY is its driver's heap.
+        env = cluster_environment() | {"SPARK_DAEMON_MEMORY": "512m"}
         server = subprocess.Popen(
-            argv, env=cluster_environment(), cwd=log.parent, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, env=env, cwd=log.parent, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
