@@ -111,12 +111,7 @@ class StandaloneCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
         for process in reversed(self.processes):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            _reap(process)
 
     def submit_args(self) -> list[str]:
         """spark-submit's arguments for an application on this cluster (client deploy mode)."""
@@ -153,6 +148,16 @@ class StandaloneCluster:
         )
         assert result.returncode == 0, f"spark-submit {script} failed:\n{result.stdout}\n{result.stderr[-6000:]}"
         return result
+
+
+def _reap(process: subprocess.Popen, timeout_s: float = 30) -> None:
+    """Wait for a process told to stop; SIGKILL its session if it lingers."""
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 @contextlib.contextmanager
@@ -204,9 +209,4 @@ def connect_server(cluster: StandaloneCluster, log: Path) -> Iterator[str]:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        _reap(server)

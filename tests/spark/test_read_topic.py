@@ -5,27 +5,14 @@ tables a plain Parquet scan cannot read fall back to the source."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable, TableFeatures
 
-from clients.client_helpers import create_topic, make_broker, serve
-from clients.tiering_helpers import TIERED, produce, tiering_overrides, wait_for_local_deletion
+from clients.client_helpers import create_topic
+from clients.tiering_helpers import TIERED, produce, wait_for_local_deletion
 from jobs.tier import parse_args, run
 from loglake.spark import read_topic
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("lake")
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory, lake: Path) -> Iterator[object]:
-    overrides = tiering_overrides(lake) | {"transaction.state.log.num.partitions": "2"}
-    yield from serve(make_broker(tmp_path_factory.mktemp("read-topic") / "logs", **overrides))
 
 
 def tiered_topic(spark, broker, topic: str, tiered: int, tail: int) -> tuple[list[tuple[int, bytes, bytes]], int]:
@@ -48,11 +35,11 @@ def rows_of(df) -> list[tuple[int, bytes, bytes]]:
 
 
 def test_the_tiered_part_is_scanned_as_parquet_and_meets_the_log_without_gap_or_duplicate(
-    loglake_spark, broker, topic
+    loglake_spark, tiering_broker, topic
 ) -> None:
-    records, tiered_end = tiered_topic(loglake_spark, broker, topic, 400, 120)
+    records, tiered_end = tiered_topic(loglake_spark, tiering_broker, topic, 400, 120)
     assert 0 < tiered_end < len(records)
-    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": broker.bootstrap})
+    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
     assert scans_parquet(df)
     assert df.schema.simpleString().startswith("struct<key:binary,value:binary,topic:string,partition:int,")
     assert rows_of(df) == records
@@ -65,14 +52,14 @@ def test_the_tiered_part_is_scanned_as_parquet_and_meets_the_log_without_gap_or_
         schema="offset bigint, value binary",
         startingOffsets={topic: {"0": tiered_end - 5}},
         endingOffsets={topic: {"0": tiered_end + 5}},
-        **{"kafka.bootstrap.servers": broker.bootstrap},
+        **{"kafka.bootstrap.servers": tiering_broker.bootstrap},
     )
     assert seam.columns == ["offset", "value"]
     assert sorted(tuple(r) for r in seam.collect()) == [(o, v) for o, _, v in records[tiered_end - 5 : tiered_end + 5]]
     # The same range from the loglake source alone: what read_topic must equal.
     source = (
         loglake_spark.read.format("loglake")
-        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("kafka.bootstrap.servers", tiering_broker.bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", json.dumps({topic: {"0": tiered_end - 5}}))
         .option("endingOffsets", json.dumps({topic: {"0": tiered_end + 5}}))
@@ -81,21 +68,22 @@ def test_the_tiered_part_is_scanned_as_parquet_and_meets_the_log_without_gap_or_
     assert sorted(seam.collect()) == sorted(source.select("offset", "value").collect())
 
 
-def test_a_read_stays_on_the_version_it_pinned(loglake_spark, broker, lake, topic) -> None:
-    records, _ = tiered_topic(loglake_spark, broker, topic, 300, 20)
-    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": broker.bootstrap})
+def test_a_read_stays_on_the_version_it_pinned(loglake_spark, tiering_broker, lake, topic) -> None:
+    records, _ = tiered_topic(loglake_spark, tiering_broker, topic, 300, 20)
+    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
     # A later version (what lake retention does) removes the first 50 rows.
     DeltaTable(str(lake / topic)).delete('"offset" < 50')
     assert rows_of(df) == records
-    assert rows_of(read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": broker.bootstrap})) == records[50:]
+    fresh = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
+    assert rows_of(fresh) == records[50:]
 
 
 @pytest.mark.parametrize("feature", [TableFeatures.DeletionVectors, TableFeatures.ColumnMapping])
 def test_tables_a_plain_parquet_scan_cannot_read_fall_back_to_the_source(
-    loglake_spark, broker, lake, topic, feature
+    loglake_spark, tiering_broker, lake, topic, feature
 ) -> None:
-    records, _ = tiered_topic(loglake_spark, broker, topic, 300, 20)
+    records, _ = tiered_topic(loglake_spark, tiering_broker, topic, 300, 20)
     DeltaTable(str(lake / topic)).alter.add_feature(feature, allow_protocol_versions_increase=True)
-    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": broker.bootstrap})
+    df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
     assert not scans_parquet(df)
     assert rows_of(df) == records
