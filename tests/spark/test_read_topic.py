@@ -87,3 +87,39 @@ def test_tables_a_plain_parquet_scan_cannot_read_fall_back_to_the_source(
     df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
     assert not scans_parquet(df)
     assert rows_of(df) == records
+
+
+def test_aborted_rows_in_the_lake_read_as_the_log_does(loglake_spark, tiering_broker, topic) -> None:
+    """A tiered aborted transaction: read_committed leaves its rows out (the files holding
+    them are filtered, the others scanned whole), read_uncommitted keeps them; both equal the
+    untiered log's read."""
+    from confluent_kafka import Producer
+
+    broker = tiering_broker
+    create_topic(broker.bootstrap, topic, config=TIERED)
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic, "linger.ms": 5})
+    txn.init_transactions(30)
+    produce(broker, topic, 0, 100)
+    txn.begin_transaction()
+    for i in range(10):
+        txn.produce(topic, b"aborted-%d" % i, key=b"aborted-%d" % i, partition=0)
+    txn.flush(30)
+    txn.abort_transaction(30)
+    produce(broker, topic, 100, 200)
+
+    def read_all_ways(isolation: str) -> list[tuple[int, bytes, bytes]]:
+        options = {"kafka.bootstrap.servers": broker.bootstrap, "kafka.isolation.level": isolation}
+        source = loglake_spark.read.format("loglake").options(subscribe=topic, **options).load()
+        via_read_topic = rows_of(read_topic(loglake_spark, topic, **options))
+        assert via_read_topic == rows_of(source)
+        return via_read_topic
+
+    untiered = {i: read_all_ways(i) for i in ("read_committed", "read_uncommitted")}
+    assert len(untiered["read_uncommitted"]) == len(untiered["read_committed"]) + 10
+    run(loglake_spark, parse_args(["--bootstrap-servers", broker.bootstrap, "--topics", topic]))
+    assert wait_for_local_deletion(broker, topic)["tiered_offset"] > 110
+    for isolation, rows in untiered.items():
+        options = {"kafka.bootstrap.servers": broker.bootstrap, "kafka.isolation.level": isolation}
+        df = read_topic(loglake_spark, topic, **options)
+        assert scans_parquet(df)
+        assert rows_of(df) == rows

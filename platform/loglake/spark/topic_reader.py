@@ -120,41 +120,60 @@ def _source_options(options: Mapping[str, str], parts: list[OffsetRange]) -> dic
     }
 
 
-def _file_uris(actions: list[dict], root: str, part: OffsetRange) -> list[str]:
-    """The files of the part's partition (add actions of the pinned version) whose offsets
-    may fall in the part."""
-    uris = []
+@dataclass(frozen=True)
+class PartFiles:
+    """The pinned version's files of one lake part: those whose every row belongs to the read
+    (offsets within the part, no aborted row where read_committed), and those to filter."""
+
+    whole: list[str]
+    filtered: list[str]
+
+
+def _part_files(actions: list[dict], root: str, part: OffsetRange, read_committed: bool) -> PartFiles:
+    """The files of the part's partition whose offsets may fall in the part, sorted by
+    whether their statistics prove that no row needs filtering."""
+    files = PartFiles([], [])
     for action in actions:
         low, high = action.get("min.offset"), action.get("max.offset")
         if action["partition.partition"] != part.partition:
             continue
         if low is not None and high is not None and (high < part.start or low >= part.end):
             continue
-        uris.append(f"{root}/{unquote(action['path'])}")
-    return uris
+        inside = low is not None and high is not None and part.start <= low and high < part.end
+        # No aborted row: the flag's maximum is false, or every row's flag is null (tiered before it).
+        committed = action.get(f"max.{ABORTED_COLUMN}") is False or action.get(
+            f"null_count.{ABORTED_COLUMN}"
+        ) == action.get("num_records")
+        whole = inside and (committed or not read_committed)
+        (files.whole if whole else files.filtered).append(f"{root}/{unquote(action['path'])}")
+    return files
 
 
-def _lake_frame(
-    spark: SparkSession, uris: list[str], part: OffsetRange, columns: tuple[str, ...], read_committed: bool
-) -> DataFrame | None:
-    """The part's rows from the pinned version's Parquet files `uris`, by Spark's Parquet reader."""
+def _lake_frames(
+    spark: SparkSession, files: PartFiles, part: OffsetRange, columns: tuple[str, ...], read_committed: bool
+) -> list[DataFrame]:
+    """The part's rows from the pinned version's Parquet files, by Spark's Parquet reader:
+    the files wholly in the part as they are, the others filtered to it."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, StructField
 
     from loglake.spark.source import columns_schema
 
-    if not uris:
-        return None
     # Partition columns are not in Delta's data files: `partition` is the part's, `topic` the
     # table's. A file without the aborted flag (tiered before it existed) reads it as null.
     stored = tuple(n for n in KAFKA_COLUMNS.names if n not in ("partition", "topic"))
     file_schema = columns_schema(stored).add(StructField(ABORTED_COLUMN, BooleanType()))
-    rows = spark.read.schema(file_schema).parquet(*uris)
-    where = (F.col("offset") >= part.start) & (F.col("offset") < part.end)
-    if read_committed:
-        where &= F.col(ABORTED_COLUMN).isNull() | ~F.col(ABORTED_COLUMN)
     constants = {"partition": F.lit(part.partition).cast("int"), "topic": F.lit(part.topic)}
-    return rows.where(where).select(*[constants.get(n, F.col(n)).alias(n) for n in columns])
+    projection = [constants.get(n, F.col(n)).alias(n) for n in columns]
+    frames = []
+    if files.whole:
+        frames.append(spark.read.schema(file_schema).parquet(*files.whole).select(*projection))
+    if files.filtered:
+        where = (F.col("offset") >= part.start) & (F.col("offset") < part.end)
+        if read_committed:
+            where &= F.col(ABORTED_COLUMN).isNull() | ~F.col(ABORTED_COLUMN)
+        frames.append(spark.read.schema(file_schema).parquet(*files.filtered).where(where).select(*projection))
+    return frames
 
 
 def read_topic(
@@ -188,9 +207,8 @@ def read_topic(
             pinned = DeltaTable(lake.table, version=lake.version)
             files = pa.table(pinned.get_add_actions(flatten=True)).to_pylist()
             actions[lake.table] = (files, pinned.table_uri.rstrip("/"))
-        frame = _lake_frame(spark, _file_uris(*actions[lake.table], part), part, columns, read_committed)
-        if frame is not None:
-            frames.append(frame)
+        part_files = _part_files(*actions[lake.table], part, read_committed)
+        frames += _lake_frames(spark, part_files, part, columns, read_committed)
     for parts in plan.broker_reads:
         reader = spark.read.format("loglake").schema(columns_schema(columns))
         frames.append(reader.options(**_source_options(given, parts)).load())
