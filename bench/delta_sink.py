@@ -46,9 +46,9 @@ def arrow_rows(bootstrap: str, topic: str, layout, read) -> pa.Table:
     with connect(read) as client:
         ends = list_offsets(client, {TopicPartition(topic, p): LATEST_TIMESTAMP for p in range(PARTITIONS)})
     batches = [
-        layout.rows(batch)
+        layout.rows(decoded.batch)
         for tp, end in sorted(ends.items())
-        for batch in read_range(read, OffsetRange(tp.topic, tp.partition, 0, end))
+        for decoded in read_range(read, OffsetRange(tp.topic, tp.partition, 0, end))
     ]
     return pa.concat_tables(batches)
 

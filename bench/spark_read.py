@@ -1,11 +1,17 @@
 """Spark reading a topic with the loglake source vs Spark reading the same rows from Parquet.
 
-A topic of N records (100-byte values, 12-byte keys, 6 partitions) is produced with
-confluent-kafka into a standalone broker; Spark (local[2]) then runs
-`groupBy("partition")` with a count and a sum of value lengths over
-`spark.read.format("loglake")`, and the same query over a Parquet copy of the same rows
-(same columns) written in the same run. The ratio is Parquet's time over loglake's
-(records/s ratio; target ≥ 0.25).
+A topic of N records shaped like real events (unique ~100-byte JSON values: a unique id, one
+of 100,000 users, a timestamp, an amount; 12-byte keys; 6 partitions) is produced with
+confluent-kafka into a standalone broker; the Parquet baseline is the same rows written by
+Spark with default settings. Spark (local[2]) runs `groupBy("partition")` with a count and a
+sum of value lengths over:
+
+- `spark.read.format("loglake")` with the Kafka source's schema (target >= 0.5 x Parquet),
+- the same with a two-column schema, `partition int, value binary` (target >= 0.6),
+- `loglake.spark.read_topic` once 80 % of every partition is tiered into the topic's Delta
+  table (the table tiering writes, made here directly from the topic's records) (>= 0.7).
+
+Ratios are Parquet's seconds over the other side's (records/s ratio), best of `--rounds`.
 
 Where the time goes: the CPU seconds each kind of process used during each query (Spark's
 JVM, its Python workers, the broker; read from /proc, so Linux only), Fetch (wall, the
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
+import random
 import sys
 import tempfile
 import time
@@ -30,13 +36,28 @@ from collections import Counter
 from dataclasses import dataclass
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.kafka_common import create_topic, loglake_cluster
+from bench.kafka_common import loglake_cluster
 from bench.process_cpu import cpu_by_kind
 
 PARTITIONS = 6
-VALUE_SIZE = 100
+USERS = 100_000
 TOPIC = "spark-read-bench"
+TIERED_SHARE = 0.8
+TWO_COLUMNS = "partition int, value binary"
+TARGETS = {"kafka schema": 0.5, "two columns": 0.6, "read_topic, 80 % tiered": 0.7}
+
+
+def event(i: int, rng: random.Random) -> bytes:
+    """One event's JSON (~100 bytes): a unique id, one of USERS users, a timestamp, an amount."""
+    return b'{"id":"%s","user":"user-%05d","ts":%d,"amount":%d.%02d,"currency":"EUR"}' % (
+        rng.randbytes(12).hex().encode(),
+        rng.randrange(USERS),
+        1_764_000_000_000 + i * 7,
+        rng.randrange(10_000),
+        rng.randrange(100),
+    )
 
 
 def produce(bootstrap: str, records: int) -> float:
@@ -49,13 +70,13 @@ def produce(bootstrap: str, records: int) -> float:
             "queue.buffering.max.messages": 1_000_000,
         }
     )
-    pool = os.urandom(VALUE_SIZE * 1024)
+    rng = random.Random(21)
     started = time.perf_counter()
     for i in range(records):
-        at = (i % 1000) * VALUE_SIZE
+        value = event(i, rng)
         while True:
             try:
-                producer.produce(TOPIC, value=pool[at : at + VALUE_SIZE], key=b"key-%08d" % i, partition=i % PARTITIONS)
+                producer.produce(TOPIC, value=value, key=b"key-%08d" % i, partition=i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -94,7 +115,7 @@ def handoff_floor(spark, records: int) -> Timing:
     Arrow batches of the same shape: what Spark's Python Data Source API costs by itself
     (the batches cross to the JVM, where they become rows), with no fetch and no decode."""
     import pyarrow as pa
-    from loglake.spark.arrow_decoder import arrow_schema
+    from loglake.spark.kafka_columns import arrow_schema, default_columns
     from loglake.spark.source import kafka_schema
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -123,14 +144,14 @@ def handoff_floor(spark, records: int) -> Timing:
             batch = pa.RecordBatch.from_arrays(
                 [
                     pa.array([b"key-00000000"] * n, pa.binary()),
-                    pa.array([bytes(VALUE_SIZE)] * n, pa.binary()),
+                    pa.array([bytes(100)] * n, pa.binary()),
                     pa.repeat(pa.scalar(TOPIC), n),
                     pa.repeat(pa.scalar(partition.value, pa.int32()), n),
                     pa.array(np.arange(n), pa.int64()),
                     pa.array(np.arange(n) * 1000, pa.timestamp("us", tz="UTC")),
                     pa.repeat(pa.scalar(0, pa.int32()), n),
                 ],
-                schema=arrow_schema(False),
+                schema=arrow_schema(default_columns(False)),
             )
             for _ in range(records // PARTITIONS // n):
                 yield batch
@@ -146,13 +167,14 @@ def handoff_floor(spark, records: int) -> Timing:
 
 def where_the_time_goes(bootstrap: str) -> dict[str, float]:
     """Seconds per million records for fetching (wall: the broker's part included) and for
-    decoding (CPU), over partition 0."""
+    decoding (CPU) the Kafka schema's columns and the two columns, over partition 0."""
     from loglake.spark.arrow_decoder import decode_fetch
+    from loglake.spark.kafka_columns import default_columns
     from loglake.spark.options import DEFAULT_MAX_PARTITION_FETCH_BYTES
     from loglake.spark.protocol_client import LATEST_TIMESTAMP, ProtocolClient, TopicPartition
 
     tp = TopicPartition(TOPIC, 0)
-    fetch_s = decode_s = 0.0
+    fetch_s = decode_s = decode_two_s = 0.0
     records = 0
     with ProtocolClient(bootstrap) as client:
         client.metadata([TOPIC])
@@ -165,12 +187,65 @@ def where_the_time_goes(bootstrap: str) -> dict[str, float]:
             fetched = client.fetch_from(address, tp, offset, DEFAULT_MAX_PARTITION_FETCH_BYTES)
             t1 = time.perf_counter()
             c1 = time.process_time()  # CPU time: the decode is all ours, the machine may be busy
-            decoded = decode_fetch(fetched.records, tp.topic, tp.partition, offset, end, False)
-            decode_s += time.process_time() - c1
+            decoded = decode_fetch(fetched.records, tp.topic, tp.partition, offset, end, default_columns(False))
+            c2 = time.process_time()
+            decode_fetch(fetched.records, tp.topic, tp.partition, offset, end, ("partition", "value"))
+            decode_two_s += time.process_time() - c2
+            decode_s += c2 - c1
             fetch_s += t1 - t0
             records += decoded.batch.num_rows
             offset = decoded.next_offset
-    return {"fetch_s_per_M": fetch_s / records * 1e6, "decode_s_per_M": decode_s / records * 1e6}
+    return {
+        "fetch_s_per_M": fetch_s / records * 1e6,
+        "decode_s_per_M": decode_s / records * 1e6,
+        "decode_two_s_per_M": decode_two_s / records * 1e6,
+    }
+
+
+def tier(bootstrap: str, lake_root: str) -> int:
+    """The first TIERED_SHARE of every partition into the topic's Delta table, laid out as
+    jobs/tier.py lays it out (the source's columns with headers, `aborted`, `date`; partitioned
+    by partition and date; each partition's end as its app transaction), decoded here in one
+    process so that the benchmark does not depend on the tier job's speed. Rows written."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from loglake.spark.arrow_decoder import decode_fetch
+    from loglake.spark.kafka_columns import KAFKA_COLUMNS
+    from loglake.spark.lake import ABORTED_COLUMN, DATE_COLUMN, PARTITION_COLUMNS, table_path, tier_app_id
+    from loglake.spark.options import DEFAULT_MAX_PARTITION_FETCH_BYTES
+    from loglake.spark.protocol_client import LATEST_TIMESTAMP, ProtocolClient, TopicPartition
+
+    written = 0
+    with ProtocolClient(bootstrap) as client:
+        client.metadata([TOPIC])
+        for p in range(PARTITIONS):
+            tp = TopicPartition(TOPIC, p)
+            address = client.leader_address(tp)
+            assert address is not None
+            cut = int(client.list_offsets_from(address, {tp: LATEST_TIMESTAMP})[tp][1] * TIERED_SHARE)
+            batches, offset = [], 0
+            while offset < cut:
+                fetched = client.fetch_from(address, tp, offset, DEFAULT_MAX_PARTITION_FETCH_BYTES)
+                decoded = decode_fetch(fetched.records, TOPIC, p, offset, cut, KAFKA_COLUMNS.names)
+                batches.append(decoded.batch)
+                offset = decoded.next_offset
+            rows = pa.Table.from_batches(batches, schema=KAFKA_COLUMNS)
+            rows = rows.append_column(ABORTED_COLUMN, pa.repeat(pa.scalar(False), rows.num_rows))
+            rows = rows.append_column(DATE_COLUMN, pc.cast(rows["timestamp"], pa.date32()))
+            write_deltalake(
+                table_path(lake_root, TOPIC),
+                rows,
+                mode="append",
+                partition_by=PARTITION_COLUMNS,
+                commit_properties=CommitProperties(app_transactions=[Transaction(tier_app_id(TOPIC, p), cut)]),
+            )
+            written += rows.num_rows
+    return written
+
+
+def best(timings: list[Timing]) -> Timing:
+    return min(timings, key=lambda t: t.seconds)
 
 
 def main() -> None:
@@ -184,54 +259,69 @@ def main() -> None:
     import loglake.spark
     from pyspark.sql import SparkSession
 
-    with loglake_cluster() as bootstrap, tempfile.TemporaryDirectory(prefix="spark-read-bench-") as tmp:
-        create_topic(bootstrap, TOPIC, PARTITIONS)
-        produce_s = produce(bootstrap, args.records)
-        print(f"produced {args.records:,} records in {produce_s:.1f} s")
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("WARN")
-        loglake.spark.register(spark)
-        topic_df = (
-            spark.read.format("loglake").option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC).load()
-        )
-        parquet = Path(tmp) / "rows.parquet"
-        topic_df.write.parquet(str(parquet))
-        parquet_df = spark.read.parquet(str(parquet))
+    with tempfile.TemporaryDirectory(prefix="spark-read-bench-") as tmp:
+        lake = Path(tmp) / "lake"
+        with loglake_cluster({"rsm.config.lake.root": str(lake)}) as bootstrap:
+            # Remote storage on, no table yet: the topic reads untiered until tier() writes it.
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            new = NewTopic(TOPIC, PARTITIONS, 1, config={"remote.storage.enable": "true"})
+            admin.create_topics([new])[TOPIC].result(30)
+            produce_s = produce(bootstrap, args.records)
+            print(f"produced {args.records:,} records in {produce_s:.1f} s")
+            spark = (
+                SparkSession.builder.master("local[2]")
+                .config("spark.ui.enabled", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .getOrCreate()
+            )
+            spark.sparkContext.setLogLevel("WARN")
+            loglake.spark.register(spark)
+            source = spark.read.format("loglake").option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC)
+            kafka_df, two_df = source.load(), source.schema(TWO_COLUMNS).load()
+            parquet = Path(tmp) / "rows.parquet"
+            kafka_df.write.parquet(str(parquet))
+            parquet_df = spark.read.parquet(str(parquet))
 
-        loglake_t, parquet_t = [], []
-        for _ in range(args.rounds):
-            loglake_t.append(timed_query(topic_df))
-            parquet_t.append(timed_query(parquet_df))
-            assert loglake_t[-1].rows == parquet_t[-1].rows, (loglake_t[-1].rows, parquet_t[-1].rows)
-        assert sum(r[1] for r in loglake_t[-1].rows) == args.records
-        breakdown = where_the_time_goes(bootstrap)
-        handoff = min((handoff_floor(spark, args.records) for _ in range(args.rounds)), key=lambda t: t.seconds)
-        spark.stop()
-        shutil.rmtree(parquet, ignore_errors=True)
+            sides: dict[str, list[Timing]] = {"kafka schema": [], "two columns": [], "parquet": []}
+            for _ in range(args.rounds):
+                for name, df in (("kafka schema", kafka_df), ("two columns", two_df), ("parquet", parquet_df)):
+                    sides[name].append(timed_query(df))
+                assert sides["kafka schema"][-1].rows == sides["two columns"][-1].rows == sides["parquet"][-1].rows
+            assert sum(r[1] for r in sides["parquet"][-1].rows) == args.records
+            breakdown = where_the_time_goes(bootstrap)
+            handoff = best([handoff_floor(spark, args.records) for _ in range(args.rounds)])
 
-    best_loglake = min(loglake_t, key=lambda t: t.seconds)
-    best_parquet = min(parquet_t, key=lambda t: t.seconds)
-    for name, timings, best in (("loglake source", loglake_t, best_loglake), ("parquet", parquet_t, best_parquet)):
+            tier_started = time.perf_counter()
+            tiered = tier(bootstrap, str(lake))
+            print(f"tiered {tiered:,} records ({tiered / args.records:.0%}) in {time.perf_counter() - tier_started:.1f} s")
+            topic_df = loglake.spark.read_topic(spark, TOPIC, **{"kafka.bootstrap.servers": bootstrap})
+            sides["read_topic, 80 % tiered"] = []
+            for _ in range(args.rounds):
+                sides["read_topic, 80 % tiered"].append(timed_query(topic_df))
+                sides["parquet"].append(timed_query(parquet_df))
+                assert sides["read_topic, 80 % tiered"][-1].rows == sides["parquet"][-1].rows
+            spark.stop()
+
+    parquet_best = best(sides["parquet"])
+    for name, timings in sides.items():
+        b = best(timings)
         print(
-            f"{name + ':':15s} {args.records / best.seconds:,.0f} records/s "
-            f"({', '.join(f'{t.seconds:.2f}' for t in timings)} s); best round {cpu_line(best.cpu)}"
+            f"{name + ':':26s} {args.records / b.seconds:,.0f} records/s "
+            f"({', '.join(f'{t.seconds:.2f}' for t in timings)} s); best round {cpu_line(b.cpu)}"
         )
-    print(f"ratio (loglake / parquet records/s): {best_parquet.seconds / best_loglake.seconds:.2f}  (target >= 0.25)")
-    fetch = breakdown["fetch_s_per_M"] * args.records / 1e6
-    decode = breakdown["decode_s_per_M"] * args.records / 1e6
+    for name, target in TARGETS.items():
+        ratio = parquet_best.seconds / best(sides[name]).seconds
+        print(f"ratio {name} / parquet (records/s): {ratio:.2f}  (target >= {target})")
+    per_m = {k: v * args.records / 1e6 for k, v in breakdown.items()}
     print(
-        f"one process, all {args.records:,} records: fetch {fetch:.2f} s, decode {decode:.2f} s "
-        f"(per million: fetch {breakdown['fetch_s_per_M']:.3f} s, decode {breakdown['decode_s_per_M']:.3f} s); "
-        f"Spark's two workers share this: ~{(fetch + decode) / 2:.2f} s of the {best_loglake.seconds:.2f} s"
+        f"one process, all {args.records:,} records: fetch {per_m['fetch_s_per_M']:.2f} s, decode "
+        f"{per_m['decode_s_per_M']:.2f} s (two columns: {per_m['decode_two_s_per_M']:.2f} s); per million: "
+        f"fetch {breakdown['fetch_s_per_M']:.3f} s, decode {breakdown['decode_s_per_M']:.3f} s "
+        f"({breakdown['decode_two_s_per_M']:.3f} s); Spark's two workers share this"
     )
     print(
         f"the same query over ready-made Arrow batches (Spark's Python data source alone, no fetch, no decode): "
-        f"{handoff.seconds:.2f} s, ratio {best_parquet.seconds / handoff.seconds:.2f} against Parquet; "
+        f"{handoff.seconds:.2f} s, ratio {parquet_best.seconds / handoff.seconds:.2f} against Parquet; "
         f"{cpu_line(handoff.cpu)}"
     )
 

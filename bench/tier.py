@@ -44,8 +44,8 @@ def tierable_rows(cluster, topic: str, layout, read) -> pa.Table:
     batches = []
     for partition, http in leaders_http(cluster, topic).items():
         end = tiering_state(cluster, http, topic, partition)["tierable_end"]
-        for batch in read_range(read, OffsetRange(topic, partition, 0, end), flag_aborted=True):
-            batches.append(layout.rows(batch))
+        for decoded in read_range(read, OffsetRange(topic, partition, 0, end), flag_aborted=True):
+            batches.append(layout.rows(decoded.batch))
     return pa.concat_tables(batches)
 
 

@@ -120,20 +120,19 @@ def plans(spark: SparkSession, access: ClusterAccess, ranges: list[DirtyRange]) 
     import loglake.spark
     from pyspark.sql import functions as F
 
-    loglake.spark.register(spark)
     starting: dict[str, dict[str, int]] = {}
     ending: dict[str, dict[str, int]] = {}
     for r in ranges:
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    frame = (
-        spark.read.format("loglake")
-        .options(**access.source_options())
-        .option("subscribe", ",".join(sorted(starting)))
-        .option("startingOffsets", json.dumps(starting))
-        .option("endingOffsets", json.dumps(ending))
-        .option("kafka.isolation.level", "read_committed")
-        .load()
+    frame = loglake.spark.read_topic(
+        spark,
+        ",".join(sorted(starting)),
+        schema="key binary, topic string, partition int, offset bigint",
+        startingOffsets=json.dumps(starting),
+        endingOffsets=json.dumps(ending),
+        **access.source_options(),
+        **{"kafka.isolation.level": "read_committed"},
     )
     latest = (
         frame.where(F.col("key").isNotNull())

@@ -122,13 +122,15 @@ def transform(spark: SparkSession, records: DataFrame, args: argparse.Namespace)
 
 def execute(spark: SparkSession, args: argparse.Namespace, options: ReadOptions, target: RunTarget, run: Run) -> None:
     """Read the run's ranges, transform, write, commit."""
-    records = (
-        spark.read.format("loglake")
-        .options(**args.cluster.source_options())
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", args.fail_on_data_loss)
-        .options(**run.source_options())
-        .load()
+    import loglake.spark
+
+    # Tiered ranges are read from the lake's Parquet files by Spark itself.
+    records = loglake.spark.read_topic(
+        spark,
+        **args.cluster.source_options(),
+        includeHeaders="true",
+        failOnDataLoss=args.fail_on_data_loss,
+        **run.source_options(),
     )
     rows = target.write(run, transform(spark, records, args))
     ranges = ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in run.ranges)

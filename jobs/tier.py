@@ -38,7 +38,7 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from loglake.spark import job_session
-from loglake.spark.arrow_decoder import arrow_schema
+from loglake.spark.kafka_columns import KAFKA_COLUMNS, arrow_schema
 from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
 from loglake.spark.delta_arrow import nullable_schema
 from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
@@ -151,7 +151,7 @@ def plan_topic(cluster: Cluster, topic: str, table: str) -> TopicPlan:
 def tier_table(table: str) -> LakeTable:
     """The topic's table as the lake writer writes it: the source's columns with headers,
     `aborted` and `date`, partitioned by partition and date."""
-    schema = arrow_schema(include_headers=True)
+    schema = arrow_schema(KAFKA_COLUMNS.names)
     schema = nullable_schema(
         schema.append(pa.field(ABORTED_COLUMN, pa.bool_())).append(pa.field(DATE_COLUMN, pa.date32()))
     )

@@ -32,5 +32,5 @@ def test_a_planned_range_is_read_from_the_new_leader(cluster: LocalCluster) -> N
     old_leader = partition_of(cluster.status(), "moving")["leader"]
     cluster.kill(old_leader)
     cluster.wait_for(lambda s: partition_of(s, "moving")["leader"] not in (-1, old_leader), exclude=(old_leader,))
-    values = [v for batch in read_range(options, planned) for v in batch.column("value").to_pylist()]
+    values = [v for decoded in read_range(options, planned) for v in decoded.batch.column("value").to_pylist()]
     assert values == [b"%d" % i for i in range(200)]

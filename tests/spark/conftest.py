@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,30 @@ def topic(request: pytest.FixtureRequest) -> str:
     from clients.client_helpers import unique_name
 
     return unique_name(request.node.name)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone master and two one-core workers on loopback for the whole session,
+    stopped at its end (and when starting fails)."""
+    from standalone_cluster import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lake root of `tiering_broker`."""
+    return tmp_path_factory.mktemp("lake")
+
+
+@pytest.fixture(scope="module")
+def tiering_broker(tmp_path_factory: pytest.TempPathFactory, lake: Path) -> Iterator[object]:
+    """A broker process per module whose lake root is `lake` and whose retention runs often."""
+    from clients.client_helpers import make_broker, serve
+    from clients.tiering_helpers import tiering_overrides
+
+    # Few __transaction_state partitions keep the first FindCoordinator quick.
+    overrides = tiering_overrides(lake) | {"transaction.state.log.num.partitions": "2"}
+    yield from serve(make_broker(tmp_path_factory.mktemp("tiering") / "logs", **overrides))

@@ -10,21 +10,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+from loglake.spark.kafka_columns import KAFKA_COLUMNS
 
 BASE_TIMESTAMP = dt.datetime(2026, 11, 23, 23, 59, 0, tzinfo=dt.UTC)
-HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-KAFKA_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", HEADERS_TYPE),
-    ]
-)
 
 
 def kafka_records(topic: str, partition: int, offsets: range) -> pa.Table:
@@ -40,7 +28,7 @@ def kafka_records(topic: str, partition: int, offsets: range) -> pa.Table:
             "timestampType": [0] * len(offsets),
             "headers": [[{"key": "h", "value": str(i).encode()}] for i in offsets],
         },
-        schema=KAFKA_SCHEMA,
+        schema=KAFKA_COLUMNS,
     )
 
 

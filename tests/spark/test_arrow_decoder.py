@@ -8,7 +8,8 @@ import pytest
 from loglake.errors import KafkaError
 from loglake.record.batch import decode_batches, encode_batch
 from loglake.record.compression import CompressionType
-from loglake.spark.arrow_decoder import arrow_schema, decode_fetch
+from loglake.spark.arrow_decoder import decode_fetch
+from loglake.spark.kafka_columns import KAFKA_COLUMNS, arrow_schema, default_columns
 
 
 def random_batches(seed: int) -> tuple[bytes, int]:
@@ -49,8 +50,8 @@ def expected(buf: bytes, start: int, end: int) -> list[dict]:
 
 
 def decoded(buf: bytes, start: int, end: int) -> tuple[list[dict], int]:
-    result = decode_fetch(memoryview(buf), "t", 3, start, end, include_headers=True)
-    assert result.batch.schema == arrow_schema(True)
+    result = decode_fetch(memoryview(buf), "t", 3, start, end, default_columns(True))
+    assert result.batch.schema == KAFKA_COLUMNS
     rows = result.batch.to_pylist()
     assert all(r.pop("topic") == "t" and r.pop("partition") == 3 for r in rows)
     for r in rows:
@@ -80,13 +81,22 @@ def test_a_partial_batch_at_the_end_is_left_for_the_next_fetch() -> None:
 
 def test_without_headers_column() -> None:
     buf, end = random_batches(7)
-    result = decode_fetch(memoryview(buf), "t", 0, 0, end, include_headers=False)
-    assert result.batch.schema == arrow_schema(False)
+    result = decode_fetch(memoryview(buf), "t", 0, 0, end, default_columns(False))
+    assert result.batch.schema == arrow_schema(default_columns(False))
     assert result.batch.column("offset").to_pylist() == list(range(end))
+
+
+@pytest.mark.parametrize("columns", [("value", "partition"), ("headers", "timestamp", "key"), ("offset",)])
+def test_only_the_columns_asked_for_in_their_order(columns: tuple[str, ...]) -> None:
+    buf, end = random_batches(5)
+    every = decode_fetch(memoryview(buf), "t", 2, 3, end - 2, default_columns(True)).batch
+    some = decode_fetch(memoryview(buf), "t", 2, 3, end - 2, columns).batch
+    assert some.schema == arrow_schema(columns)
+    assert some.to_pydict() == every.select(list(columns)).to_pydict()
 
 
 def test_corrupt_batches_are_refused() -> None:
     batch = bytearray(encode_batch([(b"k", b"value", [], 1)], 1))
     batch[-3] ^= 0xFF  # inside the value: the CRC no longer matches
     with pytest.raises(KafkaError, match="CRC"):
-        decode_fetch(memoryview(bytes(batch)), "t", 0, 0, 10, include_headers=False)
+        decode_fetch(memoryview(bytes(batch)), "t", 0, 0, 10, default_columns(False))

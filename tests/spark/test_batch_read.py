@@ -61,6 +61,35 @@ def expected_rows(topic: str, records: list[dict], partitions: int, with_headers
     return rows
 
 
+@pytest.mark.parametrize(
+    "ddl",
+    ["partition int, value binary", "headers array<struct<key: string, value: binary>>, offset bigint, key binary"],
+)
+def test_a_schema_reads_those_columns_in_that_order(loglake_spark, broker, topic, ddl: str) -> None:
+    create_topic(broker.bootstrap, topic, partitions=3)
+    records = numbered(300, 3)
+    produce(broker, topic, records, **{"compression.type": "lz4"})
+    got = with_options(loglake_spark.read.schema(ddl), broker, {"subscribe": topic}).load()
+    every = expected_df(loglake_spark, expected_rows(topic, records, 3, True), True)
+    want = every.select(*[field.name for field in got.schema.fields])
+    assert got.schema == want.schema
+    assert_df_equality(got, want, ignore_row_order=True)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "message"),
+    [
+        ("partition int, payload binary", "no column 'payload'; its columns are key binary, value binary, topic"),
+        ("partition bigint", "column partition is int, not bigint"),
+        ("value binary, value binary", "name each column once"),
+    ],
+)
+def test_a_schema_with_other_columns_is_refused_naming_the_columns(loglake_spark, broker, topic, ddl, message):
+    create_topic(broker.bootstrap, topic, partitions=1)
+    with pytest.raises(Exception, match=message):
+        with_options(loglake_spark.read.schema(ddl), broker, {"subscribe": topic}).load().collect()
+
+
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_every_codec_reads_back_what_confluent_kafka_produced(loglake_spark, broker, topic, codec) -> None:
     create_topic(broker.bootstrap, topic, partitions=3)
@@ -206,7 +235,7 @@ def test_log_start_moving_after_planning(broker, topic) -> None:
     with pytest.raises(DataLossError, match="offset 0 of .* the log now starts at 4"):
         list(read_range(options(), planned))
     batches = read_range(options(failOnDataLoss="false"), planned)
-    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(4, 10))
+    assert [o for d in batches for o in d.batch.column("offset").to_pylist()] == list(range(4, 10))
 
 
 @pytest.mark.parametrize(

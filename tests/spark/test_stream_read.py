@@ -105,3 +105,19 @@ def test_bad_options_stop_the_query_before_any_batch(loglake_spark, broker, topi
     with pytest.raises(Exception, match=f"subscribe: topic '{topic}' is not known"):
         query.awaitTermination(60)
     assert query.recentProgress == []
+
+
+def test_a_schema_streams_those_columns(loglake_spark, broker, topic, tmp_path):
+    create_topic(broker.bootstrap, topic, partitions=2)
+    produce(broker, topic, [{"value": b"v%d" % i, "key": b"k%d" % i, "partition": i % 2} for i in range(30)])
+    stream = with_options(
+        loglake_spark.readStream.schema("value binary, partition int, offset bigint"),
+        broker,
+        {"subscribe": topic, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "10"},
+    ).load()
+    out = tmp_path / "out"
+    run_available_now(to_parquet(stream, out, tmp_path / "checkpoint"))
+    written = loglake_spark.read.parquet(str(out))
+    assert written.columns == ["value", "partition", "offset"]
+    rows = sorted((r.partition, r.offset, r.value) for r in written.collect())
+    assert rows == sorted((i % 2, i // 2, b"v%d" % i) for i in range(30))

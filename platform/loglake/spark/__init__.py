@@ -3,6 +3,7 @@
     import loglake.spark
     loglake.spark.register(spark)
     spark.read.format("loglake").option("kafka.bootstrap.servers", ...).option("subscribe", ...).load()
+    loglake.spark.read_topic(spark, "orders", **{"kafka.bootstrap.servers": ...})  # tiered part as Parquet
 
 Only this package imports pyspark.
 """
@@ -16,8 +17,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+__all__ = ["job_session", "read_topic", "register"]
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from loglake.spark.topic_reader import read_topic
+
+
+def __getattr__(name: str) -> object:
+    # read_topic imports pyspark, pyarrow and deltalake: only when asked for.
+    if name == "read_topic":
+        from loglake.spark.topic_reader import read_topic
+
+        return read_topic
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark: SparkSession) -> None:
@@ -28,6 +42,10 @@ def register(spark: SparkSession) -> None:
     """
     from loglake.spark.source import LoglakeDataSource
 
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        # A Spark Connect session: the server's Python workers run its own interpreter.
+        spark.dataSource.register(LoglakeDataSource)
+        return
     sc = spark.sparkContext
     if not os.environ.get("PYSPARK_PYTHON") and not sc.getConf().get("spark.pyspark.python"):
         os.environ["PYSPARK_PYTHON"] = sys.executable

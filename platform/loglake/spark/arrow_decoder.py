@@ -1,4 +1,4 @@
-"""Fetched record batches → one Arrow RecordBatch in the schema of Spark's Kafka source.
+"""Fetched record batches → one Arrow RecordBatch of the Kafka source's columns asked for.
 
 Decoding is per batch, not per record: the batch headers are parsed one by one (a few
 per megabyte), the records sections are inflated and joined into one buffer, and every
@@ -25,26 +25,10 @@ from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, validate_batch
 from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.columns import PADDING, byte_ranges, check_within, read_record_columns, read_varints
+from loglake.spark.kafka_columns import HEADERS_COLUMN, HEADERS_TYPE, arrow_schema
 
 # The column `decode_fetch_flagging_aborted` adds.
 ABORTED_FLAG = "aborted"
-HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-
-
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """Spark's Kafka source columns, as Arrow types."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", HEADERS_TYPE))
-    return pa.schema(fields)
 
 
 @dataclass(slots=True)
@@ -159,53 +143,60 @@ def decode_fetch(
     partition: int,
     start: int,
     end: int,
-    include_headers: bool,
+    columns: Sequence[str],
     aborted: Sequence[tuple[int, int]] = (),
 ) -> DecodedFetch:
-    """The records of a fetch answer with offsets in [start, end), as Spark's Kafka columns.
-    `aborted`: the answer's aborted transactions (producer id, first offset), whose records
-    are left out (read_committed); control batches never show."""
+    """The records of a fetch answer with offsets in [start, end), as the Kafka source's
+    `columns` (any of them, in any order; only those are built). `aborted`: the answer's
+    aborted transactions (producer id, first offset), whose records are left out
+    (read_committed); control batches never show."""
     sections = _collect_sections(records, start, end, aborted)
     data = sections.data
     fields = read_record_columns(data, sections.section_ends, sections.record_counts)
-    schema = arrow_schema(include_headers)
+    schema = arrow_schema(columns)
     if not len(fields.starts):
         return DecodedFetch(_empty(schema), sections.next_offset)
 
-    buf = np.frombuffer(data, dtype=np.uint8)
     batch_of = np.repeat(np.arange(len(sections.record_counts)), sections.record_counts)
     record_ends, timestamp_delta, offset_delta = fields.ends, fields.timestamp_delta, fields.offset_delta
     key_pos, key_len, value_pos, value_len = fields.key_pos, fields.key_len, fields.value_pos, fields.value_len
     header_count, header_pos = fields.header_count, fields.header_pos
 
     offsets = np.asarray(sections.base_offsets, dtype=np.int64)[batch_of] + offset_delta
-    append_times = np.asarray(sections.append_times, dtype=np.int64)[batch_of]
-    log_append = append_times >= 0
-    timestamps = np.where(
-        log_append, append_times, np.asarray(sections.base_timestamps, dtype=np.int64)[batch_of] + timestamp_delta
-    )
     keep = (offsets >= start) & (offsets < end)
-    if not keep.all():
-        picked = np.flatnonzero(keep)
-        offsets, timestamps, log_append = offsets[picked], timestamps[picked], log_append[picked]
+    picked = None if keep.all() else np.flatnonzero(keep)
+    if picked is not None:
+        offsets, batch_of, timestamp_delta = offsets[picked], batch_of[picked], timestamp_delta[picked]
         key_pos, key_len, value_pos, value_len = key_pos[picked], key_len[picked], value_pos[picked], value_len[picked]
         header_count, header_pos, record_ends = header_count[picked], header_pos[picked], record_ends[picked]
     n = len(offsets)
     arrow_data = pa.py_buffer(data)
-    columns = [
-        byte_ranges(pa.binary(), arrow_data, key_pos, key_len),
-        byte_ranges(pa.binary(), arrow_data, value_pos, value_len),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(offsets, type=pa.int64()),
-        pa.array(timestamps * 1000, type=pa.timestamp("us", tz="UTC")),
-        pa.array(log_append.astype(np.int32), type=pa.int32()),
-    ]
-    if include_headers:
-        columns.append(_headers(buf, arrow_data, header_pos, header_count, record_ends))
-    elif ((header_count == 0) & (header_pos != record_ends)).any():
+    wanted = set(columns)
+    if HEADERS_COLUMN not in wanted and ((header_count == 0) & (header_pos != record_ends)).any():
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record's fields do not add up to its length")
-    return DecodedFetch(pa.RecordBatch.from_arrays(columns, schema=schema), sections.next_offset)
+
+    def append_times() -> np.ndarray:
+        return np.asarray(sections.append_times, dtype=np.int64)[batch_of]
+
+    def timestamps() -> pa.Array:
+        log_append = append_times()
+        created = np.asarray(sections.base_timestamps, dtype=np.int64)[batch_of] + timestamp_delta
+        return pa.array(np.where(log_append >= 0, log_append, created) * 1000, type=pa.timestamp("us", tz="UTC"))
+
+    builders = {
+        "key": lambda: byte_ranges(pa.binary(), arrow_data, key_pos, key_len),
+        "value": lambda: byte_ranges(pa.binary(), arrow_data, value_pos, value_len),
+        "topic": lambda: pa.repeat(pa.scalar(topic, pa.string()), n),
+        "partition": lambda: pa.repeat(pa.scalar(partition, pa.int32()), n),
+        "offset": lambda: pa.array(offsets, type=pa.int64()),
+        "timestamp": timestamps,
+        "timestampType": lambda: pa.array((append_times() >= 0).astype(np.int32), type=pa.int32()),
+        HEADERS_COLUMN: lambda: _headers(
+            np.frombuffer(data, dtype=np.uint8), arrow_data, header_pos, header_count, record_ends
+        ),
+    }
+    arrays = [builders[name]() for name in columns]
+    return DecodedFetch(pa.RecordBatch.from_arrays(arrays, schema=schema), sections.next_offset)
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
@@ -246,13 +237,13 @@ def decode_fetch_flagging_aborted(
     partition: int,
     start: int,
     end: int,
-    include_headers: bool,
+    columns: Sequence[str],
     aborted: Sequence[tuple[int, int]],
 ) -> DecodedFetch:
-    """What a read_uncommitted reader sees of [start, end) (control batches never), with a
-    last column `aborted`: the record belongs to an aborted transaction (of the answer's
-    `aborted` list, which a read_committed Fetch carries)."""
-    decoded = decode_fetch(records, topic, partition, start, end, include_headers)
+    """What a read_uncommitted reader sees of [start, end) (control batches never), as
+    `columns` (which must hold `offset`) with a last column `aborted`: the record belongs to
+    an aborted transaction (of the answer's `aborted` list, which a read_committed Fetch carries)."""
+    decoded = decode_fetch(records, topic, partition, start, end, columns)
     offsets = decoded.batch.column("offset").to_numpy()
     flags = pa.array(aborted_flags(records, offsets, aborted), type=pa.bool_())
     return DecodedFetch(decoded.batch.append_column(pa.field(ABORTED_FLAG, pa.bool_()), flags), decoded.next_offset)

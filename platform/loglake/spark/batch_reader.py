@@ -26,7 +26,7 @@ class OffsetRangePartition(InputPartition):
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, LakeRangePartition):
-        return read_lake_range(partition, options.include_headers, _read_committed(options))
+        return read_lake_range(partition, options.columns, _read_committed(options))
     if not isinstance(partition, OffsetRangePartition):
         return iter(())  # nothing to read: Spark still runs one task, with a None partition
     return read_broker_range(options, partition.offset_range)
@@ -44,18 +44,18 @@ def read_broker_range(options: ReadOptions, offset_range: OffsetRange) -> Iterat
     offset = offset_range.start
     while offset < offset_range.end:
         try:
-            for batch in read_range(strict, replace(offset_range, start=offset)):
-                yield batch
-                offset = batch.column("offset")[-1].as_py() + 1
+            for decoded in read_range(strict, replace(offset_range, start=offset)):
+                yield decoded.batch
+                offset = decoded.next_offset
             return
         except DataLossError:
             with connect(options) as client:
                 lake_part = lake_part_at(client, offset_range.topic, offset_range.partition, offset, offset_range.end)
             if lake_part is None:
                 # Really gone: read again with the query's own failOnDataLoss.
-                yield from read_range(options, replace(offset_range, start=offset))
+                yield from (decoded.batch for decoded in read_range(options, replace(offset_range, start=offset)))
                 return
-            yield from read_lake_range(lake_part, options.include_headers, _read_committed(options))
+            yield from read_lake_range(lake_part, options.columns, _read_committed(options))
             offset = lake_part.end
 
 

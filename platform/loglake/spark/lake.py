@@ -19,16 +19,17 @@ the broker. No offset is read twice or skipped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pds
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql.datasource import InputPartition
 
-from loglake.spark.arrow_decoder import ABORTED_FLAG, arrow_schema
+from loglake.spark.arrow_decoder import ABORTED_FLAG
+from loglake.spark.kafka_columns import arrow_schema
 from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describe_configs
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
@@ -38,6 +39,8 @@ ABORTED_COLUMN = ABORTED_FLAG
 REMOTE_STORAGE_CONFIG = "remote.storage.enable"
 DATE_COLUMN = "date"
 PARTITION_COLUMNS = ["partition", DATE_COLUMN]
+# Reader features whose tables a plain read of the Parquet files would read wrongly.
+UNSCANNABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})
 
 
 TIER_APP_PREFIX = "loglake-tier"
@@ -166,20 +169,56 @@ def lake_part_at(client: ProtocolClient, topic: str, partition: int, start: int,
     return LakeRangePartition(lake.table, lake.version, topic, partition, start, min(end, extent[1]))
 
 
+def plain_parquet_refusal(table: DeltaTable) -> str | None:
+    """Why this table's Parquet files cannot be read as plain Parquet (by Spark's reader or
+    pyarrow's), None if they can."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or ()) & UNSCANNABLE_FEATURES
+    mapping = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if features:
+        return f"reader features {sorted(features)}"
+    if mapping != "none":
+        return f"delta.columnMapping.mode={mapping}"
+    return None
+
+
 def read_lake_range(
-    partition: LakeRangePartition, include_headers: bool, read_committed: bool
+    partition: LakeRangePartition, columns: Sequence[str], read_committed: bool
 ) -> Iterator[pa.RecordBatch]:
-    """The records of the range, in offset order, with the source's Arrow schema; for
+    """The records of the range, in offset order, as the source's `columns`; for
     read_committed, without the rows of aborted transactions (as the log reads them)."""
-    schema = arrow_schema(include_headers)
-    dataset = DeltaTable(partition.table, version=partition.version).to_pyarrow_dataset()
+    schema = arrow_schema(columns)
+    table = DeltaTable(partition.table, version=partition.version)
+    wanted = list(dict.fromkeys([*schema.names, "offset"]))
+    if plain_parquet_refusal(table) is not None:
+        rows = _read_with_datafusion(table, partition, wanted, read_committed)
+    else:
+        dataset = table.to_pyarrow_dataset()
+        where = (
+            (pds.field("partition") == partition.partition)
+            & (pds.field("offset") >= partition.start)
+            & (pds.field("offset") < partition.end)
+        )
+        if read_committed and ABORTED_COLUMN in dataset.schema.names:
+            where &= pds.field(ABORTED_COLUMN).is_null() | ~pds.field(ABORTED_COLUMN)  # null: tiered before the flag
+        rows = dataset.to_table(columns=wanted, filter=where)
+    rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")])).select(schema.names)
+    yield from rows.cast(schema).to_batches(max_chunksize=65536)
+
+
+def _read_with_datafusion(
+    table: DeltaTable, partition: LakeRangePartition, columns: list[str], read_committed: bool
+) -> pa.Table:
+    """The range through delta-rs's query engine, which applies deletion vectors and column
+    mapping (its pyarrow dataset refuses such tables)."""
+    names = {f.name for f in table.schema().fields}
     where = (
-        (pds.field("partition") == partition.partition)
-        & (pds.field("offset") >= partition.start)
-        & (pds.field("offset") < partition.end)
+        f'"partition" = {int(partition.partition)} '
+        f'AND "offset" >= {int(partition.start)} AND "offset" < {int(partition.end)}'
     )
-    if read_committed and ABORTED_COLUMN in dataset.schema.names:
-        where &= pds.field(ABORTED_COLUMN).is_null() | ~pds.field(ABORTED_COLUMN)  # null: tiered before the flag
-    table = dataset.to_table(columns=schema.names, filter=where)
-    table = table.take(pc.sort_indices(table, [("offset", "ascending")]))
-    yield from table.cast(schema).to_batches(max_chunksize=65536)
+    if read_committed and ABORTED_COLUMN in names:
+        where += f" AND ({ABORTED_COLUMN} IS NULL OR NOT {ABORTED_COLUMN})"
+    select = ", ".join(f'"{c}"' for c in columns)
+    result = QueryBuilder().register("lake", table).execute(f"SELECT {select} FROM lake WHERE {where}")
+    # Its string and binary columns come as views, which pyarrow's take does not handle.
+    return pa.table(result.read_all()).cast(arrow_schema(columns))

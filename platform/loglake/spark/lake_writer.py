@@ -47,7 +47,8 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from loglake.spark.arrow_decoder import ABORTED_FLAG, HEADERS_TYPE
+from loglake.spark.arrow_decoder import ABORTED_FLAG
+from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.faults import fault_point
 from loglake.spark.offset_ranges import (
     OffsetRange,
@@ -483,8 +484,8 @@ def write_task(task: WriteTask) -> list[WrittenFile]:
     """Fetch and decode the task's ranges and write them as Parquet files; their add actions."""
     roller = _FileRoller(task)
     for offset_range in task.ranges:
-        for batch in read_range(task.read, offset_range, flag_aborted=task.layout.flags_aborted):
-            roller.write(task.layout.rows(batch))
+        for decoded in read_range(task.read, offset_range, flag_aborted=task.layout.flags_aborted):
+            roller.write(task.layout.rows(decoded.batch))
     return roller.close()
 
 

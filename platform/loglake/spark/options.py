@@ -11,6 +11,7 @@ from enum import Enum
 
 from loglake.protocol import IsolationLevel
 from loglake.security.client import SECURITY_PROPERTIES, client_security
+from loglake.spark.kafka_columns import default_columns
 from loglake.spark.protocol_client import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -73,7 +74,8 @@ class ReadOptions:
     starting: OffsetSpec
     ending: OffsetSpec
     fail_on_data_loss: bool
-    include_headers: bool
+    # the Kafka source's columns to build, in order (reader(schema) picks them)
+    columns: tuple[str, ...]
     min_partitions: int | None
     max_records_per_partition: int
     max_partition_fetch_bytes: int
@@ -266,7 +268,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         starting=starting,
         ending=ending,
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
-        include_headers=parse_include_headers(opts),
+        columns=default_columns(parse_include_headers(opts)),
         min_partitions=_positive_int(opts, "minPartitions", None),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition", DEFAULT_MAX_RECORDS_PER_PARTITION),
         max_partition_fetch_bytes=_positive_int(

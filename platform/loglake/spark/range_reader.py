@@ -6,10 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import pyarrow as pa
-
 from loglake.errors import ErrorCode
-from loglake.spark.arrow_decoder import decode_fetch, decode_fetch_flagging_aborted
+from loglake.spark.arrow_decoder import DecodedFetch, decode_fetch, decode_fetch_flagging_aborted
 from loglake.spark.offset_ranges import OffsetRange, list_offsets, report_data_loss
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import (
@@ -43,10 +41,11 @@ class _RetryDeadline:
         self.until = None
 
 
-def read_range(options: ReadOptions, offset_range: OffsetRange, flag_aborted: bool = False) -> Iterator[pa.RecordBatch]:
-    """The records of `offset_range`, one Arrow batch per fetch answer. With `flag_aborted`
-    (and read_committed options, so that Fetch lists the aborted transactions): every record
-    a read_uncommitted reader sees, with an `aborted` column."""
+def read_range(options: ReadOptions, offset_range: OffsetRange, flag_aborted: bool = False) -> Iterator[DecodedFetch]:
+    """The records of `offset_range`, one Arrow batch of `options.columns` per fetch answer
+    that has any, with the offset the next fetch starts at. With `flag_aborted` (and
+    read_committed options, so that Fetch lists the aborted transactions): every record a
+    read_uncommitted reader sees, with an `aborted` column (`options.columns` must hold `offset`)."""
     decode = decode_fetch_flagging_aborted if flag_aborted else decode_fetch
     tp = offset_range.topic_partition
     where = f"{tp.topic}-{tp.partition}"
@@ -92,11 +91,11 @@ def read_range(options: ReadOptions, offset_range: OffsetRange, flag_aborted: bo
                 tp.partition,
                 offset,
                 offset_range.end,
-                options.include_headers,
+                options.columns,
                 fetched.aborted,
             )
             if decoded.batch.num_rows:
-                yield decoded.batch
+                yield decoded
             if decoded.next_offset > offset:
                 offset = decoded.next_offset
                 deadline.reset()
