@@ -28,14 +28,14 @@ import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
-
-from harness.process import BrokerProcess
 from loglake.config import LogConfig
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
 from loglake.record.batch import encode_batch
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
+
+from harness.process import BrokerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,8 +80,9 @@ def baseline(dir: Path, out: Path) -> float:
 def spark_executor_seconds(root: Path, config: LogConfig, target_bytes: int, keys: int) -> tuple[float, int]:
     """Seconds of `jobs.compact.run` over a broker process holding a log like the cleaner's,
     and the log's size after."""
-    from jobs.compact import parse_args, run
     from loglake.spark import job_session
+
+    from jobs.compact import parse_args, run
 
     topic = "compacted-spark"
     log_dir = root / "broker-logs"

@@ -30,10 +30,9 @@ import random
 import sys
 import tempfile
 import time
-from pathlib import Path
-
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -276,7 +275,9 @@ def main() -> None:
             )
             spark.sparkContext.setLogLevel("WARN")
             loglake.spark.register(spark)
-            source = spark.read.format("loglake").option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC)
+            source = (
+                spark.read.format("loglake").option("kafka.bootstrap.servers", bootstrap).option("subscribe", TOPIC)
+            )
             kafka_df, two_df = source.load(), source.schema(TWO_COLUMNS).load()
             parquet = Path(tmp) / "rows.parquet"
             kafka_df.write.parquet(str(parquet))
@@ -293,7 +294,9 @@ def main() -> None:
 
             tier_started = time.perf_counter()
             tiered = tier(bootstrap, str(lake))
-            print(f"tiered {tiered:,} records ({tiered / args.records:.0%}) in {time.perf_counter() - tier_started:.1f} s")
+            print(
+                f"tiered {tiered:,} records ({tiered / args.records:.0%}) in {time.perf_counter() - tier_started:.1f} s"
+            )
             topic_df = loglake.spark.read_topic(spark, TOPIC, **{"kafka.bootstrap.servers": bootstrap})
             sides["read_topic, 80 % tiered"] = []
             for _ in range(args.rounds):

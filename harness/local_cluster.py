@@ -12,7 +12,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -103,7 +103,7 @@ class LocalCluster:
         if self.zookeeper is not None:
             self.zookeeper.stop()
 
-    def __enter__(self) -> LocalCluster:
+    def __enter__(self) -> Self:
         try:
             return self.start()
         except BaseException:

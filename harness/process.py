@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -91,9 +92,8 @@ class BrokerProcess:
         for k, v in self.overrides.items():
             argv += ["--override", f"{k}={v}"]
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
-        out = open(self.log_file, "ab")
-        self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
-        out.close()
+        with open(self.log_file, "ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
         try:
             self.wait_ready(timeout)
         except BaseException:
@@ -134,7 +134,7 @@ class BrokerProcess:
             self.proc.wait()
             self.proc = None
 
-    def __enter__(self) -> BrokerProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TEMPLATE = ROOT / "conf/zoo.cfg"
@@ -171,11 +172,8 @@ class ZooKeeperProcess:
         if self.proc is not None and self.proc.poll() is None:
             return self
         self.write_config()
-        out = open(self.log_file, "ab")
-        try:
+        with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        finally:
-            out.close()
         try:
             self.wait_ready(timeout)
         except BaseException:
@@ -236,7 +234,7 @@ class ZooKeeperProcess:
         if self.proc is not None:
             self.proc.send_signal(signal.SIGCONT)
 
-    def __enter__(self) -> ZooKeeperProcess:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

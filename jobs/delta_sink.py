@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from deltalake import DeltaTable
 from loglake.spark import job_session
-from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.delta_arrow import nullable_schema
 from loglake.spark.group_offsets import commit_offsets
 from loglake.spark.job_cluster import add_cluster_arguments, cluster_access
+from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.lake_writer import (
     DATE_COLUMN,
     LakeTable,

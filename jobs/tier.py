@@ -38,10 +38,10 @@ import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from loglake.spark import job_session
-from loglake.spark.kafka_columns import KAFKA_COLUMNS, arrow_schema
 from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
 from loglake.spark.delta_arrow import nullable_schema
 from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
+from loglake.spark.kafka_columns import KAFKA_COLUMNS, arrow_schema
 from loglake.spark.lake import (
     ABORTED_COLUMN,
     DATE_COLUMN,

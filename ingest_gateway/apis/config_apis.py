@@ -39,8 +39,8 @@ from loglake.protocol.bodies import (
     DescribeConfigsResponseDescribeConfigsResourceResult,
     DescribeConfigsResponseDescribeConfigsResult,
     IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsRequestAlterConfigsResource,
     IncrementalAlterConfigsRequestAlterableConfig,
+    IncrementalAlterConfigsRequestAlterConfigsResource,
     IncrementalAlterConfigsResponse,
 )
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType

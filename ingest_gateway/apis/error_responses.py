@@ -41,9 +41,25 @@ Field = Mapping[str, Any]
 # The fields that say what an entry is about.
 _KEYS = frozenset(
     {
-        "name", "topic", "topic_name", "topic_id", "partition_index", "partition", "index", "partition_id",
-        "group_id", "member_id", "group_instance_id", "transactional_id", "producer_id", "key", "user",
-        "resource_type", "resource_name", "entity_type", "entity_name",
+        "name",
+        "topic",
+        "topic_name",
+        "topic_id",
+        "partition_index",
+        "partition",
+        "index",
+        "partition_id",
+        "group_id",
+        "member_id",
+        "group_instance_id",
+        "transactional_id",
+        "producer_id",
+        "key",
+        "user",
+        "resource_type",
+        "resource_name",
+        "entity_type",
+        "entity_name",
     }
 )
 # Response key field -> the request fields that hold the same value under another name.
@@ -186,7 +202,9 @@ def _mirror(
             entry_fields = _present(field["fields"], version)
             if "fields" in source:
                 source_fields = _present(source["fields"], version)
-                out[name] = [_mirror(source_fields, item, entry_fields, error, version) for item in request[source["name"]]]
+                out[name] = [
+                    _mirror(source_fields, item, entry_fields, error, version) for item in request[source["name"]]
+                ]
             else:
                 key = _value_key(source, entry_fields)
                 out[name] = [

@@ -11,9 +11,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ingest_gateway.http.errors import JSONBytesResponse, error_response
 
 if TYPE_CHECKING:
+    from loglake.storage.log_manager import LogManager
+
     from ingest_gateway.observability.metrics import BrokerMetrics
     from ingest_gateway.replica.replica_manager import ReplicaManager
-    from loglake.storage.log_manager import LogManager
 
 
 def cluster_routes(

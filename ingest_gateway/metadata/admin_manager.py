@@ -27,9 +27,9 @@ from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
 from loglake.security.client import ClientSecurity
 
-from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.metadata.metadata_thread import MetadataThread
+from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 
 # How long a forwarded request may take on the controller.
 FORWARD_TIMEOUT_MS = 30000
@@ -137,7 +137,12 @@ class AdminManager:
         """Grow a topic (`assignment`: the new partitions' replicas, else round-robin)."""
         if self._runs_here:
             await self._thread.run(
-                self._controller.create_partitions, name, total, validate_only, assignment, timeout_ms=_wait_ms(timeout_ms)
+                self._controller.create_partitions,
+                name,
+                total,
+                validate_only,
+                assignment,
+                timeout_ms=_wait_ms(timeout_ms),
             )
             return
         assignments = None if assignment is None else [{"broker_ids": list(replicas)} for replicas in assignment]
@@ -189,9 +194,7 @@ class AdminManager:
             "timeout_ms": timeout_ms or FORWARD_TIMEOUT_MS,
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
-        response = await self._forward_to_controller(
-            ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_ms or None
-        )
+        response = await self._forward_to_controller(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body, timeout_ms or None)
         _raise_for(response)
         return _partition_errors(response, "responses", "name", "partitions", "partition_index")
 

@@ -164,7 +164,7 @@ class ControllerChannelManager:
                                 ErrorCode(response["error_code"]).name,
                             )
                         break
-                    except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                    except (TimeoutError, OSError, ConnectionError) as exc:
                         log.debug("sending %s to broker %d failed (%s); retrying", api_key.name, broker_id, exc)
                         if client is not None:
                             await client.close()

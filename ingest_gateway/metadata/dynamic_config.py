@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from loglake.config import Listener
-
     from loglake.coordination.store import MetadataStore
     from loglake.storage.log_manager import LogManager
 

@@ -20,7 +20,6 @@ from loglake.errors import ErrorCode
 
 from ingest_gateway.replica.fetch_session import INITIAL_EPOCH, INVALID_SESSION_ID, PartitionRequest, next_epoch
 
-
 # The caller's partition key (the replica fetcher's (topic, partition)).
 K = TypeVar("K", bound=Hashable)
 

@@ -221,7 +221,7 @@ class ReplicaFetcher:
         delay = min(self.quota.seconds_until_allowed(), self.config.fetch_backoff_ms / 1000)
         try:
             await asyncio.wait_for(self._wakeup.wait(), delay)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     async def _idle(self, now: float) -> None:
@@ -229,7 +229,7 @@ class ReplicaFetcher:
         timeout = (min(delays) - now) if delays else None
         try:
             await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     def _connect(self) -> KafkaClient:

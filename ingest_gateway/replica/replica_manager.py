@@ -657,7 +657,7 @@ class ReplicaManager:
         started = time.perf_counter()
         try:
             await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             add_remote_time(time.perf_counter() - started)

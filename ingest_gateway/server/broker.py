@@ -455,7 +455,7 @@ class Broker:
             if not task.done():
                 try:
                     await asyncio.wait_for(asyncio.shield(task), 5)
-                except (asyncio.TimeoutError, asyncio.CancelledError):
+                except (TimeoutError, asyncio.CancelledError):
                     task.cancel()
         self.shutdown()
         self._stopped.set()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
-from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from loglake.cluster.assignment import assign_replicas, validate_manual_assignment

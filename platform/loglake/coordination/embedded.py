@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
-from loglake.security.acls import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 from loglake.errors import ErrorCode, KafkaError
+from loglake.security.acls import AccessControlEntry, PatternType, ResourcePattern, ResourceType
 from loglake.storage.fileutil import atomic_write_text
 
 METADATA_FILE = "embedded-cluster-metadata.json"

@@ -20,9 +20,9 @@ import functools
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from loglake import faults
 from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription

@@ -37,9 +37,9 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from kazoo.client import KazooClient, KazooState
@@ -57,8 +57,8 @@ from kazoo.retry import KazooRetry
 
 from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
-from loglake.security.acls import RESOURCE_NAMES, AccessControlEntry, PatternType, ResourcePattern
 from loglake.errors import ErrorCode, KafkaError
+from loglake.security.acls import RESOURCE_NAMES, AccessControlEntry, PatternType, ResourcePattern
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +380,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if threading.current_thread() is not self._event_thread:
                 self._event_thread.join(timeout=5)
 
-    def __enter__(self) -> ZooKeeperMetadataStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

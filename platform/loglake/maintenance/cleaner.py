@@ -43,6 +43,8 @@ import numpy as np
 import pyarrow as pa
 
 from loglake.config import LogConfig
+from loglake.maintenance.cleaned_transactions import CleanedTransactionMetadata
+from loglake.maintenance.offset_map import OffsetMap
 from loglake.record.columns import PADDING, byte_ranges, read_record_columns
 from loglake.record.compression import compress, decompress
 from loglake.record.control import decode_marker
@@ -63,8 +65,6 @@ from loglake.storage.producer_state import LastRecord
 from loglake.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, filename_prefix
 from loglake.storage.segment_swap import CLEANED_SUFFIX
 from loglake.storage.transaction_index import TXN_INDEX_SUFFIX
-from loglake.maintenance.cleaned_transactions import CleanedTransactionMetadata
-from loglake.maintenance.offset_map import OffsetMap
 
 # Bytes read (and decoded) at a time; a bigger batch is read whole.
 CHUNK_BYTES = 8 * 1024 * 1024

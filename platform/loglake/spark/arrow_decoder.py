@@ -21,10 +21,10 @@ import numpy as np
 import pyarrow as pa
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.record.compression import decompress
-from loglake.record.header import HEADER_SIZE, validate_batch
 from loglake.record.aborted import AbortedTransactionFilter
 from loglake.record.columns import PADDING, byte_ranges, check_within, read_record_columns, read_varints
+from loglake.record.compression import decompress
+from loglake.record.header import HEADER_SIZE, validate_batch
 from loglake.spark.kafka_columns import HEADERS_COLUMN, HEADERS_TYPE, arrow_schema
 
 # The column `decode_fetch_flagging_aborted` adds.

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from loglake.spark.faults import fault_point
 from loglake.spark.delta_arrow import to_delta_arrow
+from loglake.spark.faults import fault_point
 
 if TYPE_CHECKING:
     import delta.tables

@@ -26,6 +26,7 @@ import base64
 import ssl
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Self
 
 import httpx
 
@@ -82,7 +83,7 @@ class Cluster:
     client: ProtocolClient
     http: httpx.Client
 
-    def __enter__(self) -> Cluster:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,8 +29,8 @@ from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql.datasource import InputPartition
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG
-from loglake.spark.kafka_columns import arrow_schema
 from loglake.spark.cluster_admin import BROKER_RESOURCE, TOPIC_RESOURCE, describe_configs
+from loglake.spark.kafka_columns import arrow_schema
 from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
 LAKE_ROOT_CONFIG = "rsm.config.lake.root"

@@ -48,8 +48,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG
-from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.faults import fault_point
+from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.offset_ranges import (
     OffsetRange,
     discover_partitions,

@@ -231,9 +231,10 @@ def read_topic(
     Kafka source's option names; `topic` is `subscribe`, comma-separated), but with the tiered
     part read by Spark's Parquet reader from one pinned Delta version. `schema`: any of the
     Kafka source's columns, in any order (default: all, headers with includeHeaders=true)."""
+    from pyspark.sql.types import StructType as SparkStruct
+
     import loglake.spark
     from loglake.spark.source import columns_schema, selected_columns
-    from pyspark.sql.types import StructType as SparkStruct
 
     loglake.spark.register(spark)
     given = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}

@@ -12,8 +12,8 @@ cannot contain spaces); `leader-epoch-checkpoint` holds `<epoch> <start offset>`
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from loglake.storage.fileutil import atomic_write_text
 

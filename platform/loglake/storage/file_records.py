@@ -54,7 +54,7 @@ class FileRecords:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._size = os.fstat(self._fd).st_size
         # For loop.sock_sendfile(sock, file, position, size): it wants a binary file object.
-        self.file: io.FileIO = open(self._fd, "rb", buffering=0, closefd=False)
+        self.file: io.FileIO = open(self._fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - lives as long as the segment
 
     def __del__(self) -> None:
         self.close()

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from loglake.config import LogConfig
-from loglake.scheduler import Scheduler
 from loglake.errors import ErrorCode, KafkaError
 from loglake.record.columns import check_keyed
 from loglake.record.control import decode_marker
@@ -54,8 +53,9 @@ from loglake.record.header import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlice
+from loglake.scheduler import Scheduler
 from loglake.storage.checkpoints import CheckpointFileError
+from loglake.storage.file_records import SCAN_CHUNK, Bytes, FileRecords, LogSlice
 from loglake.storage.fileutil import fsync_dir, remove_temp_files
 from loglake.storage.leader_epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochFileCache
 from loglake.storage.log_dir_failure import LogDirFailureChannel

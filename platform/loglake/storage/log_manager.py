@@ -49,8 +49,8 @@ from loglake.storage.checkpoints import (
     OffsetCheckpointFile,
 )
 from loglake.storage.fileutil import atomic_write_text, remove_temp_files
-from loglake.storage.log_dir_failure import LogDirFailureChannel
 from loglake.storage.log import Log, future_log_dir_name, parse_future_topic_partition, parse_topic_partition
+from loglake.storage.log_dir_failure import LogDirFailureChannel
 from loglake.storage.meta_properties import (
     META_PROPERTIES,
     InconsistentMetaPropertiesError,
