@@ -17,7 +17,7 @@ lint: setup
 	$(PY) -m ruff format --check $(LINT_PATHS)
 	$(PY) -m mypy
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
 
 test-fast: setup

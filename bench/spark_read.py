@@ -160,7 +160,7 @@ def handoff_floor(spark, records: int) -> Timing:
     scale = records / (records // PARTITIONS // rows_per_batch * rows_per_batch * PARTITIONS)
     timing.seconds *= scale
     for kind in timing.cpu:
-        timing.cpu[kind] *= scale
+        timing.cpu[kind] *= scale  # type: ignore[assignment]  # the Counter holds float seconds; typeshed types counts as int
     return timing
 
 

@@ -52,7 +52,7 @@ class LocalCluster:
         self.zookeeper_connect = zookeeper_connect or self.zookeeper.connect  # type: ignore[union-attr]
         self.brokers: dict[int, BrokerProcess] = {}
 
-    def start(self, timeout: float = 60.0) -> LocalCluster:
+    def start(self, timeout: float = 60.0) -> Self:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()

@@ -85,7 +85,7 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0) -> Self:
         argv = [sys.executable, "-m", "ingest_gateway"]
         if self.config:
             argv += ["--config", str(self.config)]

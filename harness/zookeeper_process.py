@@ -168,7 +168,7 @@ class ZooKeeperProcess:
             str(self.config_file),
         ]
 
-    def start(self, timeout: float = 30.0) -> ZooKeeperProcess:
+    def start(self, timeout: float = 30.0) -> Self:
         if self.proc is not None and self.proc.poll() is None:
             return self
         self.write_config()

@@ -176,8 +176,7 @@ def sink_to_delta(bootstrap: str, table: Path) -> int:
 
     subprocess.run(
         [sys.executable, "-m", "jobs.delta_sink", "--bootstrap-servers", bootstrap, "--topics", TOPIC,
-         "--table", str(table), "--checkpoint", str(table.parent / "delta-checkpoint"),
-         "--trigger", "available-now"],
+         "--table", str(table), "--trigger", "available-now"],
         cwd=ROOT, check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     return DeltaTable(str(table)).to_pyarrow_dataset().count_rows()

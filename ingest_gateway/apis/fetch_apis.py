@@ -214,7 +214,7 @@ class FetchApis:
         readable: list[tuple[TopicIdPartition, PartitionRequest]] = []
         wanted = list(context.partitions())
         denied = self._denied_topics(replica_id, wanted)
-        for tp, request in wanted:
+        for tp, partition_request in wanted:
             if tp.topic is None:
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
             elif tp.topic in denied:
@@ -222,7 +222,7 @@ class FetchApis:
             elif self._inconsistent(tp):
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.INCONSISTENT_TOPIC_ID)))
             else:
-                readable.append((tp, request))
+                readable.append((tp, partition_request))
         max_bytes = body["max_bytes"] or NO_MAX_BYTES
         metrics = self._metrics
         if replica_id >= 0 and metrics is not None:
@@ -247,7 +247,7 @@ class FetchApis:
                         metrics.record_bytes_out(tp.topic, entry["records"].size)  # type: ignore[arg-type]
         throttle_ms = 0
         if replica_id < 0 and quotas.enabled:
-            sent = sum(entry["records"].size for _, entry in answers if entry["records"])  # type: ignore[union-attr]
+            sent = sum(entry["records"].size for _, entry in answers if entry["records"])
             if sent:
                 throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
         result = context.respond(answers + erroneous)
@@ -377,7 +377,7 @@ class FetchApis:
         image = self._cache.image
         endpoints: dict[int, BrokerEndpoint] = {}
         for tp, entry in answers:
-            if entry["error_code"] not in _LEADER_ERRORS:
+            if entry["error_code"] not in _LEADER_ERRORS or tp.topic is None:
                 continue
             state = image.partition_states.get(tp.topic, {}).get(tp.partition)
             if state is None or state.leader < 0:

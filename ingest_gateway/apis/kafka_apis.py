@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from loglake.cluster.assignment import numbered_assignment
@@ -37,6 +37,7 @@ from loglake.protocol.bodies import (
     FindCoordinatorResponseCoordinator,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ProduceResponsePartitionProduceResponse,
 )
 from loglake.record.batch import validate_client_records
 from loglake.record.header import first_batch_transactional
@@ -335,8 +336,9 @@ class KafkaApis:
             if failed:
                 raise CloseConnection(f"acks=0 produce failed: {_summary(failed)}")
             return None
-        by_topic: dict[str, list[Body]] = {}
+        by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]] = {}
         for (name, p), result in results.items():
+            entry: ProduceResponsePartitionProduceResponse
             if result.error is None:
                 entry = {
                     "index": p,
@@ -368,7 +370,9 @@ class KafkaApis:
             "node_endpoints": self._point_to_current_leaders(by_topic),
         }
 
-    def _point_to_current_leaders(self, by_topic: dict[str, list[Body]]) -> list[Body]:
+    def _point_to_current_leaders(
+        self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]]
+    ) -> list[Body]:
         """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
         leader and epoch this broker knows, and the response those leaders' endpoints, so the
         producer can retry without a metadata round trip. Returns the endpoints."""
@@ -678,7 +682,7 @@ def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
     return partition.offset_for_timestamp(largest)
 
 
-def _summary(failed: dict[tuple[str, int], tuple[int, str | None]]) -> str:
+def _summary(failed: Mapping[tuple[str, int], tuple[int, str | None]]) -> str:
     return ", ".join(
         f"{t}-{p}: {ErrorCode(code).name} ({message})" for (t, p), (code, message) in sorted(failed.items())
     )

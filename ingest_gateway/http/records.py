@@ -130,7 +130,9 @@ def record_routes(
         placements = placed.placements
         if acks == 0:
             in_background(asyncio.create_task(replica_manager.append_records(entries, 1, timeout_ms)))
-            offsets = [{"partition": p, "offset": None, "error_code": None, "error": None} for p, _ in placements]
+            offsets: list[dict[str, object]] = [
+                {"partition": p, "offset": None, "error_code": None, "error": None} for p, _ in placements
+            ]
             return JSONBytesResponse({"offsets": offsets, "key_schema_id": None, "value_schema_id": None}, 202)
         results = await replica_manager.append_records(entries, acks, timeout_ms)
         failed = {p: r.error for (_, p), r in results.items() if r.error is not None}

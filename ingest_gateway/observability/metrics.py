@@ -119,7 +119,8 @@ class _LoopHistogram:
         self.sum += seconds
 
     def cumulative(self) -> list[tuple[str, float]]:
-        out, total = [], 0
+        out: list[tuple[str, float]] = []
+        total = 0
         for bound, count in zip((*LATENCY_BUCKETS, float("inf")), self.counts):
             total += count
             out.append((floatToGoString(bound), total))
@@ -280,9 +281,9 @@ class _TrafficCollector(Collector):
             requests.add_metric([name], series.requests)
             for code, n in list(series.errors.items()):
                 errors.add_metric([name, _error_name(code)], n)
-            for family, (_, _, attr) in zip(latencies, _LATENCIES):
+            for latency, (_, _, attr) in zip(latencies, _LATENCIES):
                 histogram: _LoopHistogram = getattr(series, attr)
-                family.add_metric([name], histogram.cumulative(), histogram.sum)
+                latency.add_metric([name], histogram.cumulative(), histogram.sum)
         yield requests
         yield errors
         yield from latencies

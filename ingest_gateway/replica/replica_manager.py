@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -359,7 +359,7 @@ class ReplicaManager:
 
     async def append_records(
         self,
-        entries: dict[TopicPartition, bytes | bytearray | memoryview],
+        entries: Mapping[TopicPartition, bytes | bytearray | memoryview],
         required_acks: int,
         timeout_ms: int,
         from_coordinator: bool = False,

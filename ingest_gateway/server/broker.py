@@ -366,7 +366,7 @@ class Broker:
             self.config.log_flush_scheduler_interval_ms,
         )
         for listener in self.config.listeners:
-            server = KafkaServer(
+            kafka_server = KafkaServer(
                 listener.host,
                 listener.port,
                 self.requests.handle,
@@ -374,12 +374,12 @@ class Broker:
                 self.metrics,
                 listener_security(self.config, listener, self.store),
             )
-            await server.start()
-            self._kafka_servers.append(server)
+            await kafka_server.start()
+            self._kafka_servers.append(kafka_server)
 
         app = self.create_http_app()
         for listener in self.config.http_listeners:
-            server = uvicorn.Server(
+            http_server = uvicorn.Server(
                 uvicorn.Config(
                     app,
                     host=listener.host,
@@ -392,12 +392,12 @@ class Broker:
                     lifespan="off",
                 )
             )
-            self._servers.append(server)
-            self.track_background(asyncio.create_task(server.serve()))
+            self._servers.append(http_server)
+            self.track_background(asyncio.create_task(http_server.serve()))
         self._checkpointer = asyncio.create_task(self._checkpoint_loop())
         self.log_cleaner.startup()
-        for server in self._servers:
-            while not server.started:
+        for http_server in self._servers:
+            while not http_server.started:
                 await asyncio.sleep(0.01)
         log.info(
             "broker %d serving Kafka on %s and HTTP on %s",

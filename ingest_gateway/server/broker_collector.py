@@ -96,7 +96,8 @@ class BrokerCollector(Collector):
 
     def _controller_metrics(self) -> Iterator[Metric]:
         controller = self._controller
-        active = controller.is_active
+        epoch = controller.epoch  # read once: the controller may resign on another thread meanwhile
+        active = epoch is not None
         yield _gauge(
             "kafka_controller_active_controller_count",
             "1 on the active controller (ActiveControllerCount)",
@@ -113,9 +114,9 @@ class BrokerCollector(Collector):
             "Elections of a leader outside the ISR (UncleanLeaderElectionsPerSec)",
             stats.unclean_leader_elections,
         )
-        if not active:
+        if epoch is None:
             return
-        yield _gauge("kafka_controller_epoch", "The active controller's epoch", controller.epoch)
+        yield _gauge("kafka_controller_epoch", "The active controller's epoch", epoch)
         image = self._cache.image
         offline = sum(
             1 for states in image.partition_states.values() for s in states.values() if s.leader not in image.brokers

@@ -277,7 +277,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._registration_lock = threading.RLock()
         self._registered = threading.Event()
 
-        self._events: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._events: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._event_thread = threading.Thread(target=self._run_events, name="loglake-zk-events", daemon=True)
         self._event_thread.start()
         self._client.add_listener(self._on_state)
@@ -306,7 +306,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     # The event thread and session handling --------------------------------------------------
 
-    def _submit(self, fn: Callable[[], None]) -> None:
+    def _submit(self, fn: Callable[[], object]) -> None:
         if not self._closed:
             self._events.put(fn)
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from loglake.spark.topic_reader import read_topic
 
 
+from loglake.spark.registration import register
+
+
 def __getattr__(name: str) -> object:
     # read_topic imports pyspark, pyarrow and deltalake: only when asked for.
     if name == "read_topic":
@@ -32,27 +35,6 @@ def __getattr__(name: str) -> object:
 
         return read_topic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def register(spark: SparkSession) -> None:
-    """Register the `loglake` format with `spark`.
-
-    Spark's Python workers must run an interpreter that has loglake, pyarrow and numpy:
-    unless the user chose one (PYSPARK_PYTHON or spark.pyspark.python), they run this one.
-    """
-    from loglake.spark.source import LoglakeDataSource
-
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        # A Spark Connect session: the server's Python workers run its own interpreter.
-        spark.dataSource.register(LoglakeDataSource)
-        return
-    sc = spark.sparkContext
-    if not os.environ.get("PYSPARK_PYTHON") and not sc.getConf().get("spark.pyspark.python"):
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        # The context read the variable when it started; the data source's function
-        # carries the interpreter the context names now.
-        sc.pythonExec = sys.executable
-    spark.dataSource.register(LoglakeDataSource)
 
 
 @contextmanager

@@ -104,6 +104,7 @@ def delta_spark_missing(spark: SparkSession) -> str | None:
     from py4j.protocol import Py4JJavaError
 
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set while the session's context is running
     loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
     try:
         jvm.java.lang.Class.forName("io.delta.tables.DeltaTable", False, loader)
@@ -127,6 +128,7 @@ def table_frame(batch: DataFrame, options: DeltaSinkOptions) -> DataFrame:
     from pyspark.sql import functions as F
 
     if options.value_format == "json":
+        assert options.value_schema is not None  # DeltaSinkOptions checks json comes with a schema
         decoded = F.from_json(F.col("value").cast("string"), options.value_schema)
         values = [decoded[name].alias(name) for name in _json_field_names(options.value_schema)]
     else:
@@ -245,7 +247,9 @@ class _DeltaSparkEngine:
     def _last_commit_metric(self, name: str) -> int:
         from delta.tables import DeltaTable as SparkDeltaTable
 
-        metrics = SparkDeltaTable.forPath(self.spark, self.path).history(1).select("operationMetrics").first()[0]
+        latest = SparkDeltaTable.forPath(self.spark, self.path).history(1).select("operationMetrics").first()
+        assert latest is not None  # the table has just been written, so it has a commit
+        metrics = latest[0]
         return int(metrics.get(name, 0))
 
     def compact(self) -> None:

@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,6 +63,7 @@ from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, 
 from loglake.spark.range_reader import read_range
 
 if TYPE_CHECKING:
+    from deltalake.transaction import RemoveAction
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -283,7 +284,7 @@ def ends_from_rows(table: DeltaTable, partitions: list[TopicPartition]) -> dict[
     ends: dict[TopicPartition, int] = {}
     to_scan = []
 
-    def value(action: dict, column: str, bound: str) -> object:
+    def value(action: dict, column: str, bound: str) -> Any:
         return action.get(f"partition.{column}", action.get(f"{bound}.{column}"))
 
     for action in actions:
@@ -447,13 +448,14 @@ class _FileRoller:
         current = self.open.pop(key)
         current.writer.close()
         full = os.path.join(self.task.table, current.relative)
-        minimum, maximum = {}, {}
+        minimum: dict[str, object] = {}
+        maximum: dict[str, object] = {}
         for name, s in current.stats.items():
             if s.minimum is None:
                 continue
             if isinstance(s.minimum, str):
                 minimum[name] = s.minimum[:_STATS_STRING_PREFIX]
-                if len(s.maximum) <= _STATS_STRING_PREFIX:  # a cut maximum would be below the real one
+                if len(cast(str, s.maximum)) <= _STATS_STRING_PREFIX:  # a cut maximum would be below the real one
                     maximum[name] = s.maximum
             else:
                 minimum[name], maximum[name] = _stats_value(s.minimum, False), _stats_value(s.maximum, True)
@@ -489,7 +491,7 @@ def write_task(task: WriteTask) -> list[WrittenFile]:
     return roller.close()
 
 
-def _run_tasks(tasks: Iterator[WriteTask]) -> Iterator[WrittenFile]:
+def _run_tasks(tasks: Iterable[WriteTask]) -> Iterator[WrittenFile]:
     for task in tasks:
         yield from write_task(task)
 
@@ -667,7 +669,7 @@ class LakeWriter:
                 )
             else:
                 snapshot.create_write_transaction(
-                    adds,
+                    cast("list[AddAction | RemoveAction]", adds),
                     mode="append",
                     schema=layout.schema,
                     partition_by=list(layout.partition_by) or None,

@@ -9,6 +9,7 @@ import math
 import re
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from loglake.errors import ErrorCode
 from loglake.spark.group_offsets import committed_offsets
@@ -158,7 +159,8 @@ def resolve_offsets(
     if spec.kind is OffsetKind.LATEST:
         return latest
     if spec.kind in (OffsetKind.TIMESTAMP, OffsetKind.TIMESTAMPS):
-        wanted = spec.per_partition or dict.fromkeys(partitions, spec.timestamp)
+        # A TIMESTAMP spec carries its timestamp; a TIMESTAMPS one its per-partition map.
+        wanted = spec.per_partition or dict.fromkeys(partitions, cast(int, spec.timestamp))
         found = list_offsets(client, wanted)
         out = {}
         for tp in partitions:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import overload
 
 from loglake.protocol import IsolationLevel
 from loglake.security.client import SECURITY_PROPERTIES, client_security
@@ -127,6 +128,10 @@ def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
     return raw.strip().lower() == "true"
 
 
+@overload
+def _positive_int(opts: dict[str, str], name: str, default: int) -> int: ...
+@overload
+def _positive_int(opts: dict[str, str], name: str, default: None) -> int | None: ...
 def _positive_int(opts: dict[str, str], name: str, default: int | None) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:

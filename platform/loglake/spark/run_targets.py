@@ -27,7 +27,7 @@ from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from loglake.spark.sink import parse_write_options, produce_batches
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from loglake.spark.job_cluster import ClusterAccess
 
@@ -151,7 +151,7 @@ class TopicTarget:
             .load()
         )
 
-        def header(name: str) -> object:
+        def header(name: str) -> Column:
             return F.filter("headers", lambda h: h["key"] == name)[0]["value"]
 
         tag = f"{self.group_id}:{run.run_id}".encode()

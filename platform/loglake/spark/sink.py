@@ -25,6 +25,7 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -289,7 +290,8 @@ def _rows_by_partition(
         rows = [i for i, t in enumerate(topics) if t == topic]
         keyed = [i for i in rows if targets[i] < 0 and keys[i] is not None]
         if keyed:
-            targets[keyed] = partitions_for_keys([keys[i] for i in keyed], count)
+            # `keyed` holds only rows whose key is not None, so these are all bytes.
+            targets[keyed] = partitions_for_keys(cast("list[bytes]", [keys[i] for i in keyed]), count)
         unkeyed = [i for i in rows if targets[i] < 0]
         if unkeyed:
             targets[unkeyed] = sticky.next_partition(count)
@@ -309,11 +311,13 @@ def produce_in_transaction(options: WriteOptions, batches: Iterator[pa.RecordBat
     txn = options.transactional
     assert txn is not None
     context = TaskContext.get()
+    assert context is not None  # this runs in a Spark task, which always has a context
     batch_id: int | None = None
     scope = txn.write_id
     if not scope:
-        scope = context.getLocalProperty(_QUERY_ID_PROPERTY)
-        batch_id = int(context.getLocalProperty(_BATCH_ID_PROPERTY))
+        # Spark sets both on every task of a streaming micro-batch (the only case without a write_id).
+        scope = cast(str, context.getLocalProperty(_QUERY_ID_PROPERTY))
+        batch_id = int(cast(str, context.getLocalProperty(_BATCH_ID_PROPERTY)))
     transactional_id = f"{txn.transactional_id_prefix}-{scope}-{context.partitionId()}"
     with txn.client() as client:
         producer = TransactionalProducer(client, transactional_id, txn.transaction_timeout_ms, txn.compression)

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -99,15 +99,15 @@ def plan_topic_read(options: ReadOptions) -> TopicPlan:
         lakes = lakes_for(client, {r.topic for r in ranges}) if ranges else {}
     scannable = {}
     pinned_files = {}
-    for topic, lake in lakes.items():
-        table = DeltaTable(lake.table, version=lake.version)
+    for topic, candidate in lakes.items():
+        table = DeltaTable(candidate.table, version=candidate.version)
         files = PinnedFiles(table.table_uri.rstrip("/"), pa.table(table.get_add_actions(flatten=True)).to_pylist())
         refusal = _scan_refusal(table, files)
         if refusal is None:
-            scannable[topic] = lake
-            pinned_files[lake.table] = files
+            scannable[topic] = candidate
+            pinned_files[candidate.table] = files
         else:
-            log.info("%s: %s; its tiered part is read through the loglake source", lake.table, refusal)
+            log.info("%s: %s; its tiered part is read through the loglake source", candidate.table, refusal)
     lake_parts: list[tuple[Lake, OffsetRange]] = []
     below: list[OffsetRange] = []
     above: list[OffsetRange] = []
@@ -233,10 +233,10 @@ def read_topic(
     Kafka source's columns, in any order (default: all, headers with includeHeaders=true)."""
     from pyspark.sql.types import StructType as SparkStruct
 
-    import loglake.spark
+    from loglake.spark.registration import register
     from loglake.spark.source import columns_schema, selected_columns
 
-    loglake.spark.register(spark)
+    register(spark)
     given = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
     if topic is not None:
         given["subscribe"] = topic
@@ -244,7 +244,8 @@ def read_topic(
     if parsed.commit_offsets:
         raise OptionError("commitOffsets: read_topic does not commit offsets (use spark.read.format('loglake'))")
     if schema is not None:
-        struct = schema if isinstance(schema, SparkStruct) else SparkStruct.fromDDL(schema)
+        # fromDDL is typed DataType; a column list's DDL gives a StructType.
+        struct = schema if isinstance(schema, SparkStruct) else cast(SparkStruct, SparkStruct.fromDDL(schema))
         parsed = replace(parsed, columns=selected_columns(struct))
     columns = parsed.columns
     plan = plan_topic_read(parsed)
@@ -258,9 +259,9 @@ def read_topic(
             parts_of.setdefault(lake.table, []).append((part, files))
     for table, parts in parts_of.items():
         frames += _table_frames(spark, plan.files[table].root, parts, columns, read_committed)
-    for parts in plan.broker_reads:
+    for broker_ranges in plan.broker_reads:
         reader = spark.read.format("loglake").schema(columns_schema(columns))
-        frames.append(reader.options(**_source_options(given, parts)).load())
+        frames.append(reader.options(**_source_options(given, broker_ranges)).load())
     if not frames:
         return spark.createDataFrame([], columns_schema(columns))
     return reduce(lambda a, b: a.unionByName(b), frames)

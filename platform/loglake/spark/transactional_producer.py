@@ -181,9 +181,9 @@ class TransactionalProducer:
                     refresh = True
                 else:
                     by_leader.setdefault(address, {})[tp] = batches[0]
-            for address, batches in by_leader.items():
+            for address, leader_batches in by_leader.items():
                 try:
-                    answers = self.client.produce_to(address, self.transactional_id, batches)
+                    answers = self.client.produce_to(address, self.transactional_id, leader_batches)
                 except BrokerUnavailable as exc:
                     refresh, last_error = True, str(exc)
                     continue

@@ -49,8 +49,9 @@ class Index:
     def is_full(self) -> bool:
         return self._entries >= self.max_entries
 
-    def sanity_check(self) -> None:
-        """Raise CorruptIndexError unless the file holds whole entries (subclasses check more)."""
+    def _check_whole_entries(self) -> None:
+        """Raise CorruptIndexError unless the file holds whole entries; each subclass's
+        `sanity_check` calls this and checks more (the offset index needs the .log's size)."""
         if self._file_size % self.ENTRY.size:
             raise CorruptIndexError(
                 f"{self.path}: size {self._file_size} is not a multiple of the {self.ENTRY.size}-byte entry"

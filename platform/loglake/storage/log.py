@@ -402,7 +402,9 @@ class Log:
             for position, header in batches:
                 last_offset = offset + header.last_offset_delta
                 if log_append_time:
-                    data = _stamp_whole_batch(view, position, header.size, offset, leader_epoch, now)
+                    data: Bytes | tuple[Bytes, ...] = _stamp_whole_batch(
+                        view, position, header.size, offset, leader_epoch, now
+                    )
                     batch_max = now
                 else:
                     data = _stamp_header(view, position, header.size, offset, leader_epoch)

@@ -65,7 +65,7 @@ class OffsetIndex(Index):
         self._truncate_entries(self._search(0, offset - self.base_offset - 1) + 1)
 
     def sanity_check(self, log_size: int) -> None:
-        super().sanity_check()
+        self._check_whole_entries()
         if self._last is not None:
             relative, position = self._last
             # The first entry is made after at least one batch, so it is past the base offset.

@@ -345,7 +345,7 @@ class LogSegment:
         txn_path = self.txn_index.path
         self.txn_index.rename(txn_path.with_name(txn_path.name.removesuffix(old) + new))
         for f in (self.offset_index, self.time_index, self.log):
-            if f is not self.log:
+            if not isinstance(f, FileRecords):
                 f.load()
             target = f.path.with_name(f.path.name.removesuffix(old) + new)
             f.path.rename(target)

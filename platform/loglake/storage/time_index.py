@@ -59,7 +59,7 @@ class TimeIndex(Index):
         self._truncate_entries(self._search(1, offset - self.base_offset - 1) + 1)
 
     def sanity_check(self) -> None:
-        super().sanity_check()
+        self._check_whole_entries()
         if self._last is not None:
             timestamp, relative = self._last
             first_timestamp = self._read_entry(0)[0]
