@@ -92,8 +92,12 @@ class ReplicaManager:
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         fetcher_config: ReplicaFetcherConfig | None = None,
         inter_broker_security: ClientSecurity = PLAINTEXT,
+        partition_exists: Callable[[str, int], bool] = lambda topic, partition: False,
     ) -> None:
+        """`partition_exists`: whether the metadata names the partition (a partition this
+        broker does not host then answers NOT_LEADER_OR_FOLLOWER, not UNKNOWN_TOPIC_OR_PARTITION)."""
         self.broker_id = broker_id
+        self._partition_exists = partition_exists
         self.log_manager = log_manager
         self.log_defaults = log_defaults
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -344,10 +348,19 @@ class ReplicaManager:
         """A partition this broker hosts, leader or follower."""
         p = self.partitions.get((topic, partition))
         if p is None:
-            raise self._offline_error((topic, partition)) or KafkaError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker hosts no partition {topic}-{partition}"
-            )
+            raise self._offline_error((topic, partition)) or self._not_hosted((topic, partition))
         return p
+
+    def _not_hosted(self, key: TopicPartition) -> KafkaError:
+        """Kafka's rule: a partition that exists but is not (or no longer) here, as after a
+        reassignment moved it away, is NOT_LEADER_OR_FOLLOWER, so that clients refresh their
+        metadata and find it (UNKNOWN_TOPIC_OR_PARTITION makes librdkafka give the partition up)."""
+        topic, partition = key
+        if self._partition_exists(topic, partition):
+            return KafkaError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} hosts no replica of {topic}-{partition}"
+            )
+        return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"this broker hosts no partition {topic}-{partition}")
 
     def leader_partition(self, topic: str, partition: int) -> Partition:
         p = self.hosted_partition(topic, partition)
@@ -480,8 +493,8 @@ class ReplicaManager:
         for req in requests:
             partition = self.partitions.get((req.topic, req.partition))
             if partition is None:
-                offline = self._offline_error((req.topic, req.partition))
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if offline is None else offline.code
+                key = (req.topic, req.partition)
+                code = (self._offline_error(key) or self._not_hosted(key)).code
                 results.append(FollowerFetchResult(req.topic, req.partition, code))
                 has_error = True
                 continue

@@ -116,6 +116,7 @@ class Broker:
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
             fetcher_config=ReplicaFetcherConfig.from_properties(config.raw),
             inter_broker_security=self.inter_broker_security,
+            partition_exists=self._partition_exists,
         )
         self.dynamic_config = DynamicConfigManager(
             config.broker_id,
@@ -266,7 +267,8 @@ class Broker:
         return router
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
-        """Whether the cluster has this partition (offset commits to others are refused)."""
+        """Whether the cluster has this partition (offset commits to others are refused; a
+        replica manager that does not host it answers NOT_LEADER_OR_FOLLOWER)."""
         description = self.image.topics.get(topic)
         return description is not None and partition in description.assignment
 
