@@ -111,8 +111,10 @@ class Member(threading.Thread):
         self.ownership: list[tuple[float, frozenset[int]]] = [(self.changed_at, self.owned)]  # every change
         self.stopped_at: float | None = None  # when it was asked to leave
         self.revocations: list[tuple[float, frozenset[int]]] = []
-        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
+        self.lost_at: list[float] = []  # when its assignment was lost (fenced: its session expired)
+        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
         self.received: list[tuple[float, int, bytes]] = []  # (time, partition, value)
+        self.positions: list[tuple[int, int]] = []  # (partition, offset) of each received record
         self.last_at: dict[int, float] = {}  # partition -> time of its latest record here
         self.stopping = threading.Event()
         self.errors: list[str] = []
@@ -129,6 +131,12 @@ class Member(threading.Thread):
         gone = frozenset(p.partition for p in partitions)
         self.revocations.append((time.monotonic(), gone))
         self._change(self.owned - gone)
+
+    def _lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # A record polled before and committed after the loss may be read again by the
+        # rejoined member: exactly once holds only while no assignment is lost.
+        self.lost_at.append(time.monotonic())
+        self._revoked(consumer, partitions)
 
     def run(self) -> None:
         try:
@@ -155,6 +163,7 @@ class Member(threading.Thread):
                     continue
                 now = time.monotonic()
                 self.received.append((now, partition, value))
+                self.positions.append((partition, offset))
                 self.last_at[partition] = now
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             self.errors.append(repr(exc))

@@ -101,7 +101,8 @@ def test_killed_member_partitions_move_after_session_timeout(broker: BrokerProce
         victim.wait()
         killed_at = time.monotonic()
         values = [b"v%d" % i for i in range(40)]
-        produce_values(broker.bootstrap, topic, values)
+        # Idempotent: a retried produce must not put a value in the log twice.
+        produced = produce_values(broker.bootstrap, topic, values, **{"enable.idempotence": True})
         wait_until(
             lambda: len(survivor.partitions()) == 4,
             timeout=CONSUMER_GROUP_SESSION_TIMEOUT_MS / 1000 + 8,
@@ -109,6 +110,10 @@ def test_killed_member_partitions_move_after_session_timeout(broker: BrokerProce
         )
         assert time.monotonic() - killed_at >= CONSUMER_GROUP_SESSION_TIMEOUT_MS / 1000 - 1.0
         wait_until(lambda: len(survivor.received) >= len(values), what="every record consumed")
+        history = f"ownership {survivor.ownership}, positions {survivor.positions}, killed at {killed_at}"
+        # Exactly once holds while the survivor keeps its own membership.
+        assert not survivor.lost_at, f"the survivor's assignment was lost at {survivor.lost_at}; {history}"
+        assert sorted(survivor.positions) == sorted(produced), history
         assert sorted(v for _, _, v in survivor.received) == sorted(values)
     finally:
         victim.kill()
