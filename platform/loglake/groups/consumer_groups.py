@@ -20,6 +20,10 @@ failover rebuilds exactly the same groups. How the group coordinator is meant to
     error = groups.validate_offset_commit(group_id, member_id, member_epoch, False, api_version)
     description = groups.describe(group_id, topics)
 
+`now_ms` is a monotonic clock (the members' session and rebalance timers, as Kafka's timer
+wheel): a step of the wall clock must not fence every member at once. The one wall-clock
+time written, the state timestamp of a downgraded group's record, comes from `wall_clock_ms`.
+
 `heartbeat` follows Kafka's consumerGroupHeartbeat: validate, get or create the member,
 persist a changed subscription and bump the group epoch, recompute the target assignment
 when the group epoch moved past the assignment epoch, then reconcile the member one step
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -198,10 +203,16 @@ def _updated(
 class ConsumerGroups:
     """The consumer-protocol groups of one __consumer_offsets partition, with their timers."""
 
-    def __init__(self, config: ConsumerGroupConfig, new_member_id: Callable[[], str] = _new_member_id) -> None:
+    def __init__(
+        self,
+        config: ConsumerGroupConfig,
+        new_member_id: Callable[[], str] = _new_member_id,
+        wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self.config = config
         self.groups: dict[str, ConsumerGroup] = {}
         self._new_member_id = new_member_id
+        self._wall_clock_ms = wall_clock_ms
         self._deadlines: dict[tuple[str, str], _Deadlines] = {}
         self._out: list[Record] | None = None  # records of the call in progress
         self._downgraded: list[Record] = []  # classic group records of the groups the call downgraded
@@ -572,14 +583,12 @@ class ConsumerGroups:
 
     # ---- online migration ----
 
-    def _downgrade(
-        self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot, now_ms: int
-    ) -> None:
+    def _downgrade(self, group: ConsumerGroup, leaving_id: str, protocol: str, topics: TopicSnapshot) -> None:
         """Kafka's convertToClassicGroup: tombstones for every record of the group, then the
         group metadata record of the classic group of the remaining members, which the caller
         hosts and rebalances."""
         gid = group.group_id
-        record = downgraded_group_record(group, leaving_id, protocol, topics, now_ms)
+        record = downgraded_group_record(group, leaving_id, protocol, topics, self._wall_clock_ms())
         ids = list(group.members)
         # Kafka's createGroupTombstoneRecords order.
         for kind in (CURRENT_MEMBER_ASSIGNMENT_KEY, TARGET_ASSIGNMENT_MEMBER_KEY):
@@ -820,13 +829,13 @@ class ConsumerGroups:
                     group.group_id, replace(member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
                 )
                 return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=-2)
-        self._fence(group, member.member_id, topics, now_ms)
+        self._fence(group, member.member_id, topics)
         return HeartbeatResult(ErrorCode.NONE, member_id=member.member_id, member_epoch=request.member_epoch)
 
-    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot, now_ms: int) -> None:
+    def _fence(self, group: ConsumerGroup, member_id: str, topics: TopicSnapshot) -> None:
         protocol = downgrade_protocol(group, member_id, self.config.migration_policy)
         if protocol is not None:
-            self._downgrade(group, member_id, protocol, topics, now_ms)
+            self._downgrade(group, member_id, protocol, topics)
             return
         self._remove_member(group.group_id, member_id)
         self._maybe_update_subscription_metadata(group, topics)
@@ -861,7 +870,7 @@ class ConsumerGroups:
                 if group is None or member is None:
                     self._deadlines.pop((gid, mid), None)
                 elif d.due(now_ms, member.member_epoch):
-                    self._fence(group, mid, topics, now_ms)
+                    self._fence(group, mid, topics)
 
         _, records, downgraded = self._collect(fence_overdue, lambda fail: None)
         return ExpiryResult(records, downgraded)

@@ -49,7 +49,8 @@ _T = TypeVar("_T")
 
 class ConsumerGroupManager:
     """`topics` answers the cluster's topics that consumer groups subscribe to and are
-    assigned from; `reload` loads a partition again after a failed append."""
+    assigned from; `reload` loads a partition again after a failed append; `timer_ms` is the
+    monotonic clock of the members' session and rebalance timers."""
 
     def __init__(
         self,
@@ -57,7 +58,7 @@ class ConsumerGroupManager:
         classic: ClassicGroupManager,
         partitions: PartitionLoads,
         topics: Callable[[], TopicSnapshot],
-        now_ms: Callable[[], int],
+        timer_ms: Callable[[], int],
         tasks: BackgroundTasks,
         reload: Callable[[int], Awaitable[None]],
     ) -> None:
@@ -65,7 +66,7 @@ class ConsumerGroupManager:
         self._classic = classic
         self._partitions = partitions
         self._topics = topics
-        self._now_ms = now_ms
+        self._timer_ms = timer_ms
         self._tasks = tasks
         self._reload = reload
         # Per loaded partition: its consumer-protocol groups and their expiry timer.
@@ -77,7 +78,7 @@ class ConsumerGroupManager:
     def load(self, partition: int, groups: ConsumerGroups) -> None:
         """Serve the groups replayed from `partition`: their members' timers start now."""
         self._groups[partition] = groups
-        groups.on_loaded(self._now_ms())
+        groups.on_loaded(self._timer_ms())
         self._schedule_expiry(partition)
 
     def unload(self, partition: int) -> None:
@@ -106,7 +107,7 @@ class ConsumerGroupManager:
         classic = None if request.group_id in groups.groups else self._classic.group(request.group_id)
         # A classic group with members may be upgraded (or the member is refused).
         members = None if classic is None or classic.state is GroupState.EMPTY else self._classic.snapshot(classic)
-        result = groups.heartbeat(request, self._topics(), self._now_ms(), members)
+        result = groups.heartbeat(request, self._topics(), self._timer_ms(), members)
         records = list(result.records)
         if classic is not None and result.error is ErrorCode.NONE and records:
             # The member created the consumer group: the classic group it replaces goes
@@ -179,7 +180,7 @@ class ConsumerGroupManager:
         """One classic member's request to the consumer group: its answer once the records it
         wrote are in the log (`failed(error)` if they could not be), its timers rescheduled."""
         partition = self._log.partition_for(group_id)
-        result, records = call(self._groups[partition], self._topics(), self._now_ms())
+        result, records = call(self._groups[partition], self._topics(), self._timer_ms())
         error = await self._append(partition, list(records))
         self._schedule_expiry(partition)
         return result if error is ErrorCode.NONE else failed(error)
@@ -229,7 +230,7 @@ class ConsumerGroupManager:
         groups = self._groups.get(partition)
         deadline = None if groups is None else groups.next_deadline_ms()
         if deadline is not None:
-            delay = max(deadline - self._now_ms(), 0) / 1000
+            delay = max(deadline - self._timer_ms(), 0) / 1000
             self._timers[partition] = asyncio.get_running_loop().call_later(delay, self._on_deadline, partition)
 
     def _on_deadline(self, partition: int) -> None:
@@ -237,7 +238,7 @@ class ConsumerGroupManager:
         groups = self._groups.get(partition)
         if groups is None:
             return
-        expired = groups.expire(self._now_ms(), self._topics())
+        expired = groups.expire(self._timer_ms(), self._topics())
         for record in expired.downgraded:
             self._classic.host_downgraded(record)
         records = list(expired.records)

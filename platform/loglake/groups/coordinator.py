@@ -87,12 +87,18 @@ from loglake.internal_topics import (
 log = logging.getLogger(__name__)
 
 
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class GroupCoordinator:
     """Serves the groups of the `__consumer_offsets` partitions it has loaded.
 
     Active from construction; `start()` only adds the periodic offset expiry, `stop()`
     unloads everything and answers later requests COORDINATOR_NOT_AVAILABLE.
-    `clock` returns seconds (like time.time); timestamps are in ms from it. `topics`
+    `clock` returns seconds (like time.time); timestamps are in ms from it. Consumer-group
+    session and rebalance timers run on the monotonic clock instead (as Kafka's timer wheel),
+    so that a step of the wall clock does not expire every member at once. `topics`
     answers the cluster's topics (name -> (topic id, partition count)) that consumer groups
     subscribe to and are assigned from.
     """
@@ -114,7 +120,7 @@ class GroupCoordinator:
         self._expiry_task: asyncio.Task[None] | None = None
         self._classic = ClassicGroupManager(config, self._log, self.now_ms, self._tasks)
         self._consumer = ConsumerGroupManager(
-            self._log, self._classic, self._partitions, topics, self.now_ms, self._tasks, self._reload
+            self._log, self._classic, self._partitions, topics, _monotonic_ms, self._tasks, self._reload
         )
         self._offsets = OffsetManager(
             config, self._log, self._classic, self._consumer.group, self._partitions, self.now_ms
@@ -157,7 +163,7 @@ class GroupCoordinator:
         """
         offsets: dict[tuple[str, TopicPartition], OffsetCommitValue] = {}
         groups: dict[str, GroupMetadataValue] = {}
-        consumer_groups = ConsumerGroups(self._config.consumer)
+        consumer_groups = ConsumerGroups(self._config.consumer, wall_clock_ms=self.now_ms)
         # Producer id -> the offset records of its transaction, until its marker.
         open_txns: dict[int, list[tuple[bytes, bytes | None]]] = {}
 

@@ -49,10 +49,12 @@ def snapshot(**partitions: int) -> dict[str, tuple[uuid.UUID, int]]:
 
 
 class Cluster:
-    """The groups of one partition, the topic snapshot, a clock in ms and every record written."""
+    """The groups of one partition, the topic snapshot, the timers' clock and the wall clock
+    in ms, and every record written."""
 
     def __init__(self, config: ConsumerGroupConfig = CONFIG, **partitions: int) -> None:
-        self.groups = ConsumerGroups(config)
+        self.wall_ms = 1_700_000_000_000
+        self.groups = ConsumerGroups(config, wall_clock_ms=lambda: self.wall_ms)
         self.topics = snapshot(**partitions)
         self.now_ms = 0
         self.records: list[Record] = []

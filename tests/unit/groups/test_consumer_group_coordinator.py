@@ -67,6 +67,24 @@ async def test_the_expiry_timer_fences_a_silent_member() -> None:
     await coordinator.stop()
 
 
+async def test_a_step_of_the_wall_clock_fences_nobody() -> None:
+    """Session timers run on the monotonic clock: a member whose last heartbeat was before
+    the wall clock jumped an hour ahead keeps its place when another member's heartbeat
+    reschedules the expiry timer."""
+    clock = FakeClock()
+    coordinator = await coordinator_over(FakeOffsetsLog(), clock, session_ms=2000)
+    first = await coordinator.consumer_group_heartbeat(joining())
+    second = await coordinator.consumer_group_heartbeat(joining())
+    clock.advance_ms(3_600_000)
+    assert (await beat(coordinator, second)).error is ErrorCode.NONE
+    await asyncio.sleep(0.1)  # the expiry timer the heartbeat rescheduled has run
+    again = await beat(coordinator, first)
+    assert again.error is ErrorCode.NONE, again
+    (described,) = await coordinator.consumer_group_describe([GROUP])
+    assert len(described.members) == 2
+    await coordinator.stop()
+
+
 async def test_member_epochs_guard_offset_commits_and_fetches() -> None:
     coordinator = await coordinator_over(FakeOffsetsLog())
     joined = await coordinator.consumer_group_heartbeat(joining())

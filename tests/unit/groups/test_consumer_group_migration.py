@@ -300,7 +300,7 @@ def test_the_last_consumer_member_leaving_downgrades_the_group() -> None:
     assert left.downgraded == left.records[-1]
     group_id, value = classic_group_of(left.downgraded)
     assert (group_id, value.protocol_type, value.generation, value.protocol) == (GROUP, "consumer", epoch, "range")
-    assert (value.leader, value.current_state_timestamp) == (c.member_id, cluster.now_ms)
+    assert (value.leader, value.current_state_timestamp) == (c.member_id, cluster.wall_ms)
     assert [m.member_id for m in value.members] == [c.member_id, other.member_id]
     names = {cluster.topics["t"][0]: "t"}
     for m in value.members:
