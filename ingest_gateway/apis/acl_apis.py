@@ -14,7 +14,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     CreateAclsRequest,
     CreateAclsRequestAclCreation,
@@ -43,11 +43,13 @@ from loglake.security.acls import (
     validate_binding,
 )
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
 
 
 def _enum(kind: type, value: int) -> Any:
@@ -117,20 +119,11 @@ class AclApis:
         self._auth = authorization
         self._store = store
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.CREATE_ACLS: self.create_acls,
-                ApiKey.DESCRIBE_ACLS: self.describe_acls,
-                ApiKey.DELETE_ACLS: self.delete_acls,
-            }
-        )
-
-    def _check(self, operation: AclOperation) -> None:
+    def _check(self, context: RequestContext, operation: AclOperation) -> None:
         auth = self._auth
         if not auth.enabled:
             raise KafkaError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
-        auth.require(operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        auth.require(context, operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
     async def _reload(self) -> None:
         """Apply the store's ACLs here now (other brokers follow its notifications)."""
@@ -151,9 +144,10 @@ class AclApis:
             await asyncio.to_thread(self._store.update_acls, pattern, functools.partial(_edited, added, removed))
         await self._reload()
 
-    async def create_acls(self, header: RequestHeader, body: CreateAclsRequest) -> CreateAclsResponse:
+    @handles(ApiKey.CREATE_ACLS, 0, 3)
+    async def create_acls(self, context: RequestContext, body: CreateAclsRequest) -> CreateAclsResponse:
         try:
-            self._check(AclOperation.ALTER)
+            self._check(context, AclOperation.ALTER)
         except KafkaError as exc:
             return {
                 "throttle_time_ms": 0,
@@ -171,9 +165,10 @@ class AclApis:
             await self.change(valid, [])
         return {"throttle_time_ms": 0, "results": results}
 
-    async def describe_acls(self, header: RequestHeader, body: DescribeAclsRequest) -> DescribeAclsResponse:
+    @handles(ApiKey.DESCRIBE_ACLS, 0, 3)
+    async def describe_acls(self, context: RequestContext, body: DescribeAclsRequest) -> DescribeAclsResponse:
         try:
-            self._check(AclOperation.DESCRIBE)
+            self._check(context, AclOperation.DESCRIBE)
         except KafkaError as exc:
             return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "resources": []}
         by_pattern: dict[ResourcePattern, list[DescribeAclsResponseAclDescription]] = {}
@@ -190,9 +185,10 @@ class AclApis:
         ]
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": resources}
 
-    async def delete_acls(self, header: RequestHeader, body: DeleteAclsRequest) -> DeleteAclsResponse:
+    @handles(ApiKey.DELETE_ACLS, 0, 3)
+    async def delete_acls(self, context: RequestContext, body: DeleteAclsRequest) -> DeleteAclsResponse:
         try:
-            self._check(AclOperation.ALTER)
+            self._check(context, AclOperation.ALTER)
         except KafkaError as exc:
             failed: DeleteAclsResponseDeleteAclsFilterResult = {
                 "error_code": exc.code,

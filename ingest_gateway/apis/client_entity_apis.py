@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AlterClientQuotasRequest,
     AlterClientQuotasRequestEntityData,
@@ -47,11 +47,13 @@ from loglake.security.quotas import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_R
 from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
 
 log = logging.getLogger(__name__)
 
@@ -140,23 +142,14 @@ class ClientEntityApis:
         self._store = store
         self._auth = authorization
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
-                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
-                ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
-                ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
-            }
-        )
-
-    def _cluster_allowed(self, operation: AclOperation) -> bool:
-        return self._auth.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def _cluster_allowed(self, context: RequestContext, operation: AclOperation) -> bool:
+        return self._auth.allowed(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     # SCRAM credentials -----------------------------------------------------------------
 
+    @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
     async def describe_user_scram_credentials(
-        self, header: RequestHeader, body: DescribeUserScramCredentialsRequest
+        self, context: RequestContext, body: DescribeUserScramCredentialsRequest
     ) -> DescribeUserScramCredentialsResponse:
         response: DescribeUserScramCredentialsResponse = {
             "throttle_time_ms": 0,
@@ -164,7 +157,7 @@ class ClientEntityApis:
             "error_message": None,
             "results": [],
         }
-        if not self._cluster_allowed(AclOperation.DESCRIBE):
+        if not self._cluster_allowed(context, AclOperation.DESCRIBE):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         requested = [u["name"] for u in body["users"] or ()]
         if not requested:
@@ -199,12 +192,13 @@ class ClientEntityApis:
         ]
         return {"user": user, "error_code": 0, "error_message": None, "credential_infos": infos}
 
+    @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
     async def alter_user_scram_credentials(
-        self, header: RequestHeader, body: AlterUserScramCredentialsRequest
+        self, context: RequestContext, body: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse:
         deletions, upsertions = body["deletions"], body["upsertions"]
         users = list(dict.fromkeys(c["name"] for c in (*deletions, *upsertions)))
-        if not self._cluster_allowed(AclOperation.ALTER):
+        if not self._cluster_allowed(context, AclOperation.ALTER):
             denied = [_user_error(u, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for u in users]
             return {"throttle_time_ms": 0, "results": denied}
         failed: dict[str, tuple[ErrorCode, str]] = {}
@@ -262,8 +256,9 @@ class ClientEntityApis:
 
     # Client quotas ---------------------------------------------------------------------
 
+    @handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
     async def describe_client_quotas(
-        self, header: RequestHeader, body: DescribeClientQuotasRequest
+        self, context: RequestContext, body: DescribeClientQuotasRequest
     ) -> DescribeClientQuotasResponse:
         response: DescribeClientQuotasResponse = {
             "throttle_time_ms": 0,
@@ -271,7 +266,7 @@ class ClientEntityApis:
             "error_message": None,
             "entries": None,
         }
-        if not self._cluster_allowed(AclOperation.DESCRIBE_CONFIGS):
+        if not self._cluster_allowed(context, AclOperation.DESCRIBE_CONFIGS):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         try:
             components = _filter_components(body["components"])
@@ -291,10 +286,11 @@ class ClientEntityApis:
             entries.append({"entity": _entity_body(entity), "values": values})
         return response | {"entries": entries}
 
+    @handles(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
     async def alter_client_quotas(
-        self, header: RequestHeader, body: AlterClientQuotasRequest
+        self, context: RequestContext, body: AlterClientQuotasRequest
     ) -> AlterClientQuotasResponse:
-        allowed = self._cluster_allowed(AclOperation.ALTER_CONFIGS)
+        allowed = self._cluster_allowed(context, AclOperation.ALTER_CONFIGS)
         results: list[AlterClientQuotasResponseEntryData] = []
         for entry in body["entries"]:
             result: AlterClientQuotasResponseEntryData = {

@@ -30,13 +30,14 @@ from loglake.cluster.partition import Partition, monotonic_ms
 from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.config import BrokerConfig
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.protocol import ApiKey, IsolationLevel
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import ClientQuotaManager
 
+from ingest_gateway.apis.request_router import handles
 from ingest_gateway.metadata.client_endpoints import node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.network.request_context import current_request
+from ingest_gateway.network.request_context import RequestContext
 from ingest_gateway.observability.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica.fetch_session import (
     DEFAULT_CACHE_SLOTS,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from loglake.coordination.model import BrokerEndpoint
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.observability.metrics import BrokerMetrics
 
 Body = dict[str, Any]
@@ -111,9 +111,6 @@ class FetchApis:
         # Topic id -> name, rebuilt when the metadata image is replaced or an id is missing.
         self._names: dict[uuid.UUID, str] = {}
         self._names_image: object = None
-
-    def register(self, router: RequestRouter) -> None:
-        router.register_all({ApiKey.FETCH: self.fetch})
 
     @functools.cached_property
     def sessions(self) -> FetchManager:
@@ -175,7 +172,7 @@ class FetchApis:
         return fetch_data, to_forget
 
     def _denied_topics(
-        self, replica_id: int, partitions: Iterable[tuple[TopicIdPartition, PartitionRequest]]
+        self, context: RequestContext, replica_id: int, partitions: Iterable[tuple[TopicIdPartition, PartitionRequest]]
     ) -> set[str]:
         """Topics this fetch may not read: followers need ClusterAction (else every topic is
         denied, as Kafka answers), consumers READ on each topic."""
@@ -184,21 +181,26 @@ class FetchApis:
             return set()
         topics = {tp.topic for tp, _ in partitions if tp.topic is not None}
         if replica_id >= 0:
-            return set() if auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else topics
-        return auth.denied_topics(AclOperation.READ, topics)
+            return (
+                set()
+                if auth.allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+                else topics
+            )
+        return auth.denied_topics(context, AclOperation.READ, topics)
 
     # The handler -------------------------------------------------------------------------
 
-    async def fetch(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.FETCH, 4, 17)
+    async def fetch(self, context: RequestContext, body: Body) -> Body:
+        header = context.header
         version = header.request_api_version
         replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
         quotas = self._fetch_quotas
         if replica_id < 0 and quotas.enabled:
-            request = current_request()
-            throttle_ms = quotas.throttle_ms(request.principal.name, header.client_id or "")
+            throttle_ms = quotas.throttle_ms(context.principal.name, header.client_id or "")
             if throttle_ms > 0:
                 # Over its consumer_byte_rate: an empty answer now, the connection muted (as Kafka).
-                request.throttle_ms = throttle_ms
+                context.connection.throttle_ms = throttle_ms
                 return {
                     "throttle_time_ms": throttle_ms,
                     "error_code": 0,
@@ -206,14 +208,14 @@ class FetchApis:
                     "responses": [],
                 }
         fetch_data, to_forget = self._requested(version, body)
-        context = self.sessions.new_context(
+        session = self.sessions.new_context(
             version, body["session_id"], body["session_epoch"], replica_id >= 0, fetch_data, to_forget, self.topic_name
         )
         # Partitions that cannot be read are answered at once and do not end a long poll.
         erroneous: Answers = []
         readable: list[tuple[TopicIdPartition, PartitionRequest]] = []
-        wanted = list(context.partitions())
-        denied = self._denied_topics(replica_id, wanted)
+        wanted = list(session.partitions())
+        denied = self._denied_topics(context, replica_id, wanted)
         for tp, partition_request in wanted:
             if tp.topic is None:
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
@@ -249,8 +251,8 @@ class FetchApis:
         if replica_id < 0 and quotas.enabled:
             sent = sum(entry["records"].size for _, entry in answers if entry["records"])
             if sent:
-                throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
-        result = context.respond(answers + erroneous)
+                throttle_ms = context.charge(quotas, sent)
+        result = session.respond(answers + erroneous)
         response: Body = {
             "throttle_time_ms": throttle_ms,
             "error_code": result.error,
@@ -258,7 +260,7 @@ class FetchApis:
             "responses": _by_topic(result.partitions),
         }
         if version >= 16:
-            response["node_endpoints"] = self._current_leaders(result.partitions)
+            response["node_endpoints"] = self._current_leaders(result.partitions, context.listener_name)
         return response
 
     async def _fetch_for_consumer(
@@ -372,7 +374,7 @@ class FetchApis:
         )
         return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
 
-    def _current_leaders(self, answers: Answers) -> list[Body]:
+    def _current_leaders(self, answers: Answers, listener_name: str) -> list[Body]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
         image = self._cache.image
         endpoints: dict[int, BrokerEndpoint] = {}
@@ -386,7 +388,7 @@ class FetchApis:
             broker = image.brokers.get(state.leader)
             if broker is not None:
                 endpoints[broker.broker_id] = broker
-        return node_endpoints(list(endpoints.values()))
+        return node_endpoints(listener_name, list(endpoints.values()))
 
 
 def _follower_response(r: FollowerFetchResult) -> PartitionResponse:

@@ -21,7 +21,7 @@ from loglake.coordination.model import topic_uuid
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError, RecordValidationError
 from loglake.internal_topics import INTERNAL_TOPICS
-from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.protocol import ApiKey, IsolationLevel
 from loglake.protocol.bodies import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -48,12 +48,12 @@ from loglake.storage.log_manager import LogManager
 from ingest_gateway.apis import authorized_operations
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.config_apis import describe_topic_configs
-from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.apis.request_router import handles
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.metadata.admin_manager import AdminManager
 from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.network.request_context import CloseConnection, current_request
+from ingest_gateway.network.request_context import CloseConnection, RequestContext
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage
@@ -122,34 +122,14 @@ class KafkaApis:
         self._dynamic_config = dynamic_config
         self._init_transactional_producer = init_transactional_producer
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.METADATA: self.metadata,
-                ApiKey.PRODUCE: self.produce,
-                ApiKey.LIST_OFFSETS: self.list_offsets,
-                ApiKey.CREATE_TOPICS: self.create_topics,
-                ApiKey.DELETE_TOPICS: self.delete_topics,
-                ApiKey.CREATE_PARTITIONS: self.create_partitions,
-                ApiKey.FIND_COORDINATOR: self.find_coordinator,
-                ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
-                ApiKey.DELETE_RECORDS: self.delete_records,
-                ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
-                # SASL listeners answer these before the router (network/sasl_authenticator.py); here they
-                # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
-                ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
-                ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
-            }
-        )
-
     # Metadata ----------------------------------------------------------------------------
 
-    async def _maybe_auto_create(self, name: str) -> ErrorCode | None:
+    async def _maybe_auto_create(self, context: RequestContext, name: str) -> ErrorCode | None:
         """Create `name` with the broker defaults if allowed; an error code if not."""
         config = self._config
         if not config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if not self._may_create(name):
+        if not self._may_create(context, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
@@ -159,17 +139,19 @@ class KafkaApis:
                 return exc.code
         return None
 
-    def _require_topic(self, operation: AclOperation, topic: str) -> None:
-        self._auth.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    def _require_topic(self, context: RequestContext, operation: AclOperation, topic: str) -> None:
+        self._auth.require(context, operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
 
-    def _may_create(self, topic: str) -> bool:
+    def _may_create(self, context: RequestContext, topic: str) -> bool:
         """CREATE on the cluster, or on the topic (Kafka checks both)."""
         auth = self._auth
-        return auth.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False) or auth.topic_allowed(
-            AclOperation.CREATE, topic
-        )
+        return auth.allowed(
+            context, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False
+        ) or auth.topic_allowed(context, AclOperation.CREATE, topic)
 
-    async def metadata(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.METADATA, 0, 12)
+    async def metadata(self, context: RequestContext, body: Body) -> Body:
+        header = context.header
         version = header.request_api_version
         image = self._cache.image
         requested = body["topics"]
@@ -191,21 +173,27 @@ class KafkaApis:
         if listing and auth.enabled:
             # A full listing leaves out the topics this principal may not describe.
             names = [
-                n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
+                n
+                for n in names
+                if n is not None and auth.allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
             ]
         topics: list[Body] = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
                 continue
-            if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
+            if not listing and not auth.topic_allowed(context, AclOperation.DESCRIBE, name):
                 denied: Body = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
                 if name in asked_by_id:
                     denied.update(name=None, topic_id=asked_by_id[name])
                 topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
-                error = await self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                error = (
+                    await self._maybe_auto_create(context, name)
+                    if allow_create
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
                 if error is not None:
                     topics.append({"error_code": error, "name": name, "partitions": []})
                     continue
@@ -213,17 +201,17 @@ class KafkaApis:
         for entry in topics:
             if entry["name"] is not None:  # not for unknown topic ids, as Kafka
                 entry["topic_authorized_operations"] = authorized_operations.topic_operations(
-                    auth, entry["name"], body["include_topic_authorized_operations"]
+                    auth, context, entry["name"], body["include_topic_authorized_operations"]
                 )
         image = self._cache.image
         return {
             "throttle_time_ms": 0,
-            "brokers": node_endpoints(sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            "brokers": node_endpoints(context.listener_name, sorted(image.brokers.values(), key=lambda b: b.broker_id)),
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id,
             "topics": topics,
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                auth, body["include_cluster_authorized_operations"]
+                auth, context, body["include_cluster_authorized_operations"]
             ),
         }
 
@@ -260,7 +248,8 @@ class KafkaApis:
 
     # Produce -------------------------------------------------------------------------------
 
-    async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+    @handles(ApiKey.PRODUCE, 3, 11)
+    async def produce(self, context: RequestContext, body: Body) -> Body | None:
         acks = body["acks"]
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
@@ -272,7 +261,7 @@ class KafkaApis:
             and any(first_batch_transactional(p["records"]) for t in body["topic_data"] for p in t["partition_data"])
             and (
                 transactional_id is None
-                or not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+                or not auth.allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             )
         )
         for topic in body["topic_data"]:
@@ -281,7 +270,7 @@ class KafkaApis:
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 if txn_denied
                 else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                if not auth.topic_allowed(AclOperation.WRITE, name)
+                if not auth.topic_allowed(context, AclOperation.WRITE, name)
                 else None
             )
             if denied is not None:
@@ -299,7 +288,7 @@ class KafkaApis:
                     )
                 continue
             if name not in self._cache.image.topics:
-                error = await self._maybe_auto_create(name)
+                error = await self._maybe_auto_create(context, name)
                 if error is not None:
                     for p in topic["partition_data"]:
                         errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
@@ -325,7 +314,7 @@ class KafkaApis:
         throttle_ms = 0
         if quotas.enabled and entries:
             sent = sum(len(r) for r in entries.values())
-            throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
+            throttle_ms = context.charge(quotas, sent)
         if acks == 0:
             # No response at all: the client does not wait for one. On an error Kafka
             # closes the connection instead, so that the producer notices and refreshes
@@ -367,11 +356,11 @@ class KafkaApis:
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
             "throttle_time_ms": throttle_ms,
-            "node_endpoints": self._point_to_current_leaders(by_topic),
+            "node_endpoints": self._point_to_current_leaders(by_topic, context.listener_name),
         }
 
     def _point_to_current_leaders(
-        self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]]
+        self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]], listener_name: str
     ) -> list[Body]:
         """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
         leader and epoch this broker knows, and the response those leaders' endpoints, so the
@@ -386,11 +375,13 @@ class KafkaApis:
                 if state is not None and state.leader in image.brokers:
                     entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                     leaders.add(state.leader)
-        return node_endpoints([image.brokers[b] for b in sorted(leaders)]) if leaders else []
+        return node_endpoints(listener_name, [image.brokers[b] for b in sorted(leaders)]) if leaders else []
 
     # Offsets -------------------------------------------------------------------------------
 
-    async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.LIST_OFFSETS, 1, 9)
+    async def list_offsets(self, context: RequestContext, body: Body) -> Body:
+        header = context.header
         rm = self._replica_manager
         version = header.request_api_version
         read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
@@ -399,7 +390,7 @@ class KafkaApis:
             ts = lp["timestamp"]
             if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
-            self._require_topic(AclOperation.DESCRIBE, topic)
+            self._require_topic(context, AclOperation.DESCRIBE, topic)
             partition = rm.leader_partition(topic, lp["partition_index"])
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
             entry["leader_epoch"] = partition.leader_epoch
@@ -423,16 +414,17 @@ class KafkaApis:
         )
         return {"throttle_time_ms": 0, "topics": topics}
 
-    async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4)
+    async def offset_for_leader_epoch(self, context: RequestContext, body: Body) -> Body:
         rm = self._replica_manager
         # As Kafka: CLUSTER_ACTION (replicas) may ask for every topic, others need DESCRIBE on each.
         cluster_action = self._auth.allowed(
-            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
         )
 
         def answer(topic: str, ep: Body, entry: Body) -> None:
             if not cluster_action:
-                self._require_topic(AclOperation.DESCRIBE, topic)
+                self._require_topic(context, AclOperation.DESCRIBE, topic)
             # The epoch before leadership (as Kafka): a follower that already knows a newer
             # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
             local = rm.partitions.get((topic, ep["partition"]))
@@ -449,11 +441,12 @@ class KafkaApis:
         )
         return {"throttle_time_ms": 0, "topics": topics}
 
-    async def delete_records(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.DELETE_RECORDS, 0, 2)
+    async def delete_records(self, context: RequestContext, body: Body) -> Body:
         rm = self._replica_manager
 
         def answer(topic: str, dp: Body, entry: Body) -> None:
-            self._require_topic(AclOperation.DELETE, topic)
+            self._require_topic(context, AclOperation.DELETE, topic)
             entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
 
         topics = _per_partition(
@@ -467,7 +460,8 @@ class KafkaApis:
 
     # Topic administration ----------------------------------------------------------------
 
-    async def create_topics(self, header: RequestHeader, body: CreateTopicsRequest) -> CreateTopicsResponse:
+    @handles(ApiKey.CREATE_TOPICS, 0, 7)
+    async def create_topics(self, context: RequestContext, body: CreateTopicsRequest) -> CreateTopicsResponse:
         config = self._config
         auth = self._auth
         results: list[CreateTopicsResponseCreatableTopicResult] = []
@@ -475,7 +469,7 @@ class KafkaApis:
             name = t["name"]
             entry: CreateTopicsResponseCreatableTopicResult = {"name": name, "error_code": 0, "error_message": None}
             try:
-                if not self._may_create(name):
+                if not self._may_create(context, name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create {name}")
                 assignment = None
                 if t["assignments"]:
@@ -503,7 +497,7 @@ class KafkaApis:
                     validate_only=body.get("validate_only", False),
                     timeout_ms=body["timeout_ms"],
                 )
-                if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+                if not auth.allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
                     # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
                     entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     results.append(entry)
@@ -530,7 +524,9 @@ class KafkaApis:
             results.append(entry)
         return {"throttle_time_ms": 0, "topics": results}
 
-    async def delete_topics(self, header: RequestHeader, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    @handles(ApiKey.DELETE_TOPICS, 0, 6)
+    async def delete_topics(self, context: RequestContext, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        header = context.header
         if header.request_api_version >= 6:
             by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
             # (name, id): the id of a topic named by its id only
@@ -550,17 +546,20 @@ class KafkaApis:
             try:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
-                if topic_id and not self._auth.topic_allowed(AclOperation.DESCRIBE, name):
+                if topic_id and not self._auth.topic_allowed(context, AclOperation.DESCRIBE, name):
                     entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
-                self._require_topic(AclOperation.DELETE, name)
+                self._require_topic(context, AclOperation.DELETE, name)
                 await self._admin.delete_topic(name, body["timeout_ms"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
         return {"throttle_time_ms": 0, "responses": responses}
 
-    async def create_partitions(self, header: RequestHeader, body: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+    async def create_partitions(
+        self, context: RequestContext, body: CreatePartitionsRequest
+    ) -> CreatePartitionsResponse:
         results: list[CreatePartitionsResponseCreatePartitionsTopicResult] = []
         for t in body["topics"]:
             entry: CreatePartitionsResponseCreatePartitionsTopicResult = {
@@ -569,7 +568,7 @@ class KafkaApis:
                 "error_message": None,
             }
             try:
-                self._require_topic(AclOperation.ALTER, t["name"])
+                self._require_topic(context, AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
                 await self._admin.create_partitions(
                     t["name"], t["count"], body["validate_only"], assignment, body["timeout_ms"]
@@ -581,10 +580,12 @@ class KafkaApis:
 
     # Coordinators and producer ids -------------------------------------------------------
 
-    async def find_coordinator(self, header: RequestHeader, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    @handles(ApiKey.FIND_COORDINATOR, 0, 6)
+    async def find_coordinator(self, context: RequestContext, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        header = context.header
         version = header.request_api_version
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        coordinators = [await self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        coordinators = [await self._coordinator_for(context, key, body.get("key_type", 0)) for key in keys]
         if version >= 4:
             return {"throttle_time_ms": 0, "coordinators": coordinators}
         c = coordinators[0]
@@ -597,7 +598,9 @@ class KafkaApis:
             "port": c["port"],
         }
 
-    async def _coordinator_for(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+    async def _coordinator_for(
+        self, context: RequestContext, key: str, key_type: int
+    ) -> FindCoordinatorResponseCoordinator:
         entry: FindCoordinatorResponseCoordinator = {
             "key": key,
             "node_id": -1,
@@ -614,6 +617,7 @@ class KafkaApis:
         try:
             if key_type == COORDINATOR_KEY_TRANSACTION:
                 self._auth.require(
+                    context,
                     AclOperation.DESCRIBE,
                     ResourceType.TRANSACTIONAL_ID,
                     key,
@@ -621,9 +625,11 @@ class KafkaApis:
                 )
                 endpoint = await self._coordinators.transaction_coordinator(key)
             else:
-                self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                self._auth.require(
+                    context, AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED
+                )
                 endpoint = await self._coordinators.group_coordinator(key)
-            node = node_endpoint(endpoint)
+            node = node_endpoint(endpoint, context.listener_name)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
             entry.update({"node_id": node["node_id"], "host": node["host"], "port": node["port"]})
@@ -631,9 +637,14 @@ class KafkaApis:
             entry["error_code"], entry["error_message"] = exc.code, exc.message
         return entry
 
-    async def sasl_without_sasl(self, header: RequestHeader, body: Body) -> Body:
+    # SASL listeners answer these before the router (network/sasl_authenticator.py); here they
+    # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
+    @handles(ApiKey.SASL_HANDSHAKE, 0, 1)
+    @handles(ApiKey.SASL_AUTHENTICATE, 0, 2)
+    async def sasl_without_sasl(self, context: RequestContext, body: Body) -> Body:
         """SASL on a listener without it, or after authentication without re-authenticating."""
-        message = f"listener {current_request().listener_name} does not authenticate with SASL here"
+        header = context.header
+        message = f"listener {context.listener_name} does not authenticate with SASL here"
         if header.request_api_key == ApiKey.SASL_HANDSHAKE:
             return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
         return {
@@ -643,7 +654,8 @@ class KafkaApis:
             "session_lifetime_ms": 0,
         }
 
-    async def init_producer_id(self, header: RequestHeader, body: InitProducerIdRequest) -> InitProducerIdResponse:
+    @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
+    async def init_producer_id(self, context: RequestContext, body: InitProducerIdRequest) -> InitProducerIdResponse:
         if body["transactional_id"] is not None:
             return await self._init_transactional_producer(body)
         # A new block of ids is reserved in the metadata store: off the event loop.

@@ -44,7 +44,7 @@ from ingest_gateway.apis.fetch_apis import FetchApis
 from ingest_gateway.apis.group_apis import GroupApis
 from ingest_gateway.apis.kafka_apis import KafkaApis
 from ingest_gateway.apis.log_dir_apis import LogDirApis
-from ingest_gateway.apis.request_router import ApiModule, RequestRouter
+from ingest_gateway.apis.request_router import RequestRouter
 from ingest_gateway.apis.txn_apis import TxnApis
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
@@ -237,7 +237,7 @@ class Broker:
             self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
         )
         self.acl_apis = AclApis(auth, self.store)
-        api_modules: list[ApiModule] = [
+        api_modules: list[object] = [
             KafkaApis(
                 config=config,
                 cache=cache,
@@ -263,7 +263,7 @@ class Broker:
         if self.clustered:
             api_modules.append(ControllerApis(self.store, rm, cache, self.metadata_thread))
         for module in api_modules:
-            module.register(router)
+            router.register_module(module)
         return router
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
