@@ -23,7 +23,7 @@ import functools
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.broker_configs import RACK_AWARE_REPLICA_SELECTOR
 from loglake.cluster.partition import Partition, monotonic_ms
@@ -31,11 +31,12 @@ from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.config import BrokerConfig
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey, IsolationLevel
+from loglake.protocol.bodies import FetchRequest, FetchResponse, FetchResponseFetchableTopicResponse
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import ClientQuotaManager
 
 from ingest_gateway.apis.request_router import handles
-from ingest_gateway.metadata.client_endpoints import node_endpoints
+from ingest_gateway.metadata.client_endpoints import NodeEndpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.network.request_context import RequestContext
 from ingest_gateway.observability.metrics import FETCH_FOLLOWER, label_request
@@ -48,6 +49,7 @@ from ingest_gateway.replica.fetch_session import (
     PartitionRequest,
     PartitionResponse,
     TopicIdPartition,
+    response_records_size,
 )
 from ingest_gateway.replica.replica_manager import FollowerFetchPartition, FollowerFetchResult, ReplicaManager
 
@@ -57,7 +59,6 @@ if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
     from ingest_gateway.observability.metrics import BrokerMetrics
 
-Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]
 
 NO_MAX_BYTES = 0x7FFFFFFF
@@ -145,7 +146,9 @@ class FetchApis:
         local = self._replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
         return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
 
-    def _requested(self, version: int, body: Body) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list]:
+    def _requested(
+        self, version: int, body: FetchRequest
+    ) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list[TopicIdPartition]]:
         fetch_data = []
         for t in body["topics"]:
             if version >= 13:
@@ -191,7 +194,7 @@ class FetchApis:
     # The handler -------------------------------------------------------------------------
 
     @handles(ApiKey.FETCH, 4, 17)
-    async def fetch(self, context: RequestContext, body: Body) -> Body:
+    async def fetch(self, context: RequestContext, body: FetchRequest) -> FetchResponse:
         header = context.header
         version = header.request_api_version
         replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
@@ -246,14 +249,14 @@ class FetchApis:
                 # BytesOutPerSec counts what consumers are sent (replication is not in it).
                 for tp, entry in answers:
                     if entry["records"]:
-                        metrics.record_bytes_out(tp.topic, entry["records"].size)  # type: ignore[arg-type]
+                        metrics.record_bytes_out(tp.topic, response_records_size(entry))  # type: ignore[arg-type]
         throttle_ms = 0
         if replica_id < 0 and quotas.enabled:
-            sent = sum(entry["records"].size for _, entry in answers if entry["records"])
+            sent = sum(response_records_size(entry) for _, entry in answers)
             if sent:
                 throttle_ms = context.charge(quotas, sent)
         result = session.respond(answers + erroneous)
-        response: Body = {
+        response: FetchResponse = {
             "throttle_time_ms": throttle_ms,
             "error_code": result.error,
             "session_id": result.session_id,
@@ -374,7 +377,7 @@ class FetchApis:
         )
         return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
 
-    def _current_leaders(self, answers: Answers, listener_name: str) -> list[Body]:
+    def _current_leaders(self, answers: Answers, listener_name: str) -> list[NodeEndpoint]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
         image = self._cache.image
         endpoints: dict[int, BrokerEndpoint] = {}
@@ -400,14 +403,15 @@ def _follower_response(r: FollowerFetchResult) -> PartitionResponse:
     return entry
 
 
-def _by_topic(answers: Answers) -> list[Body]:
+def _by_topic(answers: Answers) -> list[FetchResponseFetchableTopicResponse]:
     """Answers grouped by topic, in order (a topic whose partitions are not adjacent appears
     more than once, as in Kafka's responses)."""
-    topics: list[Body] = []
+    topics: list[FetchResponseFetchableTopicResponse] = []
     last: tuple[uuid.UUID, str | None] | None = None
     for tp, entry in answers:
         if (tp.topic_id, tp.topic) != last:
             last = (tp.topic_id, tp.topic)
-            topics.append({"topic": tp.topic, "topic_id": tp.topic_id, "partitions": []})
+            # No name: an unknown topic id (v13+, where the name is not sent).
+            topics.append({"topic": tp.topic or "", "topic_id": tp.topic_id, "partitions": []})
         topics[-1]["partitions"].append(entry)
     return topics

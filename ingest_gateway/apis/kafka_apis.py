@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from loglake.cluster.assignment import numbered_assignment
 from loglake.config import BrokerConfig, validate_topic_name
@@ -29,6 +29,10 @@ from loglake.protocol.bodies import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     CreateTopicsResponseCreatableTopicResult,
+    DeleteRecordsRequest,
+    DeleteRecordsRequestDeleteRecordsPartition,
+    DeleteRecordsResponse,
+    DeleteRecordsResponseDeleteRecordsPartitionResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DeleteTopicsResponseDeletableTopicResult,
@@ -37,6 +41,19 @@ from loglake.protocol.bodies import (
     FindCoordinatorResponseCoordinator,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListOffsetsRequest,
+    ListOffsetsRequestListOffsetsPartition,
+    ListOffsetsResponse,
+    ListOffsetsResponseListOffsetsPartitionResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseMetadataResponseBroker,
+    MetadataResponseMetadataResponsePartition,
+    MetadataResponseMetadataResponseTopic,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochRequestOffsetForLeaderPartition,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResponseEpochEndOffset,
     ProduceResponsePartitionProduceResponse,
 )
 from loglake.record.batch import validate_client_records
@@ -51,7 +68,7 @@ from ingest_gateway.apis.config_apis import describe_topic_configs
 from ingest_gateway.apis.request_router import handles
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.metadata.admin_manager import AdminManager
-from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
+from ingest_gateway.metadata.client_endpoints import NodeEndpoint, node_endpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.network.request_context import CloseConnection, RequestContext
 
@@ -64,6 +81,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
+# A requested partition and its answer, in _per_partition.
+_Requested = TypeVar("_Requested")
+_Answer = TypeVar("_Answer")
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -150,7 +170,7 @@ class KafkaApis:
         ) or auth.topic_allowed(context, AclOperation.CREATE, topic)
 
     @handles(ApiKey.METADATA, 0, 12)
-    async def metadata(self, context: RequestContext, body: Body) -> Body:
+    async def metadata(self, context: RequestContext, body: MetadataRequest) -> MetadataResponse:
         header = context.header
         version = header.request_api_version
         image = self._cache.image
@@ -160,7 +180,10 @@ class KafkaApis:
             names: list[str | None] = [*sorted(image.topics)]
         else:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
-            names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
+            names = [
+                t["name"] if t["name"] is not None else by_id.get(t["topic_id"]) if "topic_id" in t else None
+                for t in requested
+            ]
             # Topics asked for by id: a denial names the id, not the topic (as Kafka).
             asked_by_id = {
                 by_id[t["topic_id"]]: t["topic_id"]
@@ -177,15 +200,19 @@ class KafkaApis:
                 for n in names
                 if n is not None and auth.allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
             ]
-        topics: list[Body] = []
+        topics: list[MetadataResponseMetadataResponseTopic] = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
                 continue
             if not listing and not auth.topic_allowed(context, AclOperation.DESCRIBE, name):
-                denied: Body = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+                denied: MetadataResponseMetadataResponseTopic = {
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "name": name,
+                    "partitions": [],
+                }
                 if name in asked_by_id:
-                    denied.update(name=None, topic_id=asked_by_id[name])
+                    denied["name"], denied["topic_id"] = None, asked_by_id[name]
                 topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
@@ -206,7 +233,11 @@ class KafkaApis:
         image = self._cache.image
         return {
             "throttle_time_ms": 0,
-            "brokers": node_endpoints(context.listener_name, sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            # Rack is in every version the broker serves (the generated type has it optional: v0 lacks it).
+            "brokers": cast(
+                "list[MetadataResponseMetadataResponseBroker]",
+                node_endpoints(context.listener_name, sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            ),
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id,
             "topics": topics,
@@ -215,14 +246,14 @@ class KafkaApis:
             ),
         }
 
-    def _topic_metadata(self, image: MetadataImage, name: str) -> Body:
+    def _topic_metadata(self, image: MetadataImage, name: str) -> MetadataResponseMetadataResponseTopic:
         topic = image.topics.get(name)
         if topic is None:
             # In the store (created just now, here or through another broker) but not yet
             # in this broker's image: as Kafka, "no leader yet", and the client retries.
             return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name, "partitions": []}
         states = image.partition_states.get(name, {})
-        partitions = []
+        partitions: list[MetadataResponseMetadataResponsePartition] = []
         for p, replicas in sorted(topic.assignment.items()):
             state = states.get(p)
             if state is None:
@@ -361,7 +392,7 @@ class KafkaApis:
 
     def _point_to_current_leaders(
         self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]], listener_name: str
-    ) -> list[Body]:
+    ) -> list[NodeEndpoint]:
         """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
         leader and epoch this broker knows, and the response those leaders' endpoints, so the
         producer can retry without a metadata round trip. Returns the endpoints."""
@@ -380,19 +411,22 @@ class KafkaApis:
     # Offsets -------------------------------------------------------------------------------
 
     @handles(ApiKey.LIST_OFFSETS, 1, 9)
-    async def list_offsets(self, context: RequestContext, body: Body) -> Body:
+    async def list_offsets(self, context: RequestContext, body: ListOffsetsRequest) -> ListOffsetsResponse:
         header = context.header
         rm = self._replica_manager
         version = header.request_api_version
         read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
 
-        def answer(topic: str, lp: Body, entry: Body) -> None:
+        def answer(
+            topic: str, lp: ListOffsetsRequestListOffsetsPartition
+        ) -> ListOffsetsResponseListOffsetsPartitionResponse:
             ts = lp["timestamp"]
             if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
             self._require_topic(context, AclOperation.DESCRIBE, topic)
             partition = rm.leader_partition(topic, lp["partition_index"])
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
+            entry = _offset_listed(lp, ErrorCode.NONE)
             entry["leader_epoch"] = partition.leader_epoch
             if ts == LATEST_TIMESTAMP:
                 entry["offset"] = partition.last_stable_offset if read_committed else partition.high_watermark
@@ -405,24 +439,24 @@ class KafkaApis:
                 found = _max_timestamp_offset(partition) if ts == MAX_TIMESTAMP else partition.offset_for_timestamp(ts)
                 if found is not None:
                     entry["offset"], entry["timestamp"] = found
+            return entry
 
-        topics = _per_partition(
-            body["topics"],
-            "name",
-            lambda lp: {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1},
-            answer,
-        )
-        return {"throttle_time_ms": 0, "topics": topics}
+        answered = _per_partition(((t["name"], t["partitions"]) for t in body["topics"]), answer, _offset_listed)
+        return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in answered]}
 
     @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4)
-    async def offset_for_leader_epoch(self, context: RequestContext, body: Body) -> Body:
+    async def offset_for_leader_epoch(
+        self, context: RequestContext, body: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
         rm = self._replica_manager
         # As Kafka: CLUSTER_ACTION (replicas) may ask for every topic, others need DESCRIBE on each.
         cluster_action = self._auth.allowed(
             context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
         )
 
-        def answer(topic: str, ep: Body, entry: Body) -> None:
+        def answer(
+            topic: str, ep: OffsetForLeaderEpochRequestOffsetForLeaderPartition
+        ) -> OffsetForLeaderEpochResponseEpochEndOffset:
             if not cluster_action:
                 self._require_topic(context, AclOperation.DESCRIBE, topic)
             # The epoch before leadership (as Kafka): a follower that already knows a newer
@@ -431,32 +465,41 @@ class KafkaApis:
             if local is not None:
                 _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
             partition = rm.leader_partition(topic, ep["partition"])
-            entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+            leader_epoch, end_offset = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+            return {
+                "partition": ep["partition"],
+                "error_code": 0,
+                "leader_epoch": leader_epoch,
+                "end_offset": end_offset,
+            }
 
-        topics = _per_partition(
-            body["topics"],
-            "topic",
-            lambda ep: {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1},
-            answer,
-        )
-        return {"throttle_time_ms": 0, "topics": topics}
+        def failed(
+            ep: OffsetForLeaderEpochRequestOffsetForLeaderPartition, error: ErrorCode
+        ) -> OffsetForLeaderEpochResponseEpochEndOffset:
+            return {"partition": ep["partition"], "error_code": error, "leader_epoch": -1, "end_offset": -1}
+
+        answered = _per_partition(((t["topic"], t["partitions"]) for t in body["topics"]), answer, failed)
+        return {"throttle_time_ms": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in answered]}
 
     @handles(ApiKey.DELETE_RECORDS, 0, 2)
-    async def delete_records(self, context: RequestContext, body: Body) -> Body:
+    async def delete_records(self, context: RequestContext, body: DeleteRecordsRequest) -> DeleteRecordsResponse:
         rm = self._replica_manager
 
-        def answer(topic: str, dp: Body, entry: Body) -> None:
+        def answer(
+            topic: str, dp: DeleteRecordsRequestDeleteRecordsPartition
+        ) -> DeleteRecordsResponseDeleteRecordsPartitionResult:
             self._require_topic(context, AclOperation.DELETE, topic)
-            entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+            low_watermark = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+            return {"partition_index": dp["partition_index"], "low_watermark": low_watermark, "error_code": 0}
 
-        topics = _per_partition(
-            body["topics"],
-            "name",
-            lambda dp: {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0},
-            answer,
-        )
+        def failed(
+            dp: DeleteRecordsRequestDeleteRecordsPartition, error: ErrorCode
+        ) -> DeleteRecordsResponseDeleteRecordsPartitionResult:
+            return {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": error}
+
+        answered = _per_partition(((t["name"], t["partitions"]) for t in body["topics"]), answer, failed)
         self._log_manager.checkpoint_log_start_offsets()
-        return {"throttle_time_ms": 0, "topics": topics}
+        return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in answered]}
 
     # Topic administration ----------------------------------------------------------------
 
@@ -666,23 +709,30 @@ class KafkaApis:
 
 
 def _per_partition(
-    topics: list[Body], name_field: str, blank: Callable[[Body], Body], answer: Callable[[str, Body, Body], None]
-) -> list[Body]:
-    """The per-topic, per-partition shape most answers share: `blank(request partition)`
-    filled in by `answer(topic, request partition, entry)`, a KafkaError becoming the
-    partition's error code."""
+    topics: Iterable[tuple[str, list[_Requested]]],
+    answer: Callable[[str, _Requested], _Answer],
+    failed: Callable[[_Requested, ErrorCode], _Answer],
+) -> list[tuple[str, list[_Answer]]]:
+    """The per-topic, per-partition shape most answers share: each requested partition of
+    each (topic, partitions) answered by `answer(topic, partition)`, or, if that raises a
+    KafkaError, by `failed(partition, its code)`."""
     out = []
-    for t in topics:
-        partitions = []
-        for requested in t["partitions"]:
-            entry = blank(requested)
+    for topic, requested in topics:
+        answers = []
+        for partition in requested:
             try:
-                answer(t[name_field], requested, entry)
+                answers.append(answer(topic, partition))
             except KafkaError as exc:
-                entry["error_code"] = exc.code
-            partitions.append(entry)
-        out.append({name_field: t[name_field], "partitions": partitions})
+                answers.append(failed(partition, exc.code))
+        out.append((topic, answers))
     return out
+
+
+def _offset_listed(
+    lp: ListOffsetsRequestListOffsetsPartition, error: ErrorCode
+) -> ListOffsetsResponseListOffsetsPartitionResponse:
+    """A ListOffsets partition answer without an offset (yet)."""
+    return {"partition_index": lp["partition_index"], "error_code": error, "timestamp": -1, "offset": -1}
 
 
 def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:
