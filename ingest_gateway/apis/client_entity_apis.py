@@ -14,11 +14,11 @@ enforced here, so setting one is refused rather than stored to no effect.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
@@ -48,6 +48,8 @@ from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
 from ingest_gateway.apis.request_router import handles
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
+from ingest_gateway.metadata.metadata_thread import Deadline, MetadataThread
 from ingest_gateway.network.request_context import RequestContext
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 # The protocol's mechanism types (ScramMechanism.type in Kafka).
@@ -138,9 +142,22 @@ def _quota_value(key: str, value: float) -> str:
 
 
 class ClientEntityApis:
-    def __init__(self, store: MetadataStore, authorization: RequestAuthorization) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        authorization: RequestAuthorization,
+        metadata_thread: MetadataThread,
+        store_timeout_ms: int = ADMIN_TIMEOUT_MS,
+    ) -> None:
         self._store = store
         self._auth = authorization
+        self._thread = metadata_thread
+        # How long a request waits for the store before it is answered REQUEST_TIMED_OUT.
+        self._store_timeout_ms = store_timeout_ms
+
+    async def _stored(self, deadline: Deadline, fn: Callable[..., T], *args: Any) -> T:
+        """A store call on the metadata thread, answered by `deadline` (else REQUEST_TIMED_OUT)."""
+        return await self._thread.run(fn, *args, timeout_ms=deadline.remaining_ms())
 
     def _cluster_allowed(self, context: RequestContext, operation: AclOperation) -> bool:
         return self._auth.allowed(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -160,8 +177,9 @@ class ClientEntityApis:
         if not self._cluster_allowed(context, AclOperation.DESCRIBE):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         requested = [u["name"] for u in body["users"] or ()]
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         if not requested:
-            every = await asyncio.to_thread(self._store.all_user_credentials)
+            every = await self._stored(deadline, self._store.all_user_credentials)
             response["results"] = [self._described(u, c) for u, c in every.items()]
             return response
         counts = Counter(requested)
@@ -174,7 +192,7 @@ class ClientEntityApis:
                 message = f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
                 response["results"].append(_describe_error(user, ErrorCode.DUPLICATE_RESOURCE, message))
             else:
-                credentials = await asyncio.to_thread(self._store.user_credentials, user)
+                credentials = await self._stored(deadline, self._store.user_credentials, user)
                 if credentials:
                     response["results"].append(self._described(user, credentials))
                 else:
@@ -225,6 +243,7 @@ class ClientEntityApis:
                     "A user credential cannot be altered twice in the same request",
                 )
         changed = []
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         for user in users:
             if user in failed:
                 continue
@@ -245,7 +264,7 @@ class ClientEntityApis:
                 return {m: c for m, c in credentials.items() if m not in gone} | upserted
 
             try:
-                await asyncio.to_thread(self._store.update_user_credentials, user, altered)
+                await self._stored(deadline, self._store.update_user_credentials, user, altered)
             except KafkaError as exc:
                 failed[user] = (exc.code, exc.message)
                 continue
@@ -275,7 +294,8 @@ class ClientEntityApis:
         if IP in components:
             return response | {"entries": []}  # no IP quotas are kept
         entries: list[DescribeClientQuotasResponseEntryData] = []
-        for path, config in sorted((await asyncio.to_thread(self._store.entity_configs)).items()):
+        deadline = Deadline.after_ms(self._store_timeout_ms)
+        for path, config in sorted((await self._stored(deadline, self._store.entity_configs)).items()):
             entity = _entity_of(path)
             quotas = {k: float(v) for k, v in config.items() if k in QUOTA_KEYS}
             if entity is None or not quotas or not _filter_matches(components, body["strict"], entity):
@@ -291,6 +311,7 @@ class ClientEntityApis:
         self, context: RequestContext, body: AlterClientQuotasRequest
     ) -> AlterClientQuotasResponse:
         allowed = self._cluster_allowed(context, AclOperation.ALTER_CONFIGS)
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         results: list[AlterClientQuotasResponseEntryData] = []
         for entry in body["entries"]:
             result: AlterClientQuotasResponseEntryData = {
@@ -301,13 +322,15 @@ class ClientEntityApis:
             try:
                 if not allowed:
                     raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-                await self._alter_quotas(_quota_path(entry["entity"]), entry["ops"], body["validate_only"])
+                await self._alter_quotas(deadline, _quota_path(entry["entity"]), entry["ops"], body["validate_only"])
             except KafkaError as exc:
                 result["error_code"], result["error_message"] = exc.code, exc.message or None
             results.append(result)
         return {"throttle_time_ms": 0, "entries": results}
 
-    async def _alter_quotas(self, path: str, ops: list[AlterClientQuotasRequestOpData], validate_only: bool) -> None:
+    async def _alter_quotas(
+        self, deadline: Deadline, path: str, ops: list[AlterClientQuotasRequestOpData], validate_only: bool
+    ) -> None:
         def altered(config: dict[str, str]) -> dict[str, str]:
             for op in ops:
                 if op["remove"]:
@@ -317,9 +340,9 @@ class ClientEntityApis:
             return config
 
         if validate_only:
-            altered(await asyncio.to_thread(self._store.entity_config, path))
+            altered(await self._stored(deadline, self._store.entity_config, path))
         else:
-            await asyncio.to_thread(self._store.update_entity_config, path, altered)
+            await self._stored(deadline, self._store.update_entity_config, path, altered)
 
 
 def _filter_components(components: list[DescribeClientQuotasRequestComponentData]) -> dict[str, _Component]:

@@ -10,6 +10,7 @@ never the whole broker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -141,23 +142,61 @@ class KafkaApis:
         self._produce_quotas = produce_quotas
         self._dynamic_config = dynamic_config
         self._init_transactional_producer = init_transactional_producer
+        # Topics a Metadata request is creating (Kafka's AutoTopicCreationManager in flight).
+        self._auto_creations: dict[str, asyncio.Task[None]] = {}
 
     # Metadata ----------------------------------------------------------------------------
 
-    async def _maybe_auto_create(self, context: RequestContext, name: str) -> ErrorCode | None:
-        """Create `name` with the broker defaults if allowed; an error code if not."""
-        config = self._config
-        if not config.auto_create_topics_enable:
+    def _auto_create_refusal(self, context: RequestContext, name: str) -> ErrorCode | None:
+        """Why `name` may not be created with the broker defaults for this request, if it may not."""
+        if not self._config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not self._may_create(context, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
+        except KafkaError as exc:
+            return exc.code
+        return None
+
+    async def _create_with_defaults(self, name: str) -> None:
+        config = self._config
+        try:
             await self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                return exc.code
+                raise
+
+    async def _maybe_auto_create(self, context: RequestContext, name: str) -> ErrorCode | None:
+        """Create `name` with the broker defaults if allowed, waiting for the controller; an
+        error code if not."""
+        refusal = self._auto_create_refusal(context, name)
+        if refusal is not None:
+            return refusal
+        try:
+            await self._create_with_defaults(name)
+        except KafkaError as exc:
+            return exc.code
         return None
+
+    def _auto_create_in_background(self, context: RequestContext, name: str) -> ErrorCode:
+        """Metadata's auto-creation, as Kafka's AutoTopicCreationManager: the creation goes
+        to the controller in the background (once per topic at a time) and the answer is
+        LEADER_NOT_AVAILABLE at once; the client asks again. A slow metadata store delays
+        the topic, not the Metadata answer (which producers wait on)."""
+        refusal = self._auto_create_refusal(context, name)
+        if refusal is not None:
+            return refusal
+        if name not in self._auto_creations:
+            task = asyncio.create_task(self._create_with_defaults(name), name=f"auto-create {name}")
+            self._auto_creations[name] = task
+            task.add_done_callback(functools.partial(self._auto_created, name))
+        return ErrorCode.LEADER_NOT_AVAILABLE
+
+    def _auto_created(self, name: str, task: asyncio.Task[None]) -> None:
+        del self._auto_creations[name]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("auto-creating topic %s failed: %s", name, task.exception())
 
     def _require_topic(self, context: RequestContext, operation: AclOperation, topic: str) -> None:
         self._auth.require(context, operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -217,13 +256,12 @@ class KafkaApis:
                 continue
             if name not in self._cache.image.topics:
                 error = (
-                    await self._maybe_auto_create(context, name)
+                    self._auto_create_in_background(context, name)
                     if allow_create
                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 )
-                if error is not None:
-                    topics.append({"error_code": error, "name": name, "partitions": []})
-                    continue
+                topics.append({"error_code": error, "name": name, "partitions": []})
+                continue
             topics.append(self._topic_metadata(self._cache.image, name))
         for entry in topics:
             if entry["name"] is not None:  # not for unknown topic ids, as Kafka
