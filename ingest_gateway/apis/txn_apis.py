@@ -157,10 +157,10 @@ class TxnApis:
         verify_only: bool,
         client: RequestContext | None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Kafka's checks, then the coordinator's answer for all the partitions. A client's
-        request (`client`; None: a broker's, authorized as a whole) must
-        be allowed WRITE on the transactional id and on each topic (internal topics join
-        only through AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
+        """Kafka's checks, then the coordinator's answer for all the partitions. A client
+        (`client`; None: a broker, whose request was authorized as a whole) must be allowed
+        WRITE on the transactional id and on each topic (internal topics join only through
+        AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
         partition is refused or unknown, the others answer OPERATION_NOT_ATTEMPTED."""
         auth = self._auth
         if client is not None and not auth.allowed(

@@ -50,7 +50,8 @@ class ClientConnection:
 
 @dataclass(frozen=True)
 class RequestContext:
-    """One request: its header and the connection it came on (Kafka's RequestContext)."""
+    """One request: its header and the connection it came on (Kafka's RequestContext), with
+    what handlers ask most of the connection at hand."""
 
     header: RequestHeader
     connection: ClientConnection
@@ -64,20 +65,12 @@ class RequestContext:
         return self.connection.listener_name
 
     @property
-    def security_protocol(self) -> SecurityProtocol:
-        return self.connection.security_protocol
-
-    @property
     def client_address(self) -> str:
         return self.connection.client_address
 
     @property
     def client_host(self) -> str:
         return self.connection.client_host
-
-    @property
-    def connection_id(self) -> str:
-        return self.connection.connection_id
 
     def charge(self, quotas: ClientQuotaManager, nbytes: int) -> int:
         """Charge the request's bytes to its client quota (by principal and client id); the

@@ -69,8 +69,9 @@ def test_the_declared_ranges_are_one_release() -> None:
     assert declared == {key: release_versions(key) for key in declared}
 
 
-class ListGroupsFrom2:
-    """A handler declaring a narrower range than the release's."""
+class ListGroupsRecorder:
+    """A ListGroups handler declaring a narrower range than the release's, keeping each
+    request's context."""
 
     def __init__(self) -> None:
         self.contexts: list[RequestContext] = []
@@ -83,7 +84,7 @@ class ListGroupsFrom2:
 
 def test_api_versions_answers_the_declared_ranges() -> None:
     router = RequestRouter(RequestAuthorization(None), None, "INTERNAL")
-    module = ListGroupsFrom2()
+    module = ListGroupsRecorder()
     router.register_module(module)
     connection = plaintext_connection()
     table = _call(router, connection, ApiKey.API_VERSIONS, 3, {})["api_keys"]
@@ -96,7 +97,7 @@ def test_api_versions_answers_the_declared_ranges() -> None:
     assert context.header.request_api_version == 3 and context.header.client_id == "router-test"
     assert context.connection is connection
     with pytest.raises(ValueError, match="LIST_GROUPS has two handlers"):
-        router.register_module(ListGroupsFrom2())
+        router.register_module(ListGroupsRecorder())
 
 
 class ReadsTopicT:
@@ -139,23 +140,13 @@ def test_interleaved_requests_are_authorized_as_their_own_principal() -> None:
     assert asyncio.run(both()) == [ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.NONE]
 
 
-class Recorder:
-    def __init__(self) -> None:
-        self.contexts: list[RequestContext] = []
-
-    @handles(ApiKey.LIST_GROUPS, 0, 5)
-    async def list_groups(self, context: RequestContext, body: Any) -> dict:
-        self.contexts.append(context)
-        return {"throttle_time_ms": 0, "error_code": 0, "groups": []}
-
-
 def test_each_connection_gives_its_requests_its_context() -> None:
     """Through the listener: each request's context names its connection (Kafka's connection
     id, local-remote-index), the listener, the security protocol and the client's address."""
     router = RequestRouter(RequestAuthorization(None), None, "INTERNAL")
-    recorder = Recorder()
+    recorder = ListGroupsRecorder()
     router.register_module(recorder)
-    frame = encode_request(ApiKey.LIST_GROUPS, 4, 1, "c", {"states_filter": []})
+    frame = encode_request(ApiKey.LIST_GROUPS, 3, 1, "c", {"states_filter": []})
 
     def exchange(sock: socket.socket) -> None:
         sock.sendall(frame)
@@ -181,8 +172,8 @@ def test_each_connection_gives_its_requests_its_context() -> None:
     a1, b, a2 = recorder.contexts
     assert [c.client_address for c in (a1, b, a2)] == [first, second, first]
     assert a1.connection is a2.connection and a1.connection is not b.connection
-    assert a1.connection_id != b.connection_id and a1.connection_id.endswith(f"-{first}-0")
-    assert b.connection_id.endswith(f"-{second}-1")
-    assert {(c.listener_name, c.security_protocol, c.principal) for c in (a1, b)} == {
+    assert a1.connection.connection_id.endswith(f"-{first}-0")
+    assert b.connection.connection_id.endswith(f"-{second}-1")
+    assert {(c.listener_name, c.connection.security_protocol, c.principal) for c in (a1, b)} == {
         ("PLAINTEXT", SecurityProtocol.PLAINTEXT, ANONYMOUS)
     }
