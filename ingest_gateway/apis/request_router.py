@@ -9,18 +9,19 @@ one) sees one real release, with Kafka 4.0's changes: versions that can only car
 formats v0/v1 are not served (Produce v0-2, Fetch v0-3, ListOffsets v0, KIP-896: the log
 holds record batches v2 only), and ConsumerGroupHeartbeat and ConsumerGroupDescribe go up
 to v1 (KIP-848 GA: the regex subscription; KIP-1099: each member's type).
-tests/unit/test_api_version_ranges.py holds the handlers to that release.
+tests/component/test_request_router.py holds the handlers to that release.
 
-The table a client sees depends on the listener it came in on: the controller-to-broker APIs (LeaderAndIsr,
-StopReplica, UpdateMetadata) and WriteTxnMarkers are what brokers send each other, so
-they are offered and served only on `inter.broker.listener.name`. A client listener
-neither advertises nor answers them, whatever ACLs say. (Kafka in ZooKeeper mode serves
-them everywhere behind ClusterAction; one gate more costs nothing and keeps a public
+The table a client sees depends on the listener it came in on: the controller-to-broker
+APIs (LeaderAndIsr, StopReplica, UpdateMetadata) and WriteTxnMarkers are what brokers send
+each other, so they are offered and served only on `inter.broker.listener.name`. A client
+listener neither advertises nor answers them, whatever ACLs say. (Kafka in ZooKeeper mode
+serves them everywhere behind ClusterAction; one gate more costs nothing and keeps a public
 listener from ever reaching them.)
 
-For every request: build its `RequestContext` (the header and the connection), decode, the request-level authorization check, the handler, error
-counting for the metrics, encode. A handler that fails answers its request with the error
-in the API's own shape (error_responses.py), and the connection serves the next request.
+For every request: decode, build its `RequestContext` (the header and the connection), the
+request-level authorization check, the handler (given the context), error counting for the
+metrics, encode. A handler that fails answers its request with the error in the API's own
+shape (error_responses.py), and the connection serves the next request.
 """
 
 from __future__ import annotations
