@@ -9,12 +9,11 @@ ALTER on the cluster, describing DESCRIBE.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import TYPE_CHECKING, Any
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     CreateAclsRequest,
     CreateAclsRequestAclCreation,
@@ -43,11 +42,15 @@ from loglake.security.acls import (
     validate_binding,
 )
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
+from ingest_gateway.metadata.metadata_thread import Deadline, MetadataThread
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
 
 
 def _enum(kind: type, value: int) -> Any:
@@ -113,30 +116,30 @@ def _matching(binding: AclBinding) -> DeleteAclsResponseDeleteAclsMatchingAcl:
 
 
 class AclApis:
-    def __init__(self, authorization: RequestAuthorization, store: MetadataStore) -> None:
+    def __init__(
+        self,
+        authorization: RequestAuthorization,
+        store: MetadataStore,
+        metadata_thread: MetadataThread,
+        store_timeout_ms: int = ADMIN_TIMEOUT_MS,
+    ) -> None:
         self._auth = authorization
         self._store = store
+        self._thread = metadata_thread
+        # How long a change waits for the store before it is answered REQUEST_TIMED_OUT.
+        self._store_timeout_ms = store_timeout_ms
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.CREATE_ACLS: self.create_acls,
-                ApiKey.DESCRIBE_ACLS: self.describe_acls,
-                ApiKey.DELETE_ACLS: self.delete_acls,
-            }
-        )
-
-    def _check(self, operation: AclOperation) -> None:
+    def _check(self, context: RequestContext, operation: AclOperation) -> None:
         auth = self._auth
         if not auth.enabled:
             raise KafkaError(ErrorCode.SECURITY_DISABLED, "No Authorizer is configured on the broker")
-        auth.require(operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        auth.require(context, operation, ResourceType.CLUSTER, CLUSTER_NAME, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
-    async def _reload(self) -> None:
+    async def _reload(self, deadline: Deadline) -> None:
         """Apply the store's ACLs here now (other brokers follow its notifications)."""
         authorizer = self._auth.authorizer
         assert authorizer is not None
-        authorizer.replace_acls(await asyncio.to_thread(self._store.acls))
+        authorizer.replace_acls(await self._thread.run(self._store.acls, timeout_ms=deadline.remaining_ms()))
 
     def bindings(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         authorizer = self._auth.authorizer
@@ -144,16 +147,20 @@ class AclApis:
         return [b for b in authorizer.bindings() if acl_filter.matches(b)]
 
     async def change(self, additions: list[AclBinding], removals: list[AclBinding]) -> None:
-        """Add and remove ACLs, by resource pattern, in the store."""
+        """Add and remove ACLs, by resource pattern, in the store. A store that does not
+        answer in time raises REQUEST_TIMED_OUT (the changes made by then stay made)."""
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         for pattern in {b.pattern for b in additions} | {b.pattern for b in removals}:
             added = {b.entry for b in additions if b.pattern == pattern}
             removed = {b.entry for b in removals if b.pattern == pattern}
-            await asyncio.to_thread(self._store.update_acls, pattern, functools.partial(_edited, added, removed))
-        await self._reload()
+            edit = functools.partial(_edited, added, removed)
+            await self._thread.run(self._store.update_acls, pattern, edit, timeout_ms=deadline.remaining_ms())
+        await self._reload(deadline)
 
-    async def create_acls(self, header: RequestHeader, body: CreateAclsRequest) -> CreateAclsResponse:
+    @handles(ApiKey.CREATE_ACLS, 0, 3)
+    async def create_acls(self, context: RequestContext, body: CreateAclsRequest) -> CreateAclsResponse:
         try:
-            self._check(AclOperation.ALTER)
+            self._check(context, AclOperation.ALTER)
         except KafkaError as exc:
             return {
                 "throttle_time_ms": 0,
@@ -168,12 +175,18 @@ class AclApis:
             if problem is None:
                 valid.append(binding)
         if valid:
-            await self.change(valid, [])
+            try:
+                await self.change(valid, [])
+            except KafkaError as exc:  # REQUEST_TIMED_OUT: whether they were made is unknown
+                for result in results:
+                    if result["error_code"] == ErrorCode.NONE:
+                        result["error_code"], result["error_message"] = exc.code, exc.message
         return {"throttle_time_ms": 0, "results": results}
 
-    async def describe_acls(self, header: RequestHeader, body: DescribeAclsRequest) -> DescribeAclsResponse:
+    @handles(ApiKey.DESCRIBE_ACLS, 0, 3)
+    async def describe_acls(self, context: RequestContext, body: DescribeAclsRequest) -> DescribeAclsResponse:
         try:
-            self._check(AclOperation.DESCRIBE)
+            self._check(context, AclOperation.DESCRIBE)
         except KafkaError as exc:
             return {"throttle_time_ms": 0, "error_code": exc.code, "error_message": exc.message, "resources": []}
         by_pattern: dict[ResourcePattern, list[DescribeAclsResponseAclDescription]] = {}
@@ -190,9 +203,10 @@ class AclApis:
         ]
         return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "resources": resources}
 
-    async def delete_acls(self, header: RequestHeader, body: DeleteAclsRequest) -> DeleteAclsResponse:
+    @handles(ApiKey.DELETE_ACLS, 0, 3)
+    async def delete_acls(self, context: RequestContext, body: DeleteAclsRequest) -> DeleteAclsResponse:
         try:
-            self._check(AclOperation.ALTER)
+            self._check(context, AclOperation.ALTER)
         except KafkaError as exc:
             failed: DeleteAclsResponseDeleteAclsFilterResult = {
                 "error_code": exc.code,
@@ -213,5 +227,8 @@ class AclApis:
                 }
             )
         if doomed:
-            await self.change([], doomed)
+            try:
+                await self.change([], doomed)
+            except KafkaError as exc:  # REQUEST_TIMED_OUT: whether they were deleted is unknown
+                results = [{"error_code": exc.code, "error_message": exc.message, "matching_acls": []} for _ in results]
         return {"throttle_time_ms": 0, "filter_results": results}

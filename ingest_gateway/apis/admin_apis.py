@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from loglake.coordination.controller import ElectionType
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AlterPartitionReassignmentsRequest,
     AlterPartitionReassignmentsResponse,
@@ -28,11 +28,12 @@ from loglake.protocol.bodies import (
 )
 
 from ingest_gateway.apis import authorized_operations
+from ingest_gateway.apis.request_router import handles
 from ingest_gateway.metadata.client_endpoints import node_endpoints
+from ingest_gateway.network.request_context import RequestContext
 
 if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.metadata.metadata_cache import MetadataCache
 
@@ -47,17 +48,8 @@ class AdminApis:
         self._cache = cache
         self._auth = authorization
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.ELECT_LEADERS: self.elect_leaders,
-                ApiKey.DESCRIBE_CLUSTER: self.describe_cluster,
-                ApiKey.ALTER_PARTITION_REASSIGNMENTS: self.alter_partition_reassignments,
-                ApiKey.LIST_PARTITION_REASSIGNMENTS: self.list_partition_reassignments,
-            }
-        )
-
-    async def elect_leaders(self, header: RequestHeader, body: ElectLeadersRequest) -> ElectLeadersResponse:
+    @handles(ApiKey.ELECT_LEADERS, 0, 2)
+    async def elect_leaders(self, context: RequestContext, body: ElectLeadersRequest) -> ElectLeadersResponse:
         requested = body["topic_partitions"]
         partitions = None if requested is None else [(t["topic"], p) for t in requested for p in t["partitions"]]
         try:
@@ -74,8 +66,9 @@ class AdminApis:
             results = {tp: e for tp, e in results.items() if e is None or e.code != ErrorCode.ELECTION_NOT_NEEDED}
         return _election_response(ErrorCode.NONE, results)
 
+    @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 0)
     async def alter_partition_reassignments(
-        self, header: RequestHeader, body: AlterPartitionReassignmentsRequest
+        self, context: RequestContext, body: AlterPartitionReassignmentsRequest
     ) -> AlterPartitionReassignmentsResponse:
         targets = {
             (t["name"], p["partition_index"]): None if p["replicas"] is None else tuple(p["replicas"])
@@ -103,8 +96,9 @@ class AdminApis:
             )
         return response | {"responses": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
+    @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
     async def list_partition_reassignments(
-        self, header: RequestHeader, body: ListPartitionReassignmentsRequest
+        self, context: RequestContext, body: ListPartitionReassignmentsRequest
     ) -> ListPartitionReassignmentsResponse:
         requested = body["topics"]
         partitions = None if requested is None else [(t["name"], p) for t in requested for p in t["partition_indexes"]]
@@ -129,7 +123,9 @@ class AdminApis:
             "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
         }
 
-    async def describe_cluster(self, header: RequestHeader, body: DescribeClusterRequest) -> DescribeClusterResponse:
+    @handles(ApiKey.DESCRIBE_CLUSTER, 0, 1)
+    async def describe_cluster(self, context: RequestContext, body: DescribeClusterRequest) -> DescribeClusterResponse:
+        header = context.header
         image = self._cache.image
         response: DescribeClusterResponse = {
             "throttle_time_ms": 0,
@@ -157,10 +153,10 @@ class AdminApis:
             "controller_id": image.controller_id if image.controller_id in image.brokers else -1,
             "brokers": [
                 {"broker_id": n["node_id"], "host": n["host"], "port": n["port"], "rack": n["rack"]}
-                for n in node_endpoints(brokers)
+                for n in node_endpoints(context.listener_name, brokers)
             ],
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                self._auth, body["include_cluster_authorized_operations"]
+                self._auth, context, body["include_cluster_authorized_operations"]
             ),
         }
 

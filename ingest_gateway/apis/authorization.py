@@ -1,5 +1,6 @@
-"""Authorization of requests: the one place every API asks whether the principal of the
-request being handled may do an operation on a resource (Kafka's `authHelper`).
+"""Authorization of requests: the one place every API asks whether the principal of a
+request may do an operation on a resource (Kafka's `authHelper`). Each question names who
+asks: the request's context (or, for the HTTP API, its connection).
 
 With `authorizer.class.name` unset (the default, as in Kafka) everything is allowed. With
 Kafka's `kafka.security.authorizer.AclAuthorizer` (or KRaft's StandardAuthorizer name)
@@ -33,7 +34,7 @@ from loglake.security.acls import (
     ResourceType,
 )
 
-from ingest_gateway.network.request_context import current_request
+from ingest_gateway.network.request_context import RequestContext, Requester
 
 audit = logging.getLogger("loglake.authorizer")
 
@@ -79,14 +80,14 @@ class RequestCheck:
     error: ErrorCode
     min_version: int = 0
 
-    def denied(self, auth: RequestAuthorization, version: int, body: Body) -> ErrorCode | None:
-        name = self.name_of(body) if version >= self.min_version else None
+    def denied(self, auth: RequestAuthorization, context: RequestContext, body: Body) -> ErrorCode | None:
+        name = self.name_of(body) if context.header.request_api_version >= self.min_version else None
         if name is None:
             return None
         *quiet, logged = self.operations
-        if any(auth.allowed(op, self.resource_type, name, log_denial=False) for op in quiet):
+        if any(auth.allowed(context, op, self.resource_type, name, log_denial=False) for op in quiet):
             return None
-        return None if auth.allowed(logged, self.resource_type, name) else self.error
+        return None if auth.allowed(context, logged, self.resource_type, name) else self.error
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,14 @@ class IdempotentProducerCheck:
     """InitProducerId without a transactional id: IDEMPOTENT_WRITE on the cluster, or WRITE
     on any topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED, as Kafka checks it."""
 
-    def denied(self, auth: RequestAuthorization, version: int, body: Body) -> ErrorCode | None:
+    def denied(self, auth: RequestAuthorization, context: RequestContext, body: Body) -> ErrorCode | None:
         if body["transactional_id"] is not None:
             return None
-        if auth.allowed(_OP.IDEMPOTENT_WRITE, _RT.CLUSTER, CLUSTER_NAME, log_denial=False):
+        if auth.allowed(context, _OP.IDEMPOTENT_WRITE, _RT.CLUSTER, CLUSTER_NAME, log_denial=False):
             return None
-        return None if auth.allowed_by_resource_type(_OP.WRITE, _RT.TOPIC) else ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        if auth.allowed_by_resource_type(context, _OP.WRITE, _RT.TOPIC):
+            return None
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 
 
 def _group(body: Body) -> str:
@@ -194,7 +197,7 @@ ERROR_RESPONSES: dict[int, Callable[[Body, ErrorCode], Body]] = {
 
 
 class RequestAuthorization:
-    """The broker's authorizer (None: authorization is off), asked for the current request."""
+    """The broker's authorizer (None: authorization is off), asked for a request's principal and host."""
 
     def __init__(self, authorizer: Authorizer | None) -> None:
         self.authorizer = authorizer
@@ -203,11 +206,12 @@ class RequestAuthorization:
     def enabled(self) -> bool:
         return self.authorizer is not None
 
-    def allowed(self, operation: AclOperation, resource_type: ResourceType, name: str, log_denial: bool = True) -> bool:
+    def allowed(
+        self, who: Requester, operation: AclOperation, resource_type: ResourceType, name: str, log_denial: bool = True
+    ) -> bool:
         if self.authorizer is None:
             return True
-        request = current_request()
-        principal, host = str(request.principal), request.client_host
+        principal, host = str(who.principal), who.client_host
         if self.authorizer.authorize(principal, host, operation, resource_type, name):
             return True
         if log_denial:
@@ -221,43 +225,43 @@ class RequestAuthorization:
             )
         return False
 
-    def require(self, operation: AclOperation, resource_type: ResourceType, name: str, error: ErrorCode) -> None:
-        if not self.allowed(operation, resource_type, name):
+    def require(
+        self, who: Requester, operation: AclOperation, resource_type: ResourceType, name: str, error: ErrorCode
+    ) -> None:
+        if not self.allowed(who, operation, resource_type, name):
             raise KafkaError(error, f"not authorized to {operation.name} {RESOURCE_NAMES[resource_type]} {name}")
 
-    def topic_allowed(self, operation: AclOperation, topic: str) -> bool:
-        return self.allowed(operation, _RT.TOPIC, topic)
+    def topic_allowed(self, who: Requester, operation: AclOperation, topic: str) -> bool:
+        return self.allowed(who, operation, _RT.TOPIC, topic)
 
-    def denied_topics(self, operation: AclOperation, topics: Iterable[str]) -> set[str]:
-        """The topics among `topics` this request may not `operation` (each asked once)."""
+    def denied_topics(self, who: Requester, operation: AclOperation, topics: Iterable[str]) -> set[str]:
+        """The topics among `topics` `who` may not `operation` (each asked once)."""
         if self.authorizer is None:
             return set()
-        return {t for t in set(topics) if not self.topic_allowed(operation, t)}
+        return {t for t in set(topics) if not self.topic_allowed(who, operation, t)}
 
-    def allowed_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
-        """Whether the principal may do `operation` on some resource of the type."""
+    def allowed_by_resource_type(self, who: Requester, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether `who` may do `operation` on some resource of the type."""
         if self.authorizer is None:
             return True
-        request = current_request()
-        return self.authorizer.authorize_by_resource_type(
-            str(request.principal), request.client_host, operation, resource_type
-        )
+        return self.authorizer.authorize_by_resource_type(str(who.principal), who.client_host, operation, resource_type)
 
-    def denied_response(self, api_key: int, version: int, body: Body) -> Body | None:
+    def denied_response(self, context: RequestContext, body: Body) -> Body | None:
         """The answer to a request about one denied resource (`REQUEST_CHECKS`), else None."""
         if self.authorizer is None:
             return None
+        api_key = context.header.request_api_key
         for check in REQUEST_CHECKS.get(api_key, ()):
-            error = check.denied(self, version, body)
+            error = check.denied(self, context, body)
             if error is not None:
                 entries = ERROR_RESPONSES.get(api_key)
                 return {"error_code": error, "throttle_time_ms": 0, **(entries(body, error) if entries else {})}
         return None
 
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
-        """KIP-430's bit set: each operation of the resource type this principal may do."""
+    def authorized_operations(self, who: Requester, resource_type: ResourceType, name: str) -> int:
+        """KIP-430's bit set: each operation of the resource type `who` may do."""
         return sum(
             1 << op
             for op in RESOURCE_OPERATIONS[resource_type]
-            if self.allowed(op, resource_type, name, log_denial=False)
+            if self.allowed(who, op, resource_type, name, log_denial=False)
         )

@@ -14,14 +14,14 @@ enforced here, so setting one is refused rather than stored to no effect.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AlterClientQuotasRequest,
     AlterClientQuotasRequestEntityData,
@@ -47,13 +47,19 @@ from loglake.security.quotas import CONSUMER_BYTE_RATE, DEFAULT, PRODUCER_BYTE_R
 from loglake.security.sanitizer import desanitize, sanitize
 from loglake.security.scram import MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
+from ingest_gateway.metadata.metadata_thread import Deadline, MetadataThread
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 # The protocol's mechanism types (ScramMechanism.type in Kafka).
@@ -136,27 +142,31 @@ def _quota_value(key: str, value: float) -> str:
 
 
 class ClientEntityApis:
-    def __init__(self, store: MetadataStore, authorization: RequestAuthorization) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        authorization: RequestAuthorization,
+        metadata_thread: MetadataThread,
+        store_timeout_ms: int = ADMIN_TIMEOUT_MS,
+    ) -> None:
         self._store = store
         self._auth = authorization
+        self._thread = metadata_thread
+        # How long a request waits for the store before it is answered REQUEST_TIMED_OUT.
+        self._store_timeout_ms = store_timeout_ms
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: self.describe_user_scram_credentials,
-                ApiKey.ALTER_USER_SCRAM_CREDENTIALS: self.alter_user_scram_credentials,
-                ApiKey.DESCRIBE_CLIENT_QUOTAS: self.describe_client_quotas,
-                ApiKey.ALTER_CLIENT_QUOTAS: self.alter_client_quotas,
-            }
-        )
+    async def _stored(self, deadline: Deadline, fn: Callable[..., T], *args: Any) -> T:
+        """A store call on the metadata thread, answered by `deadline` (else REQUEST_TIMED_OUT)."""
+        return await self._thread.run(fn, *args, timeout_ms=deadline.remaining_ms())
 
-    def _cluster_allowed(self, operation: AclOperation) -> bool:
-        return self._auth.allowed(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def _cluster_allowed(self, context: RequestContext, operation: AclOperation) -> bool:
+        return self._auth.allowed(context, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
     # SCRAM credentials -----------------------------------------------------------------
 
+    @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
     async def describe_user_scram_credentials(
-        self, header: RequestHeader, body: DescribeUserScramCredentialsRequest
+        self, context: RequestContext, body: DescribeUserScramCredentialsRequest
     ) -> DescribeUserScramCredentialsResponse:
         response: DescribeUserScramCredentialsResponse = {
             "throttle_time_ms": 0,
@@ -164,11 +174,12 @@ class ClientEntityApis:
             "error_message": None,
             "results": [],
         }
-        if not self._cluster_allowed(AclOperation.DESCRIBE):
+        if not self._cluster_allowed(context, AclOperation.DESCRIBE):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         requested = [u["name"] for u in body["users"] or ()]
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         if not requested:
-            every = await asyncio.to_thread(self._store.all_user_credentials)
+            every = await self._stored(deadline, self._store.all_user_credentials)
             response["results"] = [self._described(u, c) for u, c in every.items()]
             return response
         counts = Counter(requested)
@@ -181,7 +192,7 @@ class ClientEntityApis:
                 message = f"Cannot describe SCRAM credentials for the same user twice in a single request: {user}"
                 response["results"].append(_describe_error(user, ErrorCode.DUPLICATE_RESOURCE, message))
             else:
-                credentials = await asyncio.to_thread(self._store.user_credentials, user)
+                credentials = await self._stored(deadline, self._store.user_credentials, user)
                 if credentials:
                     response["results"].append(self._described(user, credentials))
                 else:
@@ -199,12 +210,13 @@ class ClientEntityApis:
         ]
         return {"user": user, "error_code": 0, "error_message": None, "credential_infos": infos}
 
+    @handles(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
     async def alter_user_scram_credentials(
-        self, header: RequestHeader, body: AlterUserScramCredentialsRequest
+        self, context: RequestContext, body: AlterUserScramCredentialsRequest
     ) -> AlterUserScramCredentialsResponse:
         deletions, upsertions = body["deletions"], body["upsertions"]
         users = list(dict.fromkeys(c["name"] for c in (*deletions, *upsertions)))
-        if not self._cluster_allowed(AclOperation.ALTER):
+        if not self._cluster_allowed(context, AclOperation.ALTER):
             denied = [_user_error(u, ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for u in users]
             return {"throttle_time_ms": 0, "results": denied}
         failed: dict[str, tuple[ErrorCode, str]] = {}
@@ -231,6 +243,7 @@ class ClientEntityApis:
                     "A user credential cannot be altered twice in the same request",
                 )
         changed = []
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         for user in users:
             if user in failed:
                 continue
@@ -251,7 +264,7 @@ class ClientEntityApis:
                 return {m: c for m, c in credentials.items() if m not in gone} | upserted
 
             try:
-                await asyncio.to_thread(self._store.update_user_credentials, user, altered)
+                await self._stored(deadline, self._store.update_user_credentials, user, altered)
             except KafkaError as exc:
                 failed[user] = (exc.code, exc.message)
                 continue
@@ -262,8 +275,9 @@ class ClientEntityApis:
 
     # Client quotas ---------------------------------------------------------------------
 
+    @handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
     async def describe_client_quotas(
-        self, header: RequestHeader, body: DescribeClientQuotasRequest
+        self, context: RequestContext, body: DescribeClientQuotasRequest
     ) -> DescribeClientQuotasResponse:
         response: DescribeClientQuotasResponse = {
             "throttle_time_ms": 0,
@@ -271,7 +285,7 @@ class ClientEntityApis:
             "error_message": None,
             "entries": None,
         }
-        if not self._cluster_allowed(AclOperation.DESCRIBE_CONFIGS):
+        if not self._cluster_allowed(context, AclOperation.DESCRIBE_CONFIGS):
             return response | {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
         try:
             components = _filter_components(body["components"])
@@ -280,7 +294,8 @@ class ClientEntityApis:
         if IP in components:
             return response | {"entries": []}  # no IP quotas are kept
         entries: list[DescribeClientQuotasResponseEntryData] = []
-        for path, config in sorted((await asyncio.to_thread(self._store.entity_configs)).items()):
+        deadline = Deadline.after_ms(self._store_timeout_ms)
+        for path, config in sorted((await self._stored(deadline, self._store.entity_configs)).items()):
             entity = _entity_of(path)
             quotas = {k: float(v) for k, v in config.items() if k in QUOTA_KEYS}
             if entity is None or not quotas or not _filter_matches(components, body["strict"], entity):
@@ -291,10 +306,12 @@ class ClientEntityApis:
             entries.append({"entity": _entity_body(entity), "values": values})
         return response | {"entries": entries}
 
+    @handles(ApiKey.ALTER_CLIENT_QUOTAS, 0, 1)
     async def alter_client_quotas(
-        self, header: RequestHeader, body: AlterClientQuotasRequest
+        self, context: RequestContext, body: AlterClientQuotasRequest
     ) -> AlterClientQuotasResponse:
-        allowed = self._cluster_allowed(AclOperation.ALTER_CONFIGS)
+        allowed = self._cluster_allowed(context, AclOperation.ALTER_CONFIGS)
+        deadline = Deadline.after_ms(self._store_timeout_ms)
         results: list[AlterClientQuotasResponseEntryData] = []
         for entry in body["entries"]:
             result: AlterClientQuotasResponseEntryData = {
@@ -305,13 +322,15 @@ class ClientEntityApis:
             try:
                 if not allowed:
                     raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-                await self._alter_quotas(_quota_path(entry["entity"]), entry["ops"], body["validate_only"])
+                await self._alter_quotas(deadline, _quota_path(entry["entity"]), entry["ops"], body["validate_only"])
             except KafkaError as exc:
                 result["error_code"], result["error_message"] = exc.code, exc.message or None
             results.append(result)
         return {"throttle_time_ms": 0, "entries": results}
 
-    async def _alter_quotas(self, path: str, ops: list[AlterClientQuotasRequestOpData], validate_only: bool) -> None:
+    async def _alter_quotas(
+        self, deadline: Deadline, path: str, ops: list[AlterClientQuotasRequestOpData], validate_only: bool
+    ) -> None:
         def altered(config: dict[str, str]) -> dict[str, str]:
             for op in ops:
                 if op["remove"]:
@@ -321,9 +340,9 @@ class ClientEntityApis:
             return config
 
         if validate_only:
-            altered(await asyncio.to_thread(self._store.entity_config, path))
+            altered(await self._stored(deadline, self._store.entity_config, path))
         else:
-            await asyncio.to_thread(self._store.update_entity_config, path, altered)
+            await self._stored(deadline, self._store.update_entity_config, path, altered)
 
 
 def _filter_components(components: list[DescribeClientQuotasRequestComponentData]) -> dict[str, _Component]:

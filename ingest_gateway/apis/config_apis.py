@@ -27,7 +27,7 @@ from loglake.broker_configs import (
 from loglake.config import LogConfig, topic_property, validate_topic_name
 from loglake.config_defs import ConfigKey, ConfigSource, ConfigType, split_list, to_config_string
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AlterConfigsRequest,
     AlterConfigsRequestAlterConfigsResource,
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from loglake.config import BrokerConfig
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
     from ingest_gateway.metadata.metadata_cache import MetadataCache
@@ -60,6 +59,8 @@ if TYPE_CHECKING:
 _Resource = TypeVar(
     "_Resource", AlterConfigsRequestAlterConfigsResource, IncrementalAlterConfigsRequestAlterConfigsResource
 )
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -224,15 +225,6 @@ class ConfigApis:
         self._dynamic_config = dynamic_config
         self._auth = authorization
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
-                ApiKey.ALTER_CONFIGS: self.alter_configs,
-                ApiKey.INCREMENTAL_ALTER_CONFIGS: self.incremental_alter_configs,
-            }
-        )
-
     @property
     def _dynamic(self) -> DynamicBrokerConfig:
         return self._dynamic_config.config
@@ -254,7 +246,9 @@ class ConfigApis:
 
     # DescribeConfigs -----------------------------------------------------------------------
 
-    async def describe_configs(self, header: RequestHeader, body: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    @handles(ApiKey.DESCRIBE_CONFIGS, 0, 4)
+    async def describe_configs(self, context: RequestContext, body: DescribeConfigsRequest) -> DescribeConfigsResponse:
+        header = context.header
         version = header.request_api_version
         results: list[DescribeConfigsResponseDescribeConfigsResult] = []
         for r in body["resources"]:
@@ -263,7 +257,7 @@ class ConfigApis:
                 keys = r["configuration_keys"]
                 entry["configs"] = [
                     _describe_entry(c, version, body.get("include_synonyms", False), body.get("include_documentation"))
-                    for c in self._describe(r["resource_type"], r["resource_name"])
+                    for c in self._describe(context, r["resource_type"], r["resource_name"])
                     if not keys or c.name in keys
                 ]
             except KafkaError as exc:
@@ -271,17 +265,17 @@ class ConfigApis:
             results.append(entry)
         return {"throttle_time_ms": 0, "results": results}
 
-    def _authorize(self, operation: AclOperation, resource_type: int, name: str) -> None:
+    def _authorize(self, context: RequestContext, operation: AclOperation, resource_type: int, name: str) -> None:
         """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group, or the cluster for broker
         (and broker logger, client metrics) configs, as Kafka checks them before anything
         else; loglake serves topic and broker configs only (INVALID_REQUEST for the others)."""
         acl_type = _CONFIG_RESOURCE_ACLS.get(resource_type)
         if acl_type is not None:
             name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else name
-            self._auth.require(operation, acl_type, name, AUTHORIZATION_ERRORS[acl_type])
+            self._auth.require(context, operation, acl_type, name, AUTHORIZATION_ERRORS[acl_type])
 
-    def _describe(self, resource_type: int, name: str) -> list[ConfigEntry]:
-        self._authorize(AclOperation.DESCRIBE_CONFIGS, resource_type, name)
+    def _describe(self, context: RequestContext, resource_type: int, name: str) -> list[ConfigEntry]:
+        self._authorize(context, AclOperation.DESCRIBE_CONFIGS, resource_type, name)
         if resource_type == RESOURCE_TOPIC:
             validate_topic_name(name)
             return describe_topic_configs(self._cache.image.topic(name).config, self._dynamic)
@@ -291,7 +285,8 @@ class ConfigApis:
 
     # AlterConfigs and IncrementalAlterConfigs ---------------------------------------------------
 
-    async def alter_configs(self, header: RequestHeader, body: AlterConfigsRequest) -> AlterConfigsResponse:
+    @handles(ApiKey.ALTER_CONFIGS, 0, 2)
+    async def alter_configs(self, context: RequestContext, body: AlterConfigsRequest) -> AlterConfigsResponse:
         def new_config(resource: AlterConfigsRequestAlterConfigsResource, current: dict[str, str]) -> dict[str, str]:
             _refuse_nulls([c["name"] for c in resource["configs"] if c["value"] is None])
             # AlterConfigs replaces the whole set: names not given go back to their defaults.
@@ -299,11 +294,12 @@ class ConfigApis:
 
         return {
             "throttle_time_ms": 0,
-            "responses": await self._alter(body["resources"], body["validate_only"], new_config),
+            "responses": await self._alter(context, body["resources"], body["validate_only"], new_config),
         }
 
+    @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
     async def incremental_alter_configs(
-        self, header: RequestHeader, body: IncrementalAlterConfigsRequest
+        self, context: RequestContext, body: IncrementalAlterConfigsRequest
     ) -> IncrementalAlterConfigsResponse:
         def new_config(
             resource: IncrementalAlterConfigsRequestAlterConfigsResource, current: dict[str, str]
@@ -316,11 +312,12 @@ class ConfigApis:
 
         return {
             "throttle_time_ms": 0,
-            "responses": await self._alter(body["resources"], body["validate_only"], new_config),
+            "responses": await self._alter(context, body["resources"], body["validate_only"], new_config),
         }
 
     async def _alter(
         self,
+        context: RequestContext,
         resources: list[_Resource],
         validate_only: bool,
         new_config: Callable[[_Resource, dict[str, str]], dict[str, str]],
@@ -334,17 +331,21 @@ class ConfigApis:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
                 if len({c["name"] for c in r["configs"]}) != len(r["configs"]):
                     raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-                await self._alter_resource(r, new_config, validate_only)
+                await self._alter_resource(context, r, new_config, validate_only)
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
         return responses
 
     async def _alter_resource(
-        self, r: _Resource, new_config: Callable[[_Resource, dict[str, str]], dict[str, str]], validate_only: bool
+        self,
+        context: RequestContext,
+        r: _Resource,
+        new_config: Callable[[_Resource, dict[str, str]], dict[str, str]],
+        validate_only: bool,
     ) -> None:
         name = r["resource_name"]
-        self._authorize(AclOperation.ALTER_CONFIGS, r["resource_type"], name)
+        self._authorize(context, AclOperation.ALTER_CONFIGS, r["resource_type"], name)
         if r["resource_type"] == RESOURCE_TOPIC:
             if name == "":
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")

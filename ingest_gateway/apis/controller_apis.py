@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     LeaderAndIsrRequest,
     LeaderAndIsrRequestLeaderAndIsrPartitionState,
@@ -21,10 +21,12 @@ from loglake.protocol.bodies import (
     UpdateMetadataResponse,
 )
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
@@ -43,16 +45,9 @@ class ControllerApis:
         self._replica_manager = replica_manager
         self._cache = cache
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.LEADER_AND_ISR: self.leader_and_isr,
-                ApiKey.STOP_REPLICA: self.stop_replica,
-                ApiKey.UPDATE_METADATA: self.update_metadata,
-            }
-        )
-
-    async def leader_and_isr(self, header: RequestHeader, body: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    @handles(ApiKey.LEADER_AND_ISR, 0, 7)
+    async def leader_and_isr(self, context: RequestContext, body: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        header = context.header
         topics = await self._metadata_thread.run(self._store.topics)
         if header.request_api_version < 2:  # partition states not yet grouped by topic
             by_topic: dict[str, list[LeaderAndIsrRequestLeaderAndIsrPartitionState]] = {}
@@ -102,7 +97,9 @@ class ControllerApis:
             ],
         }
 
-    async def stop_replica(self, header: RequestHeader, body: StopReplicaRequest) -> StopReplicaResponse:
+    @handles(ApiKey.STOP_REPLICA, 0, 4)
+    async def stop_replica(self, context: RequestContext, body: StopReplicaRequest) -> StopReplicaResponse:
+        header = context.header
         error = ErrorCode.NONE
         by_delete: dict[bool, list[tuple[str, int]]] = {}
         version = header.request_api_version
@@ -131,7 +128,8 @@ class ControllerApis:
             ],
         }
 
-    async def update_metadata(self, header: RequestHeader, body: UpdateMetadataRequest) -> UpdateMetadataResponse:
+    @handles(ApiKey.UPDATE_METADATA, 0, 8)
+    async def update_metadata(self, context: RequestContext, body: UpdateMetadataRequest) -> UpdateMetadataResponse:
         """ZooKeeper holds the metadata; this request says when to re-read it, and fences."""
         epoch = body["controller_epoch"]
         if epoch < self._replica_manager.controller_epoch:

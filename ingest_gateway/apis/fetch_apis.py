@@ -23,20 +23,22 @@ import functools
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loglake.broker_configs import RACK_AWARE_REPLICA_SELECTOR
 from loglake.cluster.partition import Partition, monotonic_ms
 from loglake.cluster.replica_selector import rack_aware_read_replica
 from loglake.config import BrokerConfig
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.protocol import ApiKey, IsolationLevel
+from loglake.protocol.bodies import FetchRequest, FetchResponse, FetchResponseFetchableTopicResponse
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.quotas import ClientQuotaManager
 
-from ingest_gateway.metadata.client_endpoints import node_endpoints
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.metadata.client_endpoints import NodeEndpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.network.request_context import current_request
+from ingest_gateway.network.request_context import RequestContext
 from ingest_gateway.observability.metrics import FETCH_FOLLOWER, label_request
 from ingest_gateway.replica.fetch_session import (
     DEFAULT_CACHE_SLOTS,
@@ -47,6 +49,7 @@ from ingest_gateway.replica.fetch_session import (
     PartitionRequest,
     PartitionResponse,
     TopicIdPartition,
+    response_records_size,
 )
 from ingest_gateway.replica.replica_manager import FollowerFetchPartition, FollowerFetchResult, ReplicaManager
 
@@ -54,10 +57,8 @@ if TYPE_CHECKING:
     from loglake.coordination.model import BrokerEndpoint
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.observability.metrics import BrokerMetrics
 
-Body = dict[str, Any]
 Answers = list[tuple[TopicIdPartition, PartitionResponse]]
 
 NO_MAX_BYTES = 0x7FFFFFFF
@@ -112,9 +113,6 @@ class FetchApis:
         self._names: dict[uuid.UUID, str] = {}
         self._names_image: object = None
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all({ApiKey.FETCH: self.fetch})
-
     @functools.cached_property
     def sessions(self) -> FetchManager:
         # Built on first use: the broker's config is not needed before a fetch.
@@ -148,7 +146,9 @@ class FetchApis:
         local = self._replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
         return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
 
-    def _requested(self, version: int, body: Body) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list]:
+    def _requested(
+        self, version: int, body: FetchRequest
+    ) -> tuple[list[tuple[TopicIdPartition, PartitionRequest]], list[TopicIdPartition]]:
         fetch_data = []
         for t in body["topics"]:
             if version >= 13:
@@ -175,7 +175,7 @@ class FetchApis:
         return fetch_data, to_forget
 
     def _denied_topics(
-        self, replica_id: int, partitions: Iterable[tuple[TopicIdPartition, PartitionRequest]]
+        self, context: RequestContext, replica_id: int, partitions: Iterable[tuple[TopicIdPartition, PartitionRequest]]
     ) -> set[str]:
         """Topics this fetch may not read: followers need ClusterAction (else every topic is
         denied, as Kafka answers), consumers READ on each topic."""
@@ -184,21 +184,26 @@ class FetchApis:
             return set()
         topics = {tp.topic for tp, _ in partitions if tp.topic is not None}
         if replica_id >= 0:
-            return set() if auth.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME) else topics
-        return auth.denied_topics(AclOperation.READ, topics)
+            return (
+                set()
+                if auth.allowed(context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+                else topics
+            )
+        return auth.denied_topics(context, AclOperation.READ, topics)
 
     # The handler -------------------------------------------------------------------------
 
-    async def fetch(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.FETCH, 4, 17)
+    async def fetch(self, context: RequestContext, body: FetchRequest) -> FetchResponse:
+        header = context.header
         version = header.request_api_version
         replica_id = body["replica_state"]["replica_id"] if version >= 15 else body["replica_id"]
         quotas = self._fetch_quotas
         if replica_id < 0 and quotas.enabled:
-            request = current_request()
-            throttle_ms = quotas.throttle_ms(request.principal.name, header.client_id or "")
+            throttle_ms = quotas.throttle_ms(context.principal.name, header.client_id or "")
             if throttle_ms > 0:
                 # Over its consumer_byte_rate: an empty answer now, the connection muted (as Kafka).
-                request.throttle_ms = throttle_ms
+                context.connection.throttle_ms = throttle_ms
                 return {
                     "throttle_time_ms": throttle_ms,
                     "error_code": 0,
@@ -206,14 +211,14 @@ class FetchApis:
                     "responses": [],
                 }
         fetch_data, to_forget = self._requested(version, body)
-        context = self.sessions.new_context(
+        session = self.sessions.new_context(
             version, body["session_id"], body["session_epoch"], replica_id >= 0, fetch_data, to_forget, self.topic_name
         )
         # Partitions that cannot be read are answered at once and do not end a long poll.
         erroneous: Answers = []
         readable: list[tuple[TopicIdPartition, PartitionRequest]] = []
-        wanted = list(context.partitions())
-        denied = self._denied_topics(replica_id, wanted)
+        wanted = list(session.partitions())
+        denied = self._denied_topics(context, replica_id, wanted)
         for tp, partition_request in wanted:
             if tp.topic is None:
                 erroneous.append((tp, _partition_response(tp.partition, ErrorCode.UNKNOWN_TOPIC_ID)))
@@ -244,21 +249,21 @@ class FetchApis:
                 # BytesOutPerSec counts what consumers are sent (replication is not in it).
                 for tp, entry in answers:
                     if entry["records"]:
-                        metrics.record_bytes_out(tp.topic, entry["records"].size)  # type: ignore[arg-type]
+                        metrics.record_bytes_out(tp.topic, response_records_size(entry))  # type: ignore[arg-type]
         throttle_ms = 0
         if replica_id < 0 and quotas.enabled:
-            sent = sum(entry["records"].size for _, entry in answers if entry["records"])
+            sent = sum(response_records_size(entry) for _, entry in answers)
             if sent:
-                throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
-        result = context.respond(answers + erroneous)
-        response: Body = {
+                throttle_ms = context.charge(quotas, sent)
+        result = session.respond(answers + erroneous)
+        response: FetchResponse = {
             "throttle_time_ms": throttle_ms,
             "error_code": result.error,
             "session_id": result.session_id,
             "responses": _by_topic(result.partitions),
         }
         if version >= 16:
-            response["node_endpoints"] = self._current_leaders(result.partitions)
+            response["node_endpoints"] = self._current_leaders(result.partitions, context.listener_name)
         return response
 
     async def _fetch_for_consumer(
@@ -372,7 +377,7 @@ class FetchApis:
         )
         return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
 
-    def _current_leaders(self, answers: Answers) -> list[Body]:
+    def _current_leaders(self, answers: Answers, listener_name: str) -> list[NodeEndpoint]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""
         image = self._cache.image
         endpoints: dict[int, BrokerEndpoint] = {}
@@ -386,7 +391,7 @@ class FetchApis:
             broker = image.brokers.get(state.leader)
             if broker is not None:
                 endpoints[broker.broker_id] = broker
-        return node_endpoints(list(endpoints.values()))
+        return node_endpoints(listener_name, list(endpoints.values()))
 
 
 def _follower_response(r: FollowerFetchResult) -> PartitionResponse:
@@ -398,14 +403,15 @@ def _follower_response(r: FollowerFetchResult) -> PartitionResponse:
     return entry
 
 
-def _by_topic(answers: Answers) -> list[Body]:
+def _by_topic(answers: Answers) -> list[FetchResponseFetchableTopicResponse]:
     """Answers grouped by topic, in order (a topic whose partitions are not adjacent appears
     more than once, as in Kafka's responses)."""
-    topics: list[Body] = []
+    topics: list[FetchResponseFetchableTopicResponse] = []
     last: tuple[uuid.UUID, str | None] | None = None
     for tp, entry in answers:
         if (tp.topic_id, tp.topic) != last:
             last = (tp.topic_id, tp.topic)
-            topics.append({"topic": tp.topic, "topic_id": tp.topic_id, "partitions": []})
+            # No name: an unknown topic id (v13+, where the name is not sent).
+            topics.append({"topic": tp.topic or "", "topic_id": tp.topic_id, "partitions": []})
         topics[-1]["partitions"].append(entry)
     return topics

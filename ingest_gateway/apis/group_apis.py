@@ -19,13 +19,13 @@ from loglake.groups import (
     TopicPartition,
 )
 from loglake.groups.consumer_group import HeartbeatRequest, TopicPartitions
-from loglake.protocol import ApiKey, RequestHeader, bodies  # bodies.X: HeartbeatRequest is also the coordinator's
+from loglake.protocol import ApiKey, bodies  # bodies.X: HeartbeatRequest is also the coordinator's
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.authorized_operations import group_operations
-from ingest_gateway.apis.request_router import RequestRouter
-from ingest_gateway.network.request_context import current_request
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
 
 # OffsetCommit v2-v4: no retention time given, the broker's offsets.retention applies.
 DEFAULT_RETENTION_TIME = -1
@@ -46,33 +46,15 @@ class GroupApis:
         # Whether the cluster has this partition (None: take every commit).
         self._partition_exists = partition_exists
 
-    def register(self, router: RequestRouter) -> None:
-        # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
-        # against consumer-protocol (KIP-848) groups.
-        router.register_all(
-            {
-                ApiKey.JOIN_GROUP: self.join_group,
-                ApiKey.SYNC_GROUP: self.sync_group,
-                ApiKey.HEARTBEAT: self.heartbeat,
-                ApiKey.LEAVE_GROUP: self.leave_group,
-                ApiKey.OFFSET_COMMIT: self.offset_commit,
-                ApiKey.OFFSET_FETCH: self.offset_fetch,
-                ApiKey.OFFSET_DELETE: self.offset_delete,
-                ApiKey.LIST_GROUPS: self.list_groups,
-                ApiKey.DESCRIBE_GROUPS: self.describe_groups,
-                ApiKey.DELETE_GROUPS: self.delete_groups,
-                ApiKey.CONSUMER_GROUP_HEARTBEAT: self.consumer_group_heartbeat,
-                ApiKey.CONSUMER_GROUP_DESCRIBE: self.consumer_group_describe,
-            }
-        )
-
-    async def join_group(self, header: RequestHeader, body: bodies.JoinGroupRequest) -> bodies.JoinGroupResponse:
+    @handles(ApiKey.JOIN_GROUP, 0, 9)
+    async def join_group(self, context: RequestContext, body: bodies.JoinGroupRequest) -> bodies.JoinGroupResponse:
+        header = context.header
         version = header.request_api_version
         result = await self.coordinator.join_group(
             body["group_id"],
             body["member_id"],
             header.client_id or "",
-            "/" + current_request().client_host,  # Kafka's form of a member's host
+            "/" + context.client_host,  # Kafka's form of a member's host
             body["session_timeout_ms"],
             body["rebalance_timeout_ms"] if version >= 1 else body["session_timeout_ms"],
             body["protocol_type"],
@@ -97,7 +79,9 @@ class GroupApis:
             ],
         }
 
-    async def sync_group(self, header: RequestHeader, body: bodies.SyncGroupRequest) -> bodies.SyncGroupResponse:
+    @handles(ApiKey.SYNC_GROUP, 0, 5)
+    async def sync_group(self, context: RequestContext, body: bodies.SyncGroupRequest) -> bodies.SyncGroupResponse:
+        header = context.header
         protocol_type, protocol_name = body.get("protocol_type"), body.get("protocol_name")
         if header.request_api_version >= 5 and (protocol_type is None or protocol_name is None):
             # From v5 both are mandatory, as Kafka checks before the coordinator sees the request.
@@ -120,13 +104,16 @@ class GroupApis:
             "assignment": result.assignment,
         }
 
-    async def heartbeat(self, header: RequestHeader, body: bodies.HeartbeatRequest) -> bodies.HeartbeatResponse:
+    @handles(ApiKey.HEARTBEAT, 0, 4)
+    async def heartbeat(self, context: RequestContext, body: bodies.HeartbeatRequest) -> bodies.HeartbeatResponse:
         error = await self.coordinator.heartbeat(
             body["group_id"], body["member_id"], body["generation_id"], group_instance_id=body.get("group_instance_id")
         )
         return {"throttle_time_ms": 0, "error_code": error}
 
-    async def leave_group(self, header: RequestHeader, body: bodies.LeaveGroupRequest) -> bodies.LeaveGroupResponse:
+    @handles(ApiKey.LEAVE_GROUP, 0, 5)
+    async def leave_group(self, context: RequestContext, body: bodies.LeaveGroupRequest) -> bodies.LeaveGroupResponse:
+        header = context.header
         if header.request_api_version >= 3:
             members = [MemberIdentity(m["member_id"], m["group_instance_id"]) for m in body["members"]]
         else:
@@ -144,9 +131,13 @@ class GroupApis:
             ],
         }
 
+    # OffsetCommit v9's member epoch and OffsetFetch v9's member id and epoch are checked
+    # against consumer-protocol (KIP-848) groups.
+    @handles(ApiKey.OFFSET_COMMIT, 0, 9)
     async def offset_commit(
-        self, header: RequestHeader, body: bodies.OffsetCommitRequest
+        self, context: RequestContext, body: bodies.OffsetCommitRequest
     ) -> bodies.OffsetCommitResponse:
+        header = context.header
         retention_ms = body.get("retention_time_ms", DEFAULT_RETENTION_TIME)
         expire_timestamp = None
         if retention_ms != DEFAULT_RETENTION_TIME:
@@ -154,8 +145,8 @@ class GroupApis:
         offsets = {}
         errors: dict[TopicPartition, int] = {}
         auth = self.authorization
-        group_denied = not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"])
-        denied_topics = auth.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
+        group_denied = not auth.allowed(context, AclOperation.READ, ResourceType.GROUP, body["group_id"])
+        denied_topics = auth.denied_topics(context, AclOperation.READ, (t["name"] for t in body["topics"]))
         for t in body["topics"]:
             for p in t["partitions"]:
                 tp = TopicPartition(t["name"], p["partition_index"])
@@ -201,7 +192,11 @@ class GroupApis:
             ],
         }
 
-    async def offset_fetch(self, header: RequestHeader, body: bodies.OffsetFetchRequest) -> bodies.OffsetFetchResponse:
+    @handles(ApiKey.OFFSET_FETCH, 0, 9)
+    async def offset_fetch(
+        self, context: RequestContext, body: bodies.OffsetFetchRequest
+    ) -> bodies.OffsetFetchResponse:
+        header = context.header
         version = header.request_api_version
         # (group id, topics (None: all), member id and epoch (v9: a consumer group member's)).
         groups: list[tuple[str, list[bodies.OffsetFetchRequestOffsetFetchRequestTopics] | None, str | None, int]]
@@ -214,7 +209,7 @@ class GroupApis:
         answers: list[bodies.OffsetFetchResponseOffsetFetchResponseGroup] = []
         auth = self.authorization
         for group_id, topics, member_id, member_epoch in groups:
-            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            if not auth.allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
                 answers.append({"group_id": group_id, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "topics": []})
                 continue
             wanted = None
@@ -227,7 +222,7 @@ class GroupApis:
                 # v9: a consumer group member names itself with its epoch.
                 member=(member_id, member_epoch) if version >= 9 else None,
             )
-            denied = auth.denied_topics(AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
+            denied = auth.denied_topics(context, AclOperation.DESCRIBE, (tp.topic for tp in result.partitions))
             by_topic: dict[str, list[bodies.OffsetFetchResponseOffsetFetchResponsePartitions]] = {}
             for tp, po in sorted(result.partitions.items()):
                 if tp.topic in denied:
@@ -261,11 +256,12 @@ class GroupApis:
         older = cast("list[bodies.OffsetFetchResponseOffsetFetchResponseTopic]", answer["topics"])
         return {"throttle_time_ms": 0, "topics": older, "error_code": answer["error_code"]}
 
+    @handles(ApiKey.OFFSET_DELETE, 0, 0)
     async def offset_delete(
-        self, header: RequestHeader, body: bodies.OffsetDeleteRequest
+        self, context: RequestContext, body: bodies.OffsetDeleteRequest
     ) -> bodies.OffsetDeleteResponse:
         # As Kafka: READ on each topic too (DELETE on the group is checked before).
-        denied = self.authorization.denied_topics(AclOperation.READ, (t["name"] for t in body["topics"]))
+        denied = self.authorization.denied_topics(context, AclOperation.READ, (t["name"] for t in body["topics"]))
         wanted = [
             TopicPartition(t["name"], p["partition_index"])
             for t in body["topics"]
@@ -288,13 +284,16 @@ class GroupApis:
             "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
         }
 
-    async def list_groups(self, header: RequestHeader, body: bodies.ListGroupsRequest) -> bodies.ListGroupsResponse:
+    @handles(ApiKey.LIST_GROUPS, 0, 5)
+    async def list_groups(self, context: RequestContext, body: bodies.ListGroupsRequest) -> bodies.ListGroupsResponse:
         result = await self.coordinator.list_groups(body.get("states_filter") or None)
         types = {t.lower() for t in body.get("types_filter") or ()}
         groups = [g for g in result.groups if not types or g.group_type in types]
         auth = self.authorization
-        if not auth.allowed(AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
-            groups = [g for g in groups if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, False)]
+        if not auth.allowed(context, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False):
+            groups = [
+                g for g in groups if auth.allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, False)
+            ]
         return {
             "throttle_time_ms": 0,
             "error_code": result.error,
@@ -309,11 +308,12 @@ class GroupApis:
             ],
         }
 
+    @handles(ApiKey.DESCRIBE_GROUPS, 0, 5)
     async def describe_groups(
-        self, header: RequestHeader, body: bodies.DescribeGroupsRequest
+        self, context: RequestContext, body: bodies.DescribeGroupsRequest
     ) -> bodies.DescribeGroupsResponse:
         auth = self.authorization
-        allowed = [g for g in body["groups"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        allowed = [g for g in body["groups"] if auth.allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         found = {d.group_id: d for d in await self.coordinator.describe_groups(allowed)}
         described = [
             found.get(g) or GroupDescription(g, ErrorCode.GROUP_AUTHORIZATION_FAILED, "") for g in body["groups"]
@@ -340,19 +340,20 @@ class GroupApis:
                         for m in d.members
                     ],
                     "authorized_operations": group_operations(
-                        auth, d.group_id, with_operations and d.error is ErrorCode.NONE
+                        auth, context, d.group_id, with_operations and d.error is ErrorCode.NONE
                     ),
                 }
                 for d in described
             ],
         }
 
+    @handles(ApiKey.DELETE_GROUPS, 0, 2)
     async def delete_groups(
-        self, header: RequestHeader, body: bodies.DeleteGroupsRequest
+        self, context: RequestContext, body: bodies.DeleteGroupsRequest
     ) -> bodies.DeleteGroupsResponse:
         auth = self.authorization
         names = body["groups_names"]
-        allowed = [g for g in names if auth.allowed(AclOperation.DELETE, ResourceType.GROUP, g)]
+        allowed = [g for g in names if auth.allowed(context, AclOperation.DELETE, ResourceType.GROUP, g)]
         errors = dict.fromkeys(names, ErrorCode.GROUP_AUTHORIZATION_FAILED) | await self.coordinator.delete_groups(
             allowed
         )
@@ -361,9 +362,11 @@ class GroupApis:
             "results": [{"group_id": g, "error_code": errors[g]} for g in dict.fromkeys(body["groups_names"])],
         }
 
+    @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
     async def consumer_group_heartbeat(
-        self, header: RequestHeader, body: bodies.ConsumerGroupHeartbeatRequest
+        self, context: RequestContext, body: bodies.ConsumerGroupHeartbeatRequest
     ) -> bodies.ConsumerGroupHeartbeatResponse:
+        header = context.header
         names, owned = body["subscribed_topic_names"], body["topic_partitions"]
         request = HeartbeatRequest(
             body["group_id"],
@@ -379,7 +382,7 @@ class GroupApis:
             if owned is None
             else tuple(TopicPartitions(t["topic_id"], tuple(t["partitions"])) for t in owned),
             client_id=header.client_id or "",
-            client_host="/" + current_request().client_host,
+            client_host="/" + context.client_host,
         )
         result = await self.coordinator.consumer_group_heartbeat(request)
         assignment: bodies.ConsumerGroupHeartbeatResponseAssignment | None = None
@@ -399,11 +402,12 @@ class GroupApis:
             "assignment": assignment,
         }
 
+    @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
     async def consumer_group_describe(
-        self, header: RequestHeader, body: bodies.ConsumerGroupDescribeRequest
+        self, context: RequestContext, body: bodies.ConsumerGroupDescribeRequest
     ) -> bodies.ConsumerGroupDescribeResponse:
         auth = self.authorization
-        allowed = [g for g in body["group_ids"] if auth.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+        allowed = [g for g in body["group_ids"] if auth.allowed(context, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
         found = {d.group_id: d for d in await self.coordinator.consumer_group_describe(allowed)}
         denied = set(body["group_ids"]) - set(allowed)
         with_operations = body.get("include_authorized_operations", False)
@@ -435,7 +439,7 @@ class GroupApis:
                         "assignment_epoch": 0,
                         "assignor_name": "",
                         "members": [],
-                        "authorized_operations": group_operations(auth, group_id, False),
+                        "authorized_operations": group_operations(auth, context, group_id, False),
                     }
                 )
                 continue
@@ -468,7 +472,7 @@ class GroupApis:
                         }
                         for m in d.members
                     ],
-                    "authorized_operations": group_operations(auth, d.group_id, with_operations and ok),
+                    "authorized_operations": group_operations(auth, context, d.group_id, with_operations and ok),
                 }
             )
         return {"throttle_time_ms": 0, "groups": groups}

@@ -10,10 +10,11 @@ never the whole broker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from loglake.cluster.assignment import numbered_assignment
 from loglake.config import BrokerConfig, validate_topic_name
@@ -21,7 +22,7 @@ from loglake.coordination.model import topic_uuid
 from loglake.coordination.producer_ids import ProducerIdManager
 from loglake.errors import ErrorCode, KafkaError, RecordValidationError
 from loglake.internal_topics import INTERNAL_TOPICS
-from loglake.protocol import ApiKey, IsolationLevel, RequestHeader
+from loglake.protocol import ApiKey, IsolationLevel
 from loglake.protocol.bodies import (
     CreatePartitionsRequest,
     CreatePartitionsResponse,
@@ -29,6 +30,10 @@ from loglake.protocol.bodies import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     CreateTopicsResponseCreatableTopicResult,
+    DeleteRecordsRequest,
+    DeleteRecordsRequestDeleteRecordsPartition,
+    DeleteRecordsResponse,
+    DeleteRecordsResponseDeleteRecordsPartitionResult,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DeleteTopicsResponseDeletableTopicResult,
@@ -37,6 +42,19 @@ from loglake.protocol.bodies import (
     FindCoordinatorResponseCoordinator,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    ListOffsetsRequest,
+    ListOffsetsRequestListOffsetsPartition,
+    ListOffsetsResponse,
+    ListOffsetsResponseListOffsetsPartitionResponse,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseMetadataResponseBroker,
+    MetadataResponseMetadataResponsePartition,
+    MetadataResponseMetadataResponseTopic,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochRequestOffsetForLeaderPartition,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResponseEpochEndOffset,
     ProduceResponsePartitionProduceResponse,
 )
 from loglake.record.batch import validate_client_records
@@ -48,12 +66,12 @@ from loglake.storage.log_manager import LogManager
 from ingest_gateway.apis import authorized_operations
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.config_apis import describe_topic_configs
-from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.apis.request_router import handles
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.metadata.admin_manager import AdminManager
-from ingest_gateway.metadata.client_endpoints import node_endpoint, node_endpoints
+from ingest_gateway.metadata.client_endpoints import NodeEndpoint, node_endpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.network.request_context import CloseConnection, current_request
+from ingest_gateway.network.request_context import CloseConnection, RequestContext
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage
@@ -64,6 +82,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Body = dict[str, Any]
+# A requested partition and its answer, in _per_partition.
+_Requested = TypeVar("_Requested")
+_Answer = TypeVar("_Answer")
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -121,55 +142,75 @@ class KafkaApis:
         self._produce_quotas = produce_quotas
         self._dynamic_config = dynamic_config
         self._init_transactional_producer = init_transactional_producer
-
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.METADATA: self.metadata,
-                ApiKey.PRODUCE: self.produce,
-                ApiKey.LIST_OFFSETS: self.list_offsets,
-                ApiKey.CREATE_TOPICS: self.create_topics,
-                ApiKey.DELETE_TOPICS: self.delete_topics,
-                ApiKey.CREATE_PARTITIONS: self.create_partitions,
-                ApiKey.FIND_COORDINATOR: self.find_coordinator,
-                ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
-                ApiKey.DELETE_RECORDS: self.delete_records,
-                ApiKey.OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
-                # SASL listeners answer these before the router (network/sasl_authenticator.py); here they
-                # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
-                ApiKey.SASL_HANDSHAKE: self.sasl_without_sasl,
-                ApiKey.SASL_AUTHENTICATE: self.sasl_without_sasl,
-            }
-        )
+        # Topics a Metadata request is creating (Kafka's AutoTopicCreationManager in flight).
+        self._auto_creations: dict[str, asyncio.Task[None]] = {}
 
     # Metadata ----------------------------------------------------------------------------
 
-    async def _maybe_auto_create(self, name: str) -> ErrorCode | None:
-        """Create `name` with the broker defaults if allowed; an error code if not."""
-        config = self._config
-        if not config.auto_create_topics_enable:
+    def _auto_create_refusal(self, context: RequestContext, name: str) -> ErrorCode | None:
+        """Why `name` may not be created with the broker defaults for this request, if it may not."""
+        if not self._config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        if not self._may_create(name):
+        if not self._may_create(context, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:
             validate_topic_name(name)
+        except KafkaError as exc:
+            return exc.code
+        return None
+
+    async def _create_with_defaults(self, name: str) -> None:
+        config = self._config
+        try:
             await self._admin.create_topic(name, config.num_partitions, config.default_replication_factor, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                return exc.code
+                raise
+
+    async def _maybe_auto_create(self, context: RequestContext, name: str) -> ErrorCode | None:
+        """Create `name` with the broker defaults if allowed, waiting for the controller; an
+        error code if not."""
+        refusal = self._auto_create_refusal(context, name)
+        if refusal is not None:
+            return refusal
+        try:
+            await self._create_with_defaults(name)
+        except KafkaError as exc:
+            return exc.code
         return None
 
-    def _require_topic(self, operation: AclOperation, topic: str) -> None:
-        self._auth.require(operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    def _auto_create_in_background(self, context: RequestContext, name: str) -> ErrorCode:
+        """Metadata's auto-creation, as Kafka's AutoTopicCreationManager: the creation goes
+        to the controller in the background (once per topic at a time) and the answer is
+        LEADER_NOT_AVAILABLE at once; the client asks again. A slow metadata store delays
+        the topic, not the Metadata answer (which producers wait on)."""
+        refusal = self._auto_create_refusal(context, name)
+        if refusal is not None:
+            return refusal
+        if name not in self._auto_creations:
+            task = asyncio.create_task(self._create_with_defaults(name), name=f"auto-create {name}")
+            self._auto_creations[name] = task
+            task.add_done_callback(functools.partial(self._auto_created, name))
+        return ErrorCode.LEADER_NOT_AVAILABLE
 
-    def _may_create(self, topic: str) -> bool:
+    def _auto_created(self, name: str, task: asyncio.Task[None]) -> None:
+        del self._auto_creations[name]
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("auto-creating topic %s failed: %s", name, task.exception())
+
+    def _require_topic(self, context: RequestContext, operation: AclOperation, topic: str) -> None:
+        self._auth.require(context, operation, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+    def _may_create(self, context: RequestContext, topic: str) -> bool:
         """CREATE on the cluster, or on the topic (Kafka checks both)."""
         auth = self._auth
-        return auth.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False) or auth.topic_allowed(
-            AclOperation.CREATE, topic
-        )
+        return auth.allowed(
+            context, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, False
+        ) or auth.topic_allowed(context, AclOperation.CREATE, topic)
 
-    async def metadata(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.METADATA, 0, 12)
+    async def metadata(self, context: RequestContext, body: MetadataRequest) -> MetadataResponse:
+        header = context.header
         version = header.request_api_version
         image = self._cache.image
         requested = body["topics"]
@@ -178,7 +219,10 @@ class KafkaApis:
             names: list[str | None] = [*sorted(image.topics)]
         else:
             by_id = {topic_uuid(t.topic_id): n for n, t in image.topics.items()}
-            names = [t["name"] if t.get("name") is not None else by_id.get(t.get("topic_id")) for t in requested]
+            names = [
+                t["name"] if t["name"] is not None else by_id.get(t["topic_id"]) if "topic_id" in t else None
+                for t in requested
+            ]
             # Topics asked for by id: a denial names the id, not the topic (as Kafka).
             asked_by_id = {
                 by_id[t["topic_id"]]: t["topic_id"]
@@ -191,50 +235,63 @@ class KafkaApis:
         if listing and auth.enabled:
             # A full listing leaves out the topics this principal may not describe.
             names = [
-                n for n in names if n is not None and auth.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
+                n
+                for n in names
+                if n is not None and auth.allowed(context, AclOperation.DESCRIBE, ResourceType.TOPIC, n, False)
             ]
-        topics: list[Body] = []
+        topics: list[MetadataResponseMetadataResponseTopic] = []
         for name in names:
             if name is None:
                 topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None, "partitions": []})
                 continue
-            if not listing and not auth.topic_allowed(AclOperation.DESCRIBE, name):
-                denied: Body = {"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+            if not listing and not auth.topic_allowed(context, AclOperation.DESCRIBE, name):
+                denied: MetadataResponseMetadataResponseTopic = {
+                    "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    "name": name,
+                    "partitions": [],
+                }
                 if name in asked_by_id:
-                    denied.update(name=None, topic_id=asked_by_id[name])
+                    denied["name"], denied["topic_id"] = None, asked_by_id[name]
                 topics.append(denied)
                 continue
             if name not in self._cache.image.topics:
-                error = await self._maybe_auto_create(name) if allow_create else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                if error is not None:
-                    topics.append({"error_code": error, "name": name, "partitions": []})
-                    continue
+                error = (
+                    self._auto_create_in_background(context, name)
+                    if allow_create
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                topics.append({"error_code": error, "name": name, "partitions": []})
+                continue
             topics.append(self._topic_metadata(self._cache.image, name))
         for entry in topics:
             if entry["name"] is not None:  # not for unknown topic ids, as Kafka
                 entry["topic_authorized_operations"] = authorized_operations.topic_operations(
-                    auth, entry["name"], body["include_topic_authorized_operations"]
+                    auth, context, entry["name"], body["include_topic_authorized_operations"]
                 )
         image = self._cache.image
         return {
             "throttle_time_ms": 0,
-            "brokers": node_endpoints(sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            # Rack is in every version the broker serves (the generated type has it optional: v0 lacks it).
+            "brokers": cast(
+                "list[MetadataResponseMetadataResponseBroker]",
+                node_endpoints(context.listener_name, sorted(image.brokers.values(), key=lambda b: b.broker_id)),
+            ),
             "cluster_id": image.cluster_id,
             "controller_id": image.controller_id,
             "topics": topics,
             "cluster_authorized_operations": authorized_operations.cluster_operations(
-                auth, body["include_cluster_authorized_operations"]
+                auth, context, body["include_cluster_authorized_operations"]
             ),
         }
 
-    def _topic_metadata(self, image: MetadataImage, name: str) -> Body:
+    def _topic_metadata(self, image: MetadataImage, name: str) -> MetadataResponseMetadataResponseTopic:
         topic = image.topics.get(name)
         if topic is None:
             # In the store (created just now, here or through another broker) but not yet
             # in this broker's image: as Kafka, "no leader yet", and the client retries.
             return {"error_code": ErrorCode.LEADER_NOT_AVAILABLE, "name": name, "partitions": []}
         states = image.partition_states.get(name, {})
-        partitions = []
+        partitions: list[MetadataResponseMetadataResponsePartition] = []
         for p, replicas in sorted(topic.assignment.items()):
             state = states.get(p)
             if state is None:
@@ -260,7 +317,8 @@ class KafkaApis:
 
     # Produce -------------------------------------------------------------------------------
 
-    async def produce(self, header: RequestHeader, body: Body) -> Body | None:
+    @handles(ApiKey.PRODUCE, 3, 11)
+    async def produce(self, context: RequestContext, body: Body) -> Body | None:
         acks = body["acks"]
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
@@ -272,7 +330,7 @@ class KafkaApis:
             and any(first_batch_transactional(p["records"]) for t in body["topic_data"] for p in t["partition_data"])
             and (
                 transactional_id is None
-                or not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+                or not auth.allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             )
         )
         for topic in body["topic_data"]:
@@ -281,7 +339,7 @@ class KafkaApis:
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 if txn_denied
                 else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                if not auth.topic_allowed(AclOperation.WRITE, name)
+                if not auth.topic_allowed(context, AclOperation.WRITE, name)
                 else None
             )
             if denied is not None:
@@ -299,7 +357,7 @@ class KafkaApis:
                     )
                 continue
             if name not in self._cache.image.topics:
-                error = await self._maybe_auto_create(name)
+                error = await self._maybe_auto_create(context, name)
                 if error is not None:
                     for p in topic["partition_data"]:
                         errors[(name, p["index"])] = (error, f"topic {name!r} does not exist")
@@ -325,7 +383,7 @@ class KafkaApis:
         throttle_ms = 0
         if quotas.enabled and entries:
             sent = sum(len(r) for r in entries.values())
-            throttle_ms = current_request().charge(quotas, header.client_id or "", sent)
+            throttle_ms = context.charge(quotas, sent)
         if acks == 0:
             # No response at all: the client does not wait for one. On an error Kafka
             # closes the connection instead, so that the producer notices and refreshes
@@ -367,12 +425,12 @@ class KafkaApis:
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
             "throttle_time_ms": throttle_ms,
-            "node_endpoints": self._point_to_current_leaders(by_topic),
+            "node_endpoints": self._point_to_current_leaders(by_topic, context.listener_name),
         }
 
     def _point_to_current_leaders(
-        self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]]
-    ) -> list[Body]:
+        self, by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]], listener_name: str
+    ) -> list[NodeEndpoint]:
         """KIP-951 (Produce v10+): a partition answered NOT_LEADER_OR_FOLLOWER carries the
         leader and epoch this broker knows, and the response those leaders' endpoints, so the
         producer can retry without a metadata round trip. Returns the endpoints."""
@@ -386,22 +444,27 @@ class KafkaApis:
                 if state is not None and state.leader in image.brokers:
                     entry["current_leader"] = {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
                     leaders.add(state.leader)
-        return node_endpoints([image.brokers[b] for b in sorted(leaders)]) if leaders else []
+        return node_endpoints(listener_name, [image.brokers[b] for b in sorted(leaders)]) if leaders else []
 
     # Offsets -------------------------------------------------------------------------------
 
-    async def list_offsets(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.LIST_OFFSETS, 1, 9)
+    async def list_offsets(self, context: RequestContext, body: ListOffsetsRequest) -> ListOffsetsResponse:
+        header = context.header
         rm = self._replica_manager
         version = header.request_api_version
         read_committed = version >= 2 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
 
-        def answer(topic: str, lp: Body, entry: Body) -> None:
+        def answer(
+            topic: str, lp: ListOffsetsRequestListOffsetsPartition
+        ) -> ListOffsetsResponseListOffsetsPartitionResponse:
             ts = lp["timestamp"]
             if ts < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(ts, version + 1):
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, f"timestamp {ts} needs a newer ListOffsets version")
-            self._require_topic(AclOperation.DESCRIBE, topic)
+            self._require_topic(context, AclOperation.DESCRIBE, topic)
             partition = rm.leader_partition(topic, lp["partition_index"])
             _check_leader_epoch(partition.leader_epoch, lp.get("current_leader_epoch", -1))
+            entry = _offset_listed(lp, ErrorCode.NONE)
             entry["leader_epoch"] = partition.leader_epoch
             if ts == LATEST_TIMESTAMP:
                 entry["offset"] = partition.last_stable_offset if read_committed else partition.high_watermark
@@ -414,60 +477,72 @@ class KafkaApis:
                 found = _max_timestamp_offset(partition) if ts == MAX_TIMESTAMP else partition.offset_for_timestamp(ts)
                 if found is not None:
                     entry["offset"], entry["timestamp"] = found
+            return entry
 
-        topics = _per_partition(
-            body["topics"],
-            "name",
-            lambda lp: {"partition_index": lp["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1},
-            answer,
-        )
-        return {"throttle_time_ms": 0, "topics": topics}
+        answered = _per_partition(((t["name"], t["partitions"]) for t in body["topics"]), answer, _offset_listed)
+        return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in answered]}
 
-    async def offset_for_leader_epoch(self, header: RequestHeader, body: Body) -> Body:
+    @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4)
+    async def offset_for_leader_epoch(
+        self, context: RequestContext, body: OffsetForLeaderEpochRequest
+    ) -> OffsetForLeaderEpochResponse:
         rm = self._replica_manager
         # As Kafka: CLUSTER_ACTION (replicas) may ask for every topic, others need DESCRIBE on each.
         cluster_action = self._auth.allowed(
-            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+            context, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
         )
 
-        def answer(topic: str, ep: Body, entry: Body) -> None:
+        def answer(
+            topic: str, ep: OffsetForLeaderEpochRequestOffsetForLeaderPartition
+        ) -> OffsetForLeaderEpochResponseEpochEndOffset:
             if not cluster_action:
-                self._require_topic(AclOperation.DESCRIBE, topic)
+                self._require_topic(context, AclOperation.DESCRIBE, topic)
             # The epoch before leadership (as Kafka): a follower that already knows a newer
             # epoch than ours gets a retriable UNKNOWN_LEADER_EPOCH.
             local = rm.partitions.get((topic, ep["partition"]))
             if local is not None:
                 _check_leader_epoch(local.leader_epoch, ep.get("current_leader_epoch", -1))
             partition = rm.leader_partition(topic, ep["partition"])
-            entry["leader_epoch"], entry["end_offset"] = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+            leader_epoch, end_offset = partition.log.end_offset_for_epoch(ep["leader_epoch"])
+            return {
+                "partition": ep["partition"],
+                "error_code": 0,
+                "leader_epoch": leader_epoch,
+                "end_offset": end_offset,
+            }
 
-        topics = _per_partition(
-            body["topics"],
-            "topic",
-            lambda ep: {"partition": ep["partition"], "error_code": 0, "leader_epoch": -1, "end_offset": -1},
-            answer,
-        )
-        return {"throttle_time_ms": 0, "topics": topics}
+        def failed(
+            ep: OffsetForLeaderEpochRequestOffsetForLeaderPartition, error: ErrorCode
+        ) -> OffsetForLeaderEpochResponseEpochEndOffset:
+            return {"partition": ep["partition"], "error_code": error, "leader_epoch": -1, "end_offset": -1}
 
-    async def delete_records(self, header: RequestHeader, body: Body) -> Body:
+        answered = _per_partition(((t["topic"], t["partitions"]) for t in body["topics"]), answer, failed)
+        return {"throttle_time_ms": 0, "topics": [{"topic": n, "partitions": ps} for n, ps in answered]}
+
+    @handles(ApiKey.DELETE_RECORDS, 0, 2)
+    async def delete_records(self, context: RequestContext, body: DeleteRecordsRequest) -> DeleteRecordsResponse:
         rm = self._replica_manager
 
-        def answer(topic: str, dp: Body, entry: Body) -> None:
-            self._require_topic(AclOperation.DELETE, topic)
-            entry["low_watermark"] = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+        def answer(
+            topic: str, dp: DeleteRecordsRequestDeleteRecordsPartition
+        ) -> DeleteRecordsResponseDeleteRecordsPartitionResult:
+            self._require_topic(context, AclOperation.DELETE, topic)
+            low_watermark = rm.leader_partition(topic, dp["partition_index"]).delete_records(dp["offset"])
+            return {"partition_index": dp["partition_index"], "low_watermark": low_watermark, "error_code": 0}
 
-        topics = _per_partition(
-            body["topics"],
-            "name",
-            lambda dp: {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": 0},
-            answer,
-        )
+        def failed(
+            dp: DeleteRecordsRequestDeleteRecordsPartition, error: ErrorCode
+        ) -> DeleteRecordsResponseDeleteRecordsPartitionResult:
+            return {"partition_index": dp["partition_index"], "low_watermark": -1, "error_code": error}
+
+        answered = _per_partition(((t["name"], t["partitions"]) for t in body["topics"]), answer, failed)
         self._log_manager.checkpoint_log_start_offsets()
-        return {"throttle_time_ms": 0, "topics": topics}
+        return {"throttle_time_ms": 0, "topics": [{"name": n, "partitions": ps} for n, ps in answered]}
 
     # Topic administration ----------------------------------------------------------------
 
-    async def create_topics(self, header: RequestHeader, body: CreateTopicsRequest) -> CreateTopicsResponse:
+    @handles(ApiKey.CREATE_TOPICS, 0, 7)
+    async def create_topics(self, context: RequestContext, body: CreateTopicsRequest) -> CreateTopicsResponse:
         config = self._config
         auth = self._auth
         results: list[CreateTopicsResponseCreatableTopicResult] = []
@@ -475,7 +550,7 @@ class KafkaApis:
             name = t["name"]
             entry: CreateTopicsResponseCreatableTopicResult = {"name": name, "error_code": 0, "error_message": None}
             try:
-                if not self._may_create(name):
+                if not self._may_create(context, name):
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to create {name}")
                 assignment = None
                 if t["assignments"]:
@@ -503,7 +578,7 @@ class KafkaApis:
                     validate_only=body.get("validate_only", False),
                     timeout_ms=body["timeout_ms"],
                 )
-                if not auth.allowed(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
+                if not auth.allowed(context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denial=False):
                     # As Kafka: the new topic's id, layout and configs only with DESCRIBE_CONFIGS.
                     entry["topic_config_error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                     results.append(entry)
@@ -530,7 +605,9 @@ class KafkaApis:
             results.append(entry)
         return {"throttle_time_ms": 0, "topics": results}
 
-    async def delete_topics(self, header: RequestHeader, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    @handles(ApiKey.DELETE_TOPICS, 0, 6)
+    async def delete_topics(self, context: RequestContext, body: DeleteTopicsRequest) -> DeleteTopicsResponse:
+        header = context.header
         if header.request_api_version >= 6:
             by_id = {topic_uuid(t.topic_id): n for n, t in self._cache.image.topics.items()}
             # (name, id): the id of a topic named by its id only
@@ -550,17 +627,20 @@ class KafkaApis:
             try:
                 if name is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has id {topic_id}")
-                if topic_id and not self._auth.topic_allowed(AclOperation.DESCRIBE, name):
+                if topic_id and not self._auth.topic_allowed(context, AclOperation.DESCRIBE, name):
                     entry["name"] = None  # as Kafka: an id does not tell its name without DESCRIBE
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "not authorized to describe that topic")
-                self._require_topic(AclOperation.DELETE, name)
+                self._require_topic(context, AclOperation.DELETE, name)
                 await self._admin.delete_topic(name, body["timeout_ms"])
             except KafkaError as exc:
                 entry["error_code"], entry["error_message"] = exc.code, exc.message
             responses.append(entry)
         return {"throttle_time_ms": 0, "responses": responses}
 
-    async def create_partitions(self, header: RequestHeader, body: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+    async def create_partitions(
+        self, context: RequestContext, body: CreatePartitionsRequest
+    ) -> CreatePartitionsResponse:
         results: list[CreatePartitionsResponseCreatePartitionsTopicResult] = []
         for t in body["topics"]:
             entry: CreatePartitionsResponseCreatePartitionsTopicResult = {
@@ -569,7 +649,7 @@ class KafkaApis:
                 "error_message": None,
             }
             try:
-                self._require_topic(AclOperation.ALTER, t["name"])
+                self._require_topic(context, AclOperation.ALTER, t["name"])
                 assignment = None if t["assignments"] is None else [tuple(a["broker_ids"]) for a in t["assignments"]]
                 await self._admin.create_partitions(
                     t["name"], t["count"], body["validate_only"], assignment, body["timeout_ms"]
@@ -581,10 +661,12 @@ class KafkaApis:
 
     # Coordinators and producer ids -------------------------------------------------------
 
-    async def find_coordinator(self, header: RequestHeader, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    @handles(ApiKey.FIND_COORDINATOR, 0, 6)
+    async def find_coordinator(self, context: RequestContext, body: FindCoordinatorRequest) -> FindCoordinatorResponse:
+        header = context.header
         version = header.request_api_version
         keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
-        coordinators = [await self._coordinator_for(key, body.get("key_type", 0)) for key in keys]
+        coordinators = [await self._coordinator_for(context, key, body.get("key_type", 0)) for key in keys]
         if version >= 4:
             return {"throttle_time_ms": 0, "coordinators": coordinators}
         c = coordinators[0]
@@ -597,7 +679,9 @@ class KafkaApis:
             "port": c["port"],
         }
 
-    async def _coordinator_for(self, key: str, key_type: int) -> FindCoordinatorResponseCoordinator:
+    async def _coordinator_for(
+        self, context: RequestContext, key: str, key_type: int
+    ) -> FindCoordinatorResponseCoordinator:
         entry: FindCoordinatorResponseCoordinator = {
             "key": key,
             "node_id": -1,
@@ -614,6 +698,7 @@ class KafkaApis:
         try:
             if key_type == COORDINATOR_KEY_TRANSACTION:
                 self._auth.require(
+                    context,
                     AclOperation.DESCRIBE,
                     ResourceType.TRANSACTIONAL_ID,
                     key,
@@ -621,9 +706,11 @@ class KafkaApis:
                 )
                 endpoint = await self._coordinators.transaction_coordinator(key)
             else:
-                self._auth.require(AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                self._auth.require(
+                    context, AclOperation.DESCRIBE, ResourceType.GROUP, key, ErrorCode.GROUP_AUTHORIZATION_FAILED
+                )
                 endpoint = await self._coordinators.group_coordinator(key)
-            node = node_endpoint(endpoint)
+            node = node_endpoint(endpoint, context.listener_name)
             if node is None:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator has no such listener")
             entry.update({"node_id": node["node_id"], "host": node["host"], "port": node["port"]})
@@ -631,9 +718,14 @@ class KafkaApis:
             entry["error_code"], entry["error_message"] = exc.code, exc.message
         return entry
 
-    async def sasl_without_sasl(self, header: RequestHeader, body: Body) -> Body:
+    # SASL listeners answer these before the router (network/sasl_authenticator.py); here they
+    # reach only listeners without SASL. (librdkafka before 2.x needs SaslHandshake v0 offered.)
+    @handles(ApiKey.SASL_HANDSHAKE, 0, 1)
+    @handles(ApiKey.SASL_AUTHENTICATE, 0, 2)
+    async def sasl_without_sasl(self, context: RequestContext, body: Body) -> Body:
         """SASL on a listener without it, or after authentication without re-authenticating."""
-        message = f"listener {current_request().listener_name} does not authenticate with SASL here"
+        header = context.header
+        message = f"listener {context.listener_name} does not authenticate with SASL here"
         if header.request_api_key == ApiKey.SASL_HANDSHAKE:
             return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
         return {
@@ -643,7 +735,8 @@ class KafkaApis:
             "session_lifetime_ms": 0,
         }
 
-    async def init_producer_id(self, header: RequestHeader, body: InitProducerIdRequest) -> InitProducerIdResponse:
+    @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
+    async def init_producer_id(self, context: RequestContext, body: InitProducerIdRequest) -> InitProducerIdResponse:
         if body["transactional_id"] is not None:
             return await self._init_transactional_producer(body)
         # A new block of ids is reserved in the metadata store: off the event loop.
@@ -654,23 +747,30 @@ class KafkaApis:
 
 
 def _per_partition(
-    topics: list[Body], name_field: str, blank: Callable[[Body], Body], answer: Callable[[str, Body, Body], None]
-) -> list[Body]:
-    """The per-topic, per-partition shape most answers share: `blank(request partition)`
-    filled in by `answer(topic, request partition, entry)`, a KafkaError becoming the
-    partition's error code."""
+    topics: Iterable[tuple[str, list[_Requested]]],
+    answer: Callable[[str, _Requested], _Answer],
+    failed: Callable[[_Requested, ErrorCode], _Answer],
+) -> list[tuple[str, list[_Answer]]]:
+    """The per-topic, per-partition shape most answers share: each requested partition of
+    each (topic, partitions) answered by `answer(topic, partition)`, or, if that raises a
+    KafkaError, by `failed(partition, its code)`."""
     out = []
-    for t in topics:
-        partitions = []
-        for requested in t["partitions"]:
-            entry = blank(requested)
+    for topic, requested in topics:
+        answers = []
+        for partition in requested:
             try:
-                answer(t[name_field], requested, entry)
+                answers.append(answer(topic, partition))
             except KafkaError as exc:
-                entry["error_code"] = exc.code
-            partitions.append(entry)
-        out.append({name_field: t[name_field], "partitions": partitions})
+                answers.append(failed(partition, exc.code))
+        out.append((topic, answers))
     return out
+
+
+def _offset_listed(
+    lp: ListOffsetsRequestListOffsetsPartition, error: ErrorCode
+) -> ListOffsetsResponseListOffsetsPartitionResponse:
+    """A ListOffsets partition answer without an offset (yet)."""
+    return {"partition_index": lp["partition_index"], "error_code": error, "timestamp": -1, "offset": -1}
 
 
 def _max_timestamp_offset(partition: Any) -> tuple[int, int] | None:

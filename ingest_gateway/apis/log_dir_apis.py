@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AlterReplicaLogDirsRequest,
     AlterReplicaLogDirsResponse,
@@ -21,10 +21,11 @@ from loglake.protocol.bodies import (
 )
 from loglake.storage.log import Log
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
 from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 
 if TYPE_CHECKING:
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -40,15 +41,8 @@ class LogDirApis:
         self._logs = replica_manager.log_manager
         self._mover = mover
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.DESCRIBE_LOG_DIRS: self.describe_log_dirs,
-                ApiKey.ALTER_REPLICA_LOG_DIRS: self.alter_replica_log_dirs,
-            }
-        )
-
-    async def describe_log_dirs(self, header: RequestHeader, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    @handles(ApiKey.DESCRIBE_LOG_DIRS, 0, 4)
+    async def describe_log_dirs(self, context: RequestContext, body: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
         """Every log dir (configured order), with the wanted partitions' logs in it;
         `topics` null means every partition."""
         topics = body["topics"]
@@ -96,8 +90,9 @@ class LogDirApis:
             return partition.log_end_offset - log_.log_end_offset
         return max(partition.high_watermark - log_.log_end_offset, 0)
 
+    @handles(ApiKey.ALTER_REPLICA_LOG_DIRS, 0, 2)
     async def alter_replica_log_dirs(
-        self, header: RequestHeader, body: AlterReplicaLogDirsRequest
+        self, context: RequestContext, body: AlterReplicaLogDirsRequest
     ) -> AlterReplicaLogDirsResponse:
         # A partition named twice goes where it was named last, as Kafka's map of it does.
         destinations: dict[TopicPartition, str] = {}

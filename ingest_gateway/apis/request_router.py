@@ -1,25 +1,36 @@
 """Kafka request frames to the handler of their API, per listener (the dispatch half of
 Kafka's KafkaApis, with its ApiVersionManager).
 
-Each API module registers its handlers with the versions it answers. The table a client
-sees depends on the listener it came in on: the controller-to-broker APIs (LeaderAndIsr,
-StopReplica, UpdateMetadata) and WriteTxnMarkers are what brokers send each other, so
-they are offered and served only on `inter.broker.listener.name`. A client listener
-neither advertises nor answers them, whatever ACLs say. (Kafka in ZooKeeper mode serves
-them everywhere behind ClusterAction; one gate more costs nothing and keeps a public
+Each handler declares the API and the versions it answers next to its code (`@handles`,
+Redpanda's handler model); `register_module` serves a module's handlers, and ApiVersions is
+answered from those registrations. The ranges are Kafka 3.9.0's, the release of the message
+definitions the broker ships, so that a client that infers a release from them (or pins
+one) sees one real release, with Kafka 4.0's changes: versions that can only carry message
+formats v0/v1 are not served (Produce v0-2, Fetch v0-3, ListOffsets v0, KIP-896: the log
+holds record batches v2 only), and ConsumerGroupHeartbeat and ConsumerGroupDescribe go up
+to v1 (KIP-848 GA: the regex subscription; KIP-1099: each member's type).
+tests/component/test_request_router.py holds the handlers to that release.
+
+The table a client sees depends on the listener it came in on: the controller-to-broker
+APIs (LeaderAndIsr, StopReplica, UpdateMetadata) and WriteTxnMarkers are what brokers send
+each other, so they are offered and served only on `inter.broker.listener.name`. A client
+listener neither advertises nor answers them, whatever ACLs say. (Kafka in ZooKeeper mode
+serves them everywhere behind ClusterAction; one gate more costs nothing and keeps a public
 listener from ever reaching them.)
 
-For every request: decode, the request-level authorization check, the handler, error
-counting for the metrics, encode. A handler that fails answers its request with the error
-in the API's own shape (error_responses.py), and the connection serves the next request.
+For every request: decode, build its `RequestContext` (the header and the connection), the
+request-level authorization check, the handler (given the context), error counting for the
+metrics, encode. A handler that fails answers its request with the error in the API's own
+shape (error_responses.py), and the connection serves the next request.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import (
@@ -32,11 +43,10 @@ from loglake.protocol import (
     decode_request_header,
     encode_response,
 )
-from loglake.protocol.release import release_versions
 
 from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.apis.error_responses import error_response
-from ingest_gateway.network.request_context import CloseConnection, current_request
+from ingest_gateway.network.request_context import ClientConnection, CloseConnection, RequestContext
 
 if TYPE_CHECKING:
     from ingest_gateway.observability.metrics import BrokerMetrics
@@ -48,7 +58,8 @@ Body = dict[str, Any]
 UNKNOWN_SERVER_ERROR_MESSAGE = "The server experienced an unexpected error when processing the request."
 # Each API's handler takes and returns its own TypedDicts (loglake.protocol.bodies); the router
 # only decodes and encodes, so it sees a request of any shape and a response as a mapping.
-Handler = Callable[[RequestHeader, Any], Awaitable[Mapping[str, Any] | None]]
+Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]
+_H = TypeVar("_H", bound=Callable[..., Any])
 
 # Sent only by brokers to brokers: served on the inter-broker listener alone.
 INTER_BROKER_APIS = frozenset(
@@ -56,11 +67,37 @@ INTER_BROKER_APIS = frozenset(
 )
 
 
-class ApiModule(Protocol):
-    """An API family's handlers (KafkaApis, GroupApis, TxnApis, ...): each module registers
-    its handlers, one per API, at the versions it answers (`register_all`: the release's)."""
+@dataclass(frozen=True)
+class ApiRange:
+    """The versions of one API a handler answers."""
 
-    def register(self, router: RequestRouter) -> None: ...
+    api_key: ApiKey
+    min_version: int
+    max_version: int
+
+
+# The attribute `@handles` leaves on a handler: its ApiRanges.
+_HANDLES = "_loglake_handles"
+
+
+def handles(api_key: ApiKey, min_version: int, max_version: int) -> Callable[[_H], _H]:
+    """Declare a method the handler of `api_key` at versions `min_version`..`max_version`
+    (stackable: one handler may answer several APIs)."""
+
+    def declare(handler: _H) -> _H:
+        handler.__dict__.setdefault(_HANDLES, []).append(ApiRange(api_key, min_version, max_version))
+        return handler
+
+    return declare
+
+
+def declared_handlers(module_type: type) -> dict[str, list[ApiRange]]:
+    """A module class's handler methods by name, with the ranges each declares."""
+    return {
+        name: ranges
+        for name in dir(module_type)
+        if (ranges := getattr(inspect.getattr_static(module_type, name), _HANDLES, None))
+    }
 
 
 @dataclass(frozen=True)
@@ -82,16 +119,21 @@ class RequestRouter:
         self._inter_broker_listener = inter_broker_listener
         self._apis: dict[int, _Api] = {}
         self._tables: dict[bool, list[Body]] = {}
-        self.register(ApiKey.API_VERSIONS, release_versions(ApiKey.API_VERSIONS), self._api_versions)
+        self.register_module(self)
 
     def register(self, api_key: ApiKey, versions: tuple[int, int], handler: Handler) -> None:
         self._apis[api_key] = _Api(versions, handler, api_key in INTER_BROKER_APIS)
         self._tables.clear()
 
-    def register_all(self, handlers: Mapping[ApiKey, Handler]) -> None:
-        """Serve each API at the versions of the release (`loglake.protocol.release`)."""
-        for key, handler in handlers.items():
-            self.register(key, release_versions(key), handler)
+    def register_module(self, module: object) -> None:
+        """Serve each handler `module` declares (`@handles`) at its versions; an API has one handler."""
+        for name, ranges in declared_handlers(type(module)).items():
+            for api in ranges:
+                if api.api_key in self._apis:
+                    raise ValueError(
+                        f"{api.api_key.name} has two handlers (the second: {type(module).__name__}.{name})"
+                    )
+                self.register(api.api_key, (api.min_version, api.max_version), getattr(module, name))
 
     def _served(self, api: _Api | None, version: int, inter_broker: bool) -> bool:
         return (
@@ -111,11 +153,11 @@ class RequestRouter:
             ]
         return table
 
-    async def handle(self, payload: memoryview) -> list[Chunk] | None:
-        """One request frame's payload to its response frame (None: send nothing)."""
+    async def handle(self, connection: ClientConnection, payload: memoryview) -> list[Chunk] | None:
+        """One request frame's payload, from `connection`, to its response frame (None: send nothing)."""
         header, pos = decode_request_header(payload)
         key, version = header.request_api_key, header.request_api_version
-        inter_broker = self._on_inter_broker_listener()
+        inter_broker = connection.listener_name == self._inter_broker_listener
         api = self._apis.get(key)
         if not self._served(api, version, inter_broker):
             if key == ApiKey.API_VERSIONS:
@@ -130,17 +172,18 @@ class RequestRouter:
         except UnsupportedVersionError as exc:
             raise ProtocolDecodeError(str(exc)) from exc
         header.client_id = header.client_id or ""
+        context = RequestContext(header, connection)
         try:
-            response: Mapping[str, Any] | None = self._authorization.denied_response(key, version, body)
+            response: Mapping[str, Any] | None = self._authorization.denied_response(context, body)
             if response is None:
-                response = await api.handler(header, body)
+                response = await api.handler(context, body)
             if response is None:
                 return None
             return self._encode(header, response)
         except (CloseConnection, ProtocolDecodeError):
             raise
         except Exception as exc:  # noqa: BLE001 - any handler's bug is this request's error
-            return self._failed(header, body, exc)
+            return self._failed(context, body, exc)
 
     def _encode(self, header: RequestHeader, response: Mapping[str, Any]) -> list[Chunk]:
         key = header.request_api_key
@@ -149,14 +192,15 @@ class RequestRouter:
             self._metrics.count_errors(key, response)
         return chunks
 
-    def _failed(self, header: RequestHeader, body: Body, exc: Exception) -> list[Chunk]:
+    def _failed(self, context: RequestContext, body: Body, exc: Exception) -> list[Chunk]:
         """A handler failed: the request's answer is the error, in its API's shape, as
         Kafka's KafkaApis.handleError does; the connection stays open. A KafkaError keeps
         its code; anything else is UNKNOWN_SERVER_ERROR, logged once with the header."""
+        header = context.header
         key, version = header.request_api_key, header.request_api_version
         request = (
             f"{ApiKey(key).name} v{version} (correlation id {header.correlation_id}, "
-            f"client id {header.client_id!r}, from {current_request().peer})"
+            f"client id {header.client_id!r}, from {context.client_address})"
         )
         if isinstance(exc, KafkaError):
             error, message = exc.code, exc.message
@@ -169,8 +213,7 @@ class RequestRouter:
             raise CloseConnection(f"{request} failed with {error.name} (acks=0)") from exc
         return self._encode(header, error_response(key, version, body, error, message))
 
-    def _on_inter_broker_listener(self) -> bool:
-        return current_request().listener_name == self._inter_broker_listener
-
-    async def _api_versions(self, header: RequestHeader, body: Body) -> Body:
-        return {"error_code": 0, "api_keys": self.api_keys(self._on_inter_broker_listener()), "throttle_time_ms": 0}
+    @handles(ApiKey.API_VERSIONS, 0, 4)
+    async def _api_versions(self, context: RequestContext, body: Body) -> Body:
+        inter_broker = context.listener_name == self._inter_broker_listener
+        return {"error_code": 0, "api_keys": self.api_keys(inter_broker), "throttle_time_ms": 0}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
 from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
@@ -53,11 +53,13 @@ from loglake.protocol.bodies import (
 from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
 
+from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.request_context import RequestContext
+
 if TYPE_CHECKING:
     from loglake.groups import GroupCoordinator
 
     from ingest_gateway.apis.authorization import RequestAuthorization
-    from ingest_gateway.apis.request_router import RequestRouter
     from ingest_gateway.coordinators.transaction_markers import MarkerWriter
     from ingest_gateway.metadata.metadata_cache import MetadataCache
     from ingest_gateway.replica.replica_manager import ReplicaManager
@@ -98,20 +100,6 @@ class TxnApis:
         self._group_coordinator = group_coordinator
         self._auth = authorization
 
-    def register(self, router: RequestRouter) -> None:
-        router.register_all(
-            {
-                ApiKey.ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
-                ApiKey.ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
-                ApiKey.END_TXN: self.end_txn,
-                ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
-                ApiKey.TXN_OFFSET_COMMIT: self.txn_offset_commit,
-                ApiKey.DESCRIBE_TRANSACTIONS: self.describe_transactions,
-                ApiKey.LIST_TRANSACTIONS: self.list_transactions,
-                ApiKey.DESCRIBE_PRODUCERS: self.describe_producers,
-            }
-        )
-
     async def init_producer_id(self, body: InitProducerIdRequest) -> InitProducerIdResponse:
         """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
         transactional_id = body["transactional_id"]
@@ -129,9 +117,11 @@ class TxnApis:
             "producer_epoch": result.producer_epoch,
         }
 
+    @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
     async def add_partitions_to_txn(
-        self, header: RequestHeader, body: AddPartitionsToTxnRequest
+        self, context: RequestContext, body: AddPartitionsToTxnRequest
     ) -> AddPartitionsToTxnResponse:
+        header = context.header
         if header.request_api_version < _ADD_PARTITIONS_BATCHED_VERSION:
             partitions = _topic_partitions(body["v3_and_below_topics"])
             errors = await self._add_partitions(
@@ -140,7 +130,7 @@ class TxnApis:
                 body["v3_and_below_producer_epoch"],
                 partitions,
                 verify_only=False,
-                from_client=True,
+                client=context,
             )
             return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _results_by_topic(errors)}
         results: list[AddPartitionsToTxnResponseAddPartitionsToTxnResult] = []
@@ -153,7 +143,7 @@ class TxnApis:
                 txn["producer_epoch"],
                 partitions,
                 txn["verify_only"],
-                from_client=False,
+                client=None,
             )
             results.append({"transactional_id": txn["transactional_id"], "topic_results": _results_by_topic(errors)})
         return {"throttle_time_ms": 0, "error_code": 0, "results_by_transaction": results}
@@ -165,18 +155,21 @@ class TxnApis:
         producer_epoch: int,
         partitions: list[TopicPartition],
         verify_only: bool,
-        from_client: bool,
+        client: RequestContext | None,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Kafka's checks, then the coordinator's answer for all the partitions. A client must
-        be allowed WRITE on the transactional id and on each topic (internal topics join
-        only through AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
+        """Kafka's checks, then the coordinator's answer for all the partitions. A client
+        (`client`; None: a broker, whose request was authorized as a whole) must be allowed
+        WRITE on the transactional id and on each topic (internal topics join only through
+        AddOffsetsToTxn: they are refused as unauthorized, as Kafka does); if any
         partition is refused or unknown, the others answer OPERATION_NOT_ATTEMPTED."""
         auth = self._auth
-        if from_client and not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        if client is not None and not auth.allowed(
+            client, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
             return dict.fromkeys(partitions, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         denied = set()
-        if from_client:
-            denied = auth.denied_topics(AclOperation.WRITE, {tp.topic for tp in partitions} - INTERNAL_TOPICS)
+        if client is not None:
+            denied = auth.denied_topics(client, AclOperation.WRITE, {tp.topic for tp in partitions} - INTERNAL_TOPICS)
             denied |= {tp.topic for tp in partitions} & INTERNAL_TOPICS
         refused = self._refused(partitions, denied)
         if refused:
@@ -204,19 +197,24 @@ class TxnApis:
                 refused[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return refused
 
-    async def add_offsets_to_txn(self, header: RequestHeader, body: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+    async def add_offsets_to_txn(
+        self, context: RequestContext, body: AddOffsetsToTxnRequest
+    ) -> AddOffsetsToTxnResponse:
         error = await self.coordinator.add_offsets_to_txn(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], body["group_id"]
         )
         return {"throttle_time_ms": 0, "error_code": error}
 
-    async def end_txn(self, header: RequestHeader, body: EndTxnRequest) -> EndTxnResponse:
+    @handles(ApiKey.END_TXN, 0, 4)
+    async def end_txn(self, context: RequestContext, body: EndTxnRequest) -> EndTxnResponse:
         error = await self.coordinator.end_txn(
             body["transactional_id"], body["producer_id"], body["producer_epoch"], body["committed"]
         )
         return {"throttle_time_ms": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
 
-    async def txn_offset_commit(self, header: RequestHeader, body: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+    async def txn_offset_commit(self, context: RequestContext, body: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
         offsets = {
             TopicPartition(t["name"], p["partition_index"]): OffsetCommitData(
                 p["committed_offset"], p.get("committed_leader_epoch", -1), p["committed_metadata"]
@@ -224,7 +222,7 @@ class TxnApis:
             for t in body["topics"]
             for p in t["partitions"]
         }
-        errors = self._refused_txn_offsets(body, offsets)
+        errors = self._refused_txn_offsets(context, body, offsets)
         valid = {tp: o for tp, o in offsets.items() if tp not in errors}
         if valid:
             error = self._check_txn_offset_commit(body)
@@ -246,17 +244,17 @@ class TxnApis:
         return {"throttle_time_ms": 0, "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]}
 
     def _refused_txn_offsets(
-        self, body: TxnOffsetCommitRequest, offsets: Mapping[TopicPartition, OffsetCommitData]
+        self, context: RequestContext, body: TxnOffsetCommitRequest, offsets: Mapping[TopicPartition, OffsetCommitData]
     ) -> dict[TopicPartition, ErrorCode]:
         """Kafka's checks of a TxnOffsetCommit: WRITE on the transactional id and READ on the
         group (else every partition fails), READ on each topic and the partition's existence
         (else that partition fails and the others are committed)."""
         auth = self._auth
-        if not auth.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
+        if not auth.allowed(context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body["transactional_id"]):
             return dict.fromkeys(offsets, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        if not auth.allowed(AclOperation.READ, ResourceType.GROUP, body["group_id"]):
+        if not auth.allowed(context, AclOperation.READ, ResourceType.GROUP, body["group_id"]):
             return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
-        return self._refused(offsets, auth.denied_topics(AclOperation.READ, {tp.topic for tp in offsets}))
+        return self._refused(offsets, auth.denied_topics(context, AclOperation.READ, {tp.topic for tp in offsets}))
 
     def _check_txn_offset_commit(self, body: TxnOffsetCommitRequest) -> ErrorCode:
         """The producer must own the transaction, which must hold the group's offsets
@@ -274,7 +272,8 @@ class TxnApis:
             return ErrorCode.INVALID_TXN_STATE
         return ErrorCode.NONE
 
-    async def write_txn_markers(self, header: RequestHeader, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    @handles(ApiKey.WRITE_TXN_MARKERS, 0, 1)
+    async def write_txn_markers(self, context: RequestContext, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
         markers: list[WriteTxnMarkersResponseWritableTxnMarkerResult] = []
         for m in body["markers"]:
             partitions = [TopicPartition(t["name"], p) for t in m["topics"] for p in t["partition_indexes"]]
@@ -292,13 +291,14 @@ class TxnApis:
             )
         return {"markers": markers}
 
+    @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
     async def describe_transactions(
-        self, header: RequestHeader, body: DescribeTransactionsRequest
+        self, context: RequestContext, body: DescribeTransactionsRequest
     ) -> DescribeTransactionsResponse:
         states: list[DescribeTransactionsResponseTransactionState] = []
         auth = self._auth
         for d in self.coordinator.describe_transactions(body["transactional_ids"]):
-            if not auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
+            if not auth.allowed(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, d.transactional_id):
                 # The other fields as their encoded defaults: nothing of the transaction is told.
                 states.append(
                     {
@@ -316,7 +316,7 @@ class TxnApis:
             by_topic: dict[str, list[int]] = defaultdict(list)
             for tp in d.partitions:
                 by_topic[tp.topic].append(tp.partition)
-            for topic in auth.denied_topics(AclOperation.DESCRIBE, by_topic):
+            for topic in auth.denied_topics(context, AclOperation.DESCRIBE, by_topic):
                 del by_topic[topic]  # as Kafka: only the topics the principal may describe
             states.append(
                 {
@@ -332,7 +332,10 @@ class TxnApis:
             )
         return {"throttle_time_ms": 0, "transaction_states": states}
 
-    async def list_transactions(self, header: RequestHeader, body: ListTransactionsRequest) -> ListTransactionsResponse:
+    @handles(ApiKey.LIST_TRANSACTIONS, 0, 1)
+    async def list_transactions(
+        self, context: RequestContext, body: ListTransactionsRequest
+    ) -> ListTransactionsResponse:
         known = {s.display_name for s in TransactionState}
         states = body["state_filters"]
         error, listings = self.coordinator.list_transactions(states, body["producer_id_filters"])
@@ -348,7 +351,7 @@ class TxnApis:
         listings = [
             t
             for t in listings
-            if auth.allowed(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, False)
+            if auth.allowed(context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, t.transactional_id, False)
         ]
         return {
             "throttle_time_ms": 0,
@@ -360,8 +363,9 @@ class TxnApis:
             ],
         }
 
+    @handles(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
     async def describe_producers(
-        self, header: RequestHeader, body: DescribeProducersRequest
+        self, context: RequestContext, body: DescribeProducersRequest
     ) -> DescribeProducersResponse:
         """DescribeProducers (KIP-664): each partition's producers from this leader's producer
         state, with the first offset of an open transaction. Coordinator epochs are not kept
@@ -371,7 +375,7 @@ class TxnApis:
             partitions: list[DescribeProducersResponsePartitionResponse] = []
             try:  # once per topic: one check, one audit line
                 self._auth.require(
-                    AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    context, AclOperation.READ, ResourceType.TOPIC, t["name"], ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 )
                 denied = None
             except KafkaError as exc:

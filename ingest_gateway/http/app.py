@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ingest_gateway.metadata.admin_manager import AdminManager
     from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.observability.metrics import BrokerMetrics
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
@@ -75,6 +76,8 @@ class HttpServices:
     dynamic_config: DynamicConfigManager
     acl_apis: AclApis
     metrics: BrokerMetrics | None
+    # Where the store is called (ZooKeeper kept off the event loop).
+    metadata_thread: MetadataThread
     # The store's cluster status, read on the metadata thread.
     cluster_status: Callable[[], Coroutine[Any, Any, dict[str, Any]]]
     # Keeps a task the response does not wait for (an acks=0 append) until it ends.
@@ -123,7 +126,7 @@ def create_app(services: HttpServices) -> FastAPI:
     app.include_router(reassignment_routes(s.admin))
     app.include_router(replication_throttle_routes(s.replica_manager, s.cache))
     app.include_router(broker_config_routes(s.dynamic_config, s.cache, s.store))
-    app.include_router(user_routes(s.store))
+    app.include_router(user_routes(s.store, s.metadata_thread))
     app.include_router(acl_routes(s.acl_apis, s.authorization))
     app.include_router(console_routes(config, s.admin, s.cache, s.metrics, s.cluster_status))
     app.include_router(cluster_routes(config.broker_id, s.metrics, s.cluster_status, s.log_manager, s.replica_manager))

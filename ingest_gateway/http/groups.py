@@ -26,6 +26,7 @@ from loglake.security.acls import AclOperation, ResourceType
 
 from ingest_gateway.http.errors import BadRequest, JSONBytesResponse
 from ingest_gateway.http.rest_records import BINARY_V2, JSON_V2, parse_isolation, render_records
+from ingest_gateway.http.security import requester
 
 if TYPE_CHECKING:
     from ingest_gateway.apis.authorization import RequestAuthorization
@@ -119,7 +120,9 @@ def group_routes(
         if not isinstance(topics, list) or not topics or not all(isinstance(t, str) for t in topics):
             raise BadRequest(422, "'topics' must be a non-empty list of topic names", 2)
         for topic in topics:  # the instance reads them inside the broker: check Read here
-            authorization.require(AclOperation.READ, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            authorization.require(
+                requester(request), AclOperation.READ, ResourceType.TOPIC, topic, ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            )
         await consumers.subscribe(consumers.get(group_id, name), topics)
         return Response(status_code=204)
 

@@ -5,9 +5,10 @@ docs/security.md).
 asks every request but `GET /healthz` for HTTP Basic credentials, checked against the
 same SCRAM credentials as SASL (`loglake users`): a missing or wrong one is answered 401
 with REST Proxy's error shape. The user becomes the request's principal (`User:alice`;
-without authentication `User:ANONYMOUS`), set as the request's `RequestContext` like a
-Kafka connection's, so the one authorizer decides for both protocols: each route needs an
-ACL operation on a resource (`route_check`), and a denial is answered 403.
+without authentication `User:ANONYMOUS`) on the request's `ClientConnection`, as on a
+Kafka connection, so the one authorizer decides for both protocols: each route needs an
+ACL operation on a resource (`route_check`), and a denial is answered 403. A route that
+asks the authorizer more (a consumer's topics) finds the connection with `requester`.
 
 On an `https://` listener with `ssl.client.auth`, a verified client certificate names the
 principal as on a Kafka SSL listener (`User:CN=alice,OU=eng,O=example`, from the ASGI TLS
@@ -32,6 +33,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi import Request
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
@@ -40,7 +42,7 @@ from loglake.security.scram import ScramCredential
 
 from ingest_gateway.apis.authorization import AUTHORIZATION_ERRORS, RequestAuthorization
 from ingest_gateway.http.errors import error_response
-from ingest_gateway.network.request_context import RequestContext, bind_request
+from ingest_gateway.network.request_context import ClientConnection
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable, Callable], Awaitable[None]]
@@ -122,6 +124,15 @@ class BasicAuthenticator:
         return KafkaPrincipal.user(user)
 
 
+# Where HttpSecurity leaves the request's connection in the ASGI scope's state.
+_CONNECTION = "client_connection"
+
+
+def requester(request: Request) -> ClientConnection:
+    """The connection (and so the principal) of an HTTP request `HttpSecurity` let through."""
+    return request.state.client_connection
+
+
 class HttpSecurity:
     """ASGI middleware: authenticate, set the request's context, authorize its route."""
 
@@ -154,8 +165,10 @@ class HttpSecurity:
             return
         client = scope.get("client") or ("0.0.0.0", 0)
         protocol = SecurityProtocol.SSL if scope.get("scheme") == "https" else SecurityProtocol.PLAINTEXT
-        context = RequestContext("HTTP", protocol, f"{client[0]}:{client[1]}", ANONYMOUS)
-        bind_request(context)
+        server = scope.get("server") or ("0.0.0.0", 0)
+        peer = f"{client[0]}:{client[1]}"
+        connection = ClientConnection(f"{server[0]}:{server[1]}-{peer}", "HTTP", protocol, peer)
+        scope.setdefault("state", {})[_CONNECTION] = connection
         path, method = scope["path"], scope["method"]
         if path == "/healthz":
             await self.app(scope, receive, send)
@@ -166,13 +179,11 @@ class HttpSecurity:
             response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'
             await response(scope, receive, send)
             return
-        context.principal = principal
+        connection.principal = principal
         if self._authorization.enabled:
             check, name = route_check(method, path)
-            if not self._authorization.allowed(check.operation, check.resource_type, name):
-                message = (
-                    f"Forbidden: {context.principal} may not {check.operation.name} {check.resource_type.name} {name}"
-                )
+            if not self._authorization.allowed(connection, check.operation, check.resource_type, name):
+                message = f"Forbidden: {connection.principal} may not {check.operation.name} {check.resource_type.name} {name}"
                 error = AUTHORIZATION_ERRORS[check.resource_type]
                 await error_response(403, message, error)(scope, receive, send)
                 return

@@ -5,14 +5,15 @@ As with Kafka's AlterUserScramCredentials, the client sends a salt and the salte
 never the password; the broker keeps only the derived keys. Listing shows mechanisms and
 iteration counts, never key material. Quotas (`producer_byte_rate`, `consumer_byte_rate`)
 are set per `users/<user>`, `clients/<client id>` or `users/<user>/clients/<client id>`,
-`<default>` standing for a default.
+`<default>` standing for a default. The store is asked on the metadata thread; a store that
+does not answer within `ADMIN_TIMEOUT_MS` is answered 504 (REQUEST_TIMED_OUT).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +22,12 @@ from loglake.security.quotas import QUOTA_KEYS
 from loglake.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, credential_from_salted_password
 
 from ingest_gateway.http.errors import BadRequest, json_object
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
+
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
 
 
 def _describe(user: str, credentials: dict[str, str]) -> dict[str, Any]:
@@ -36,12 +40,13 @@ def _describe(user: str, credentials: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def user_routes(store: MetadataStore) -> APIRouter:
+def user_routes(store: MetadataStore, metadata_thread: MetadataThread) -> APIRouter:
     router = APIRouter()
+    stored = functools.partial(metadata_thread.run, timeout_ms=ADMIN_TIMEOUT_MS)
 
     @router.get("/users")
     async def list_users() -> list[dict[str, Any]]:
-        credentials = await asyncio.to_thread(store.all_user_credentials)
+        credentials = await stored(store.all_user_credentials)
         return [_describe(user, c) for user, c in credentials.items()]
 
     @router.put("/users/{user}")
@@ -64,7 +69,7 @@ def user_routes(store: MetadataStore) -> APIRouter:
         if not salt or not salted:
             raise BadRequest(422, "salt and salted_password are required", 2)
         credential = credential_from_salted_password(mechanism, salted, salt, iterations).to_config()
-        credentials = await asyncio.to_thread(
+        credentials = await stored(
             store.update_user_credentials, user, lambda current: current | {mechanism: credential}
         )
         return _describe(user, credentials)
@@ -78,12 +83,12 @@ def user_routes(store: MetadataStore) -> APIRouter:
                 raise BadRequest(404, f"user {user!r} has no {mechanism or 'SCRAM'} credential", 3)
             return {} if mechanism is None else {m: c for m, c in credentials.items() if m != mechanism}
 
-        await asyncio.to_thread(store.update_user_credentials, user, remaining)
+        await stored(store.update_user_credentials, user, remaining)
         return Response(status_code=204)
 
     @router.get("/quotas")
     async def list_quotas() -> dict[str, dict[str, str]]:
-        configs = await asyncio.to_thread(store.entity_configs)
+        configs = await stored(store.entity_configs)
         return {
             entity: quotas
             for entity, config in sorted(configs.items())
@@ -105,7 +110,7 @@ def user_routes(store: MetadataStore) -> APIRouter:
                 raise BadRequest(422, f"{key!r} is not a quota: {', '.join(QUOTA_KEYS)}", 2)
             if value != "" and not _positive_number(value):
                 raise BadRequest(422, f"{key} must be a positive number, not {value!r}", 2)
-        config = await asyncio.to_thread(
+        config = await stored(
             store.update_entity_config,
             entity,
             lambda current: {k: v for k, v in {**current, **changes}.items() if v != ""},

@@ -4,19 +4,26 @@ A broker without that listener is left out, as Kafka does."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from loglake.coordination.model import BrokerEndpoint
 
-from ingest_gateway.network.request_context import current_request
+
+class NodeEndpoint(TypedDict):
+    """A broker in Produce's and Fetch's `node_endpoints` (KIP-951), and Metadata's `brokers`."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
 
 
-def node_endpoint(broker: BrokerEndpoint) -> dict[str, Any] | None:
-    endpoint = broker.kafka_endpoint(current_request().listener_name)
+def node_endpoint(broker: BrokerEndpoint, listener_name: str) -> NodeEndpoint | None:
+    endpoint = broker.kafka_endpoint(listener_name)
     if endpoint is None:
         return None
     return {"node_id": broker.broker_id, "host": endpoint[0], "port": endpoint[1], "rack": broker.rack}
 
 
-def node_endpoints(brokers: list[BrokerEndpoint]) -> list[dict[str, Any]]:
-    return [node for node in map(node_endpoint, brokers) if node is not None]
+def node_endpoints(listener_name: str, brokers: list[BrokerEndpoint]) -> list[NodeEndpoint]:
+    return [node for node in (node_endpoint(b, listener_name) for b in brokers) if node is not None]

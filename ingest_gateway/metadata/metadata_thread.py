@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from loglake.errors import ErrorCode, KafkaError
@@ -23,6 +26,22 @@ from loglake.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a request's store calls must all have answered: each waits for what remains
+    (`run(..., timeout_ms=deadline.remaining_ms())`), so a request of many calls to a slow
+    store is answered after its timeout, not after one timeout per call."""
+
+    at: float  # time.monotonic()
+
+    @classmethod
+    def after_ms(cls, timeout_ms: int) -> Deadline:
+        return cls(time.monotonic() + timeout_ms / 1000)
+
+    def remaining_ms(self) -> int:
+        return max(0, math.ceil((self.at - time.monotonic()) * 1000))
 
 
 class MetadataThread:
@@ -43,7 +62,10 @@ class MetadataThread:
     async def run(self, fn: Callable[..., T], *args: Any, timeout_ms: int | None = None) -> T:
         """Await `fn(*args)` run here. Past `timeout_ms` the caller gets REQUEST_TIMED_OUT (as
         Kafka answers an admin request it could not complete in time); the call itself still
-        completes, in order, once the store answers."""
+        completes, in order, once the store answers. With no time left (`timeout_ms` <= 0: a
+        request's deadline passed) it is not made at all."""
+        if timeout_ms is not None and timeout_ms <= 0:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the metadata store did not answer in time")
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # A broker driven by a loop other than the one it started on (a test's client).
@@ -52,7 +74,7 @@ class MetadataThread:
         if timeout_ms is None:
             return await future
         try:
-            return await asyncio.wait_for(asyncio.shield(future), max(timeout_ms, 0) / 1000)
+            return await asyncio.wait_for(asyncio.shield(future), timeout_ms / 1000)
         except TimeoutError:
             future.add_done_callback(_log_late_failure)
             raise KafkaError(

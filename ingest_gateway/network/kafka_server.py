@@ -15,12 +15,14 @@ A listener has a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). T
 over the same raw socket through an `ssl.SSLObject` and memory buffers; record batches
 are then read from their files and encrypted (no sendfile, as in Kafka). SASL listeners
 authenticate each connection first (sasl_authenticator.py). Every request is handed over
-with its `RequestContext`: the listener, the security protocol, the peer and the principal.
+with its connection (`ClientConnection`: the listener, the security protocol, the client's
+address and the principal), from which the router builds the request's `RequestContext`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -36,7 +38,7 @@ from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 from loglake.security.tls import certificate_principal_name
 
-from ingest_gateway.network.request_context import CloseConnection, RequestContext, bind_request
+from ingest_gateway.network.request_context import ClientConnection, CloseConnection
 
 if TYPE_CHECKING:
     from ingest_gateway.network.sasl_authenticator import SaslAuthenticator
@@ -50,9 +52,9 @@ _HOLD_BYTES = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
-# A request payload in, the response frame's chunks out (None: no response, acks=0); the
-# handler finds the request's context with `current_request()`.
-RequestHandler = Callable[[memoryview], Coroutine[object, None, list[Chunk] | None]]
+# A request payload and its connection in, the response frame's chunks out (None: no
+# response, acks=0).
+RequestHandler = Callable[[ClientConnection, memoryview], Coroutine[object, None, list[Chunk] | None]]
 
 
 class ConnectionClosed(Exception):
@@ -89,6 +91,7 @@ class KafkaServer:
         self._listener: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
         self._connections: set[asyncio.Task] = set()
+        self._accepted = itertools.count()
 
     async def start(self) -> None:
         sock = socket.create_server((self.host, self.port), reuse_port=False, backlog=512)
@@ -112,15 +115,22 @@ class KafkaServer:
             conn, address = await loop.sock_accept(listener)
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(self._serve(conn, f"{address[0]}:{address[1]}"))
+            peer = f"{address[0]}:{address[1]}"
+            local = conn.getsockname()
+            connection = ClientConnection(
+                f"{local[0]}:{local[1]}-{peer}-{next(self._accepted)}",  # Kafka's connection id
+                self.security.name,
+                self.security.protocol,
+                peer,
+            )
+            task = asyncio.create_task(self._serve(conn, connection))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, conn: socket.socket, peer: str) -> None:
+    async def _serve(self, conn: socket.socket, connection: ClientConnection) -> None:
         loop = asyncio.get_running_loop()
         security = self.security
-        context = RequestContext(security.name, security.protocol, peer)
-        bind_request(context)  # this task's own context: its requests see it
+        peer = connection.client_address
         outbox = _Outbox(PlainChannel(loop, conn), self._metrics, peer)
         authenticator = None if security.authenticator is None else security.authenticator()
         buffer = bytearray()
@@ -131,7 +141,7 @@ class KafkaServer:
                 await asyncio.wait_for(tls.handshake(), TLS_HANDSHAKE_TIMEOUT_S)
                 outbox.channel = tls
                 if authenticator is None:
-                    context.principal = tls.principal()
+                    connection.principal = tls.principal()
             channel = outbox.channel
             # When the last bytes came in: a request already whole in the buffer (pipelined)
             # arrived then, and waits in the buffer as in Kafka's request queue.
@@ -155,18 +165,18 @@ class KafkaServer:
                         await outbox.flush()
                         await channel.send(chunks)
                         if authenticator.principal is not None:
-                            context.principal = authenticator.principal
+                            connection.principal = authenticator.principal
                         continue
                 timing = None if metrics is None else metrics.begin_request(received)
-                chunks = await outbox.handle(self._handler(payload))
+                chunks = await outbox.handle(self._handler(connection, payload))
                 if timing is not None:
                     timing.handled = time.perf_counter()
                 await outbox.add(chunks, payload, timing)
-                if context.throttle_ms > 0:
+                if connection.throttle_ms > 0:
                     # Muted: the next request waits in the socket until the quota allows it.
                     await outbox.flush()
-                    await asyncio.sleep(context.throttle_ms / 1000)
-                    context.throttle_ms = 0
+                    await asyncio.sleep(connection.throttle_ms / 1000)
+                    connection.throttle_ms = 0
         except ConnectionClosed:
             pass
         except CloseConnection as exc:

@@ -1,16 +1,17 @@
 """Who sent a request and how (Kafka's RequestContext), and how a handler closes a connection.
 
 Kept apart from the listener so that handlers, SASL and the HTTP API depend on the context,
-not on the socket code.
+not on the socket code. The context is an argument: the router builds one per request and
+hands it to the handler, which passes it on to what needs it (authorization, quotas, the
+endpoints of the client's listener).
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from loglake.protocol import Chunk
+from loglake.protocol import Chunk, RequestHeader
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 
@@ -18,13 +19,25 @@ if TYPE_CHECKING:
     from loglake.security.quotas import ClientQuotaManager
 
 
-@dataclass
-class RequestContext:
-    """Who sent a request, and how (Kafka's RequestContext)."""
+class Requester(Protocol):
+    """Who asks, as an authorizer sees it: a Kafka request's context or an HTTP request's connection."""
 
+    @property
+    def principal(self) -> KafkaPrincipal: ...
+
+    @property
+    def client_host(self) -> str: ...
+
+
+@dataclass
+class ClientConnection:
+    """One client connection (for the HTTP API, one request's): its listener and who is on
+    it. The principal is set once TLS or SASL authenticated the connection."""
+
+    connection_id: str  # Kafka's form: local host:port-remote host:port-index
     listener_name: str
     security_protocol: SecurityProtocol
-    peer: str  # host:port
+    client_address: str  # host:port
     principal: KafkaPrincipal = ANONYMOUS
     # Set by a handler whose quota the request overdrew: the connection is muted that long
     # after the response (KIP-219).
@@ -32,30 +45,40 @@ class RequestContext:
 
     @property
     def client_host(self) -> str:
-        return self.peer.rpartition(":")[0]
+        return self.client_address.rpartition(":")[0]
 
-    def charge(self, quotas: ClientQuotaManager, client_id: str, nbytes: int) -> int:
-        """Charge a request's bytes to its client quota (by principal and client id); the
-        throttle time, which also mutes this connection after the response."""
-        throttle_ms = quotas.record(self.principal.name, client_id, nbytes)
-        self.throttle_ms = max(self.throttle_ms, throttle_ms)
+
+@dataclass(frozen=True)
+class RequestContext:
+    """One request: its header and the connection it came on (Kafka's RequestContext), with
+    what handlers ask most of the connection at hand."""
+
+    header: RequestHeader
+    connection: ClientConnection
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal
+
+    @property
+    def listener_name(self) -> str:
+        return self.connection.listener_name
+
+    @property
+    def client_address(self) -> str:
+        return self.connection.client_address
+
+    @property
+    def client_host(self) -> str:
+        return self.connection.client_host
+
+    def charge(self, quotas: ClientQuotaManager, nbytes: int) -> int:
+        """Charge the request's bytes to its client quota (by principal and client id); the
+        throttle time, which also mutes the connection after the response."""
+        connection = self.connection
+        throttle_ms = quotas.record(connection.principal.name, self.header.client_id or "", nbytes)
+        connection.throttle_ms = max(connection.throttle_ms, throttle_ms)
         return throttle_ms
-
-
-# The context of the request being handled: each connection's task sets its own.
-_current_request: ContextVar[RequestContext] = ContextVar("loglake_request_context")
-_NO_CONNECTION = RequestContext("PLAINTEXT", SecurityProtocol.PLAINTEXT, "0.0.0.0:0")
-
-
-def current_request() -> RequestContext:
-    """Who sent the request being handled (a PLAINTEXT anonymous one outside a connection)."""
-    return _current_request.get(_NO_CONNECTION)
-
-
-def bind_request(context: RequestContext) -> None:
-    """Make `context` the current request's for the rest of this task (a connection's, or
-    one HTTP request's)."""
-    _current_request.set(context)
 
 
 class CloseConnection(Exception):

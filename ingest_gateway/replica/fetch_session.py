@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 
 from loglake.cluster.partition import monotonic_ms
 from loglake.errors import ErrorCode
+from loglake.protocol.bodies import FetchResponsePartitionData
 from loglake.protocol.types import records_size
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,8 @@ MAX_SESSION_ID = 0x7FFFFFFF
 DEFAULT_CACHE_SLOTS = 1000  # max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120_000  # min.incremental.fetch.session.eviction.ms
 
-# The wire body of one partition of a Fetch response (FetchResponse PartitionData).
-PartitionResponse = dict[str, Any]
+# The wire body of one partition of a Fetch response.
+PartitionResponse = FetchResponsePartitionData
 
 
 def next_epoch(epoch: int) -> int:

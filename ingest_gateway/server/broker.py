@@ -44,7 +44,7 @@ from ingest_gateway.apis.fetch_apis import FetchApis
 from ingest_gateway.apis.group_apis import GroupApis
 from ingest_gateway.apis.kafka_apis import KafkaApis
 from ingest_gateway.apis.log_dir_apis import LogDirApis
-from ingest_gateway.apis.request_router import ApiModule, RequestRouter
+from ingest_gateway.apis.request_router import RequestRouter
 from ingest_gateway.apis.txn_apis import TxnApis
 from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
@@ -236,8 +236,8 @@ class Broker:
         self.txn_apis = TxnApis(
             self.transaction_coordinator, self.marker_writer, cache, rm, self.group_coordinator, auth
         )
-        self.acl_apis = AclApis(auth, self.store)
-        api_modules: list[ApiModule] = [
+        self.acl_apis = AclApis(auth, self.store, self.metadata_thread)
+        api_modules: list[object] = [
             KafkaApis(
                 config=config,
                 cache=cache,
@@ -256,14 +256,14 @@ class Broker:
             self.acl_apis,
             ConfigApis(config, cache, self.admin, self.dynamic_config, auth),
             AdminApis(self.admin, cache, auth),
-            ClientEntityApis(self.store, auth),
+            ClientEntityApis(self.store, auth, self.metadata_thread),
             GroupApis(self.group_coordinator, auth, partition_exists=self._partition_exists),
             LogDirApis(rm, self._log_dir_mover),
         ]
         if self.clustered:
             api_modules.append(ControllerApis(self.store, rm, cache, self.metadata_thread))
         for module in api_modules:
-            module.register(router)
+            router.register_module(module)
         return router
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
@@ -459,16 +459,23 @@ class Broker:
                     await asyncio.wait_for(asyncio.shield(task), 5)
                 except (TimeoutError, asyncio.CancelledError):
                     task.cancel()
-        self.shutdown()
+        self._shutdown_local()
+        # Closing a ZooKeeper session is a round trip (as long as ZooKeeper is slow): off the loop.
+        await asyncio.to_thread(self.store.close)
         self._stopped.set()
 
     def shutdown(self) -> None:
+        """Stop a broker that is not serving (no event loop runs it: a test, a failed start)."""
+        self._shutdown_local()
+        self.store.close()
+
+    def _shutdown_local(self) -> None:
+        """Flush and close the logs, write the checkpoints, stop the threads."""
         self.log_cleaner.shutdown()
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.metadata_thread.shutdown()
         self.producer_ids.close()
-        self.store.close()
 
     def _on_partitions_offline(self, partitions: list[tuple[str, int]]) -> None:
         """Partitions went offline with a log dir: tell the controller (Kafka's
@@ -575,6 +582,7 @@ class Broker:
                 dynamic_config=self.dynamic_config,
                 acl_apis=self.acl_apis,
                 metrics=self.metrics,
+                metadata_thread=self.metadata_thread,
                 cluster_status=lambda: self.metadata_thread.run(partial(cluster_status, self.store)),
                 in_background=self.track_background,
             )

@@ -311,6 +311,22 @@ def test_the_http_api_authenticates_with_basic_and_authorizes_with_the_same_acls
 
 
 
+def test_an_http_consumer_subscribes_only_to_topics_its_user_may_read(admin, broker) -> None:
+    """The subscription route asks the authorizer itself, as the HTTP request's principal."""
+    topic, group = unique_name("http-sub"), unique_name("http-sub-group")
+    create(admin, topic)
+    grant(admin, AclBinding(ResourceType.GROUP, group, LITERAL, "User:alice", "*", AclOperation.READ, ALLOW))
+    alice = ("alice", USERS["alice"])
+    created = httpx.post(f"{broker.http_url}/consumers/{group}", json={"name": "c"}, auth=alice)
+    assert created.status_code == 200, created.text
+    subscription = f"{broker.http_url}/consumers/{group}/instances/c/subscription"
+    refused = httpx.post(subscription, json={"topics": [topic]}, auth=alice)
+    assert refused.status_code == 403 and refused.json()["kafka_error"] == "TOPIC_AUTHORIZATION_FAILED", refused.text
+    grant(admin, topic_acl(topic, "User:alice", AclOperation.READ))
+    assert httpx.post(subscription, json={"topics": [topic]}, auth=alice).status_code == 204
+    assert httpx.delete(f"{broker.http_url}/consumers/{group}/instances/c", auth=alice).status_code == 204
+
+
 def test_the_console_asks_for_basic_credentials_and_the_cluster_acls(admin, broker) -> None:
     """docs/operations.md "Console": behind http.authentication.method=BASIC the console
     asks the browser for credentials (401 with WWW-Authenticate), then needs Describe on

@@ -14,7 +14,7 @@ from confluent_kafka import ElectionType, KafkaException, Producer, TopicCollect
 from confluent_kafka.admin import AclOperation, AdminClient, NewPartitions, NewTopic
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
 from loglake.record.batch import encode_batch
 
 from ingest_gateway.apis.authorized_operations import NOT_REQUESTED

@@ -1,5 +1,5 @@
 """The broker presents one Kafka release: every API it advertises has exactly Kafka 3.9.0's
-range (KIP-896 floors aside, see loglake.protocol.release), and clients that infer the
+range (KIP-896 floors aside, see tests/kafka_release.py), and clients that infer the
 broker's version from ApiVersions see that release."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from kafka import KafkaAdminClient
 from client_helpers import connect, make_broker, raw_request, recv_frame, serve
 from harness.process import free_port
 from loglake.protocol import ApiKey, encode_request
-from loglake.protocol.release import KAFKA_3_9_VERSIONS, release_versions
+from kafka_release import KAFKA_3_9_VERSIONS, release_versions
 
 # What Kafka clients need from a broker, and what this one serves (no transactions, ACLs,
 # SASL, quotas or reassignment yet).

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from client_helpers import create_topic, produce_values, raw_request, unique_name
 from loglake.groups import Subscription, encode_subscription
 from loglake.protocol import ApiKey
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
 
 NONE = 0
 INVALID_REQUEST = 42

@@ -18,7 +18,7 @@ from client_helpers import create_topic, make_broker, produce_values, raw_reques
 from harness.process import BrokerProcess
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
 
 # Batches well under segment.bytes (librdkafka's default batch is up to 1 MB).
 SMALL_BATCHES = {"batch.size": 16384}

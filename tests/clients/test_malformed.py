@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 
 from client_helpers import connect, create_topic, kcat, read_all, recv_frame
 from loglake.protocol import ApiKey, decode_response, encode_request
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
 from loglake.record.batch import encode_batch
 from loglake.record.compression import CompressionType
 

@@ -16,7 +16,7 @@ from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from harness.process import BrokerProcess
 from loglake.protocol import ApiKey
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
 from loglake.storage.meta_properties import META_PROPERTIES, MetaProperties
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

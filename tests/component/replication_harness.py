@@ -61,7 +61,7 @@ class Node:
         cache.image = MetadataImage(topics=cluster.topics)
         auth = RequestAuthorization(None)
         self.router = RequestRouter(auth, None, config.inter_broker_listener_name)
-        KafkaApis(
+        self.router.register_module(KafkaApis(
             config=config,
             cache=cache,
             admin=None,  # type: ignore[arg-type]
@@ -73,9 +73,9 @@ class Node:
             produce_quotas=ClientQuotaManager(PRODUCER_BYTE_RATE),
             dynamic_config=None,  # type: ignore[arg-type]
             init_transactional_producer=None,  # type: ignore[arg-type]
-        ).register(self.router)
+        ))
         self.fetch_apis = FetchApis(config, cache, self.rm, auth, ClientQuotaManager(CONSUMER_BYTE_RATE), None)
-        self.fetch_apis.register(self.router)
+        self.router.register_module(self.fetch_apis)
         self.server = KafkaServer("127.0.0.1", 0, self.router.handle, 100 * 1024 * 1024)
         self.running = False
 

@@ -13,7 +13,10 @@ from ingest_gateway.server.broker import Broker
 from ingest_gateway.apis.controller_apis import ControllerApis
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState, TopicDescription
 from loglake.protocol import ApiKey, decode_request, decode_response, encode_request, encode_response
-from loglake.protocol.release import release_versions
+from kafka_release import release_versions
+from protocol_helpers import plaintext_connection
+
+from ingest_gateway.network.request_context import RequestContext
 
 TOPIC_ID = uuid.UUID(int=0xABC)
 
@@ -27,7 +30,7 @@ def on_the_wire(handler, key: ApiKey, version: int, body: dict) -> dict:
     """Encode the request at `version`, decode it as the broker does, run the handler, and
     decode its response at `version`."""
     header, decoded = decode_request(memoryview(encode_request(key, version, 3, "controller", body))[4:])
-    response = asyncio.run(handler(header, decoded))
+    response = asyncio.run(handler(RequestContext(header, plaintext_connection()), decoded))
     frame = b"".join(encode_response(key, version, 3, response))
     return decode_response(key, version, frame[4:])[1]
 

@@ -13,6 +13,7 @@ from loglake.security.client import PLAINTEXT
 from ingest_gateway.metadata.controller_channel import ControllerChannelManager
 from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.network.kafka_server import KafkaServer
+from ingest_gateway.network.request_context import ClientConnection
 from harness.process import free_port
 
 CONTROLLER, TARGET = 1, 2
@@ -35,7 +36,7 @@ class RecordingBroker:
         self.server = KafkaServer("127.0.0.1", port, self.handle, 1 << 20)
         self.seen = seen
 
-    async def handle(self, payload: memoryview):
+    async def handle(self, connection: ClientConnection, payload: memoryview):
         header, body = decode_request(payload)
         self.seen.append(body["topic_states"][0]["partition_states"][0]["leader_epoch"])
         response = {"error_code": 0, "topics": []}

@@ -13,11 +13,12 @@ from ingest_gateway.server.broker import Broker
 from loglake.coordination.model import PartitionState, TopicDescription
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey, decode_response, encode_request
+from protocol_helpers import plaintext_connection
 
 
 def call(broker: Broker, api_key: ApiKey, version: int, body: dict) -> dict:
     frame = encode_request(api_key, version, 1, "window-test", body)
-    chunks = asyncio.run(broker.requests.handle(memoryview(frame)[4:]))
+    chunks = asyncio.run(broker.requests.handle(plaintext_connection(), memoryview(frame)[4:]))
     assert chunks is not None
     return decode_response(api_key, version, b"".join(chunks)[4:])[1]
 

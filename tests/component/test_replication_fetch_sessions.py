@@ -14,7 +14,8 @@ from ingest_gateway.replica.fetch_session import INITIAL_EPOCH
 from loglake.cluster.metadata_image import MetadataImage
 from loglake.coordination.model import BrokerEndpoint
 from loglake.errors import ErrorCode
-from loglake.protocol import ApiKey, RequestHeader
+from loglake.protocol import ApiKey
+from protocol_helpers import request_context
 from loglake.storage.file_records import LogSlice
 
 TOPICS = [f"t{i}" for i in range(12)]
@@ -122,11 +123,11 @@ async def test_incremental_answers_are_file_ranges(cluster: Cluster) -> None:
     assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
     topic_id = cluster.topics["t0"].topic_id
     fetch = leader.fetch_apis.fetch
-    header = RequestHeader(ApiKey.FETCH, 17, 1, "test")
-    full = await fetch(header, consumer_fetch(uuid.UUID(topic_id), {0: 1}, session_id=0, epoch=0))
+    context = request_context(ApiKey.FETCH, 17)
+    full = await fetch(context, consumer_fetch(uuid.UUID(topic_id), {0: 1}, session_id=0, epoch=0))
     assert full["session_id"] > 0
     assert (await produce(client, "t0", [b"b"]))["error_code"] == 0
-    incremental = await fetch(header, consumer_fetch(uuid.UUID(topic_id), {}, session_id=full["session_id"], epoch=1))
+    incremental = await fetch(context, consumer_fetch(uuid.UUID(topic_id), {}, session_id=full["session_id"], epoch=1))
     (entry,) = incremental["responses"][0]["partitions"]
     assert isinstance(entry["records"], LogSlice) and entry["records"].size > 0
 
@@ -168,8 +169,8 @@ async def test_a_topic_id_that_is_not_the_local_replicas_is_inconsistent(cluster
     cluster.create_topic("t0", (1,))
     new_id = uuid.uuid4()
     cluster.topics["t0"] = replace(cluster.topics["t0"], topic_id=str(new_id))
-    header = RequestHeader(ApiKey.FETCH, 13, 1, "test")
-    response = await leader.fetch_apis.fetch(header, consumer_fetch(new_id, {0: 0}))
+    context = request_context(ApiKey.FETCH, 13)
+    response = await leader.fetch_apis.fetch(context, consumer_fetch(new_id, {0: 0}))
     (t,) = response["responses"]
     assert t["topic_id"] == new_id and t["partitions"][0]["error_code"] == ErrorCode.INCONSISTENT_TOPIC_ID
 
@@ -184,8 +185,8 @@ async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster)
     client = cluster.client(1)
     assert (await produce(client, "t0", [b"a"]))["error_code"] == 0
     topic_id = uuid.UUID(cluster.topics["t0"].topic_id)
-    header = RequestHeader(ApiKey.FETCH, 16, 1, "test")
-    full = await old.fetch_apis.fetch(header, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0, leader_epoch=0))
+    context = request_context(ApiKey.FETCH, 16)
+    full = await old.fetch_apis.fetch(context, consumer_fetch(topic_id, {0: 1}, session_id=0, epoch=0, leader_epoch=0))
     session_id = full["session_id"]
     assert session_id > 0
 
@@ -195,7 +196,7 @@ async def test_a_consumer_session_outlives_a_leadership_change(cluster: Cluster)
         topics=cluster.topics,
         partition_states={"t0": {0: cluster.states[("t0", 0)]}},
     )
-    moved = await old.fetch_apis.fetch(header, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
+    moved = await old.fetch_apis.fetch(context, consumer_fetch(topic_id, {}, session_id=session_id, epoch=1))
     assert (moved["error_code"], moved["session_id"]) == (ErrorCode.NONE, session_id)
     (entry,) = moved["responses"][0]["partitions"]
     assert entry["error_code"] == ErrorCode.FENCED_LEADER_EPOCH

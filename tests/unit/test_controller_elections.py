@@ -10,7 +10,8 @@ from loglake.cluster.assignment import numbered_assignment
 from loglake.coordination.controller import ElectionType
 from loglake.coordination.model import PartitionState
 from loglake.errors import ErrorCode, KafkaError
-from loglake.protocol import RequestHeader
+from loglake.protocol import ApiKey
+from protocol_helpers import request_context
 from test_controller import make_controller
 
 from ingest_gateway.apis.admin_apis import AdminApis
@@ -98,8 +99,8 @@ def test_an_election_request_that_fails_whole_answers_every_partition() -> None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller is elected right now; retry")
 
     body = {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 1]}], "timeout_ms": 1000}
-    header = RequestHeader(request_api_key=43, request_api_version=2, correlation_id=1, client_id="c")
-    answer = asyncio.run(AdminApis(NoController(), None, None).elect_leaders(header, body))  # type: ignore[arg-type]
+    context = request_context(ApiKey.ELECT_LEADERS, 2)
+    answer = asyncio.run(AdminApis(NoController(), None, None).elect_leaders(context, body))  # type: ignore[arg-type]
     assert answer["error_code"] == ErrorCode.NOT_CONTROLLER
     parts = answer["replica_election_results"][0]["partition_result"]
     assert [(p["partition_id"], p["error_code"]) for p in parts] == [

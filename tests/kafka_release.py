@@ -1,4 +1,5 @@
-"""The protocol release the broker presents itself as.
+"""The protocol release the broker presents itself as, which the tests hold its handlers'
+declared version ranges to (`@handles` in ingest_gateway/apis/).
 
 A client that pins a Kafka version (kafka-python's `api_version`, librdkafka's
 `broker.version.fallback`) or infers one from ApiVersions expects the version ranges of
