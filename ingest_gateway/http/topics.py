@@ -47,11 +47,14 @@ def describe_topic(
         }
         local = replica_manager.partitions.get((name, p))
         if local is not None and local.is_leader:
+            # Together: retention (on the scheduler's thread) moves the start and drops
+            # segments in one step, which two separate reads could split.
+            log_start, size = local.log.start_and_size()
             entry.update(
-                log_start_offset=local.log_start_offset,
+                log_start_offset=log_start,
                 high_watermark=local.high_watermark,
                 log_end_offset=local.log_end_offset,
-                size=local.log.size,
+                size=size,
             )
             if local.log.config.compact:
                 entry["compaction"] = cleaner.describe(local.log)

@@ -107,7 +107,8 @@ def test_a_quiet_topic_rolls_by_segment_ms_and_expires(broker, topic):
     # segment.ms, then deletes it once its newest record is a second old.
     view = wait_for(broker, topic, lambda v: v["log_start_offset"] == 5, "the quiet segment to expire")
     assert (view["log_end_offset"], view["size"]) == (5, 0)
-    produce(broker, topic, [b"after"])
+    # Stamped an hour ahead so that retention (a second) keeps it however slowly the consumer starts.
+    produce(broker, topic, [b"after"], timestamp_ms=int(time.time() * 1000) + HOUR_MS)
     assert consume_from_zero(broker, topic, f"{topic}-g", 6) == (5, [b"after"])
 
 
