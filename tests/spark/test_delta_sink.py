@@ -35,7 +35,8 @@ def expected_rows(spark, records: pa.Table):
 
 
 def data_commits(path: Path) -> int:
-    return sum(1 for entry in DeltaTable(str(path)).history() if entry["operation"] == "WRITE")
+    """Commits that added rows (the first one creates the table with its files)."""
+    return sum(1 for entry in DeltaTable(str(path)).history() if entry["operation"] in ("WRITE", "CREATE TABLE"))
 
 
 def test_replayed_batch_is_a_no_op(spark, tmp_path: Path) -> None:
@@ -204,3 +205,32 @@ def test_without_delta_jars_the_reason_is_the_classpath_and_delta_spark_is_refus
     )
     with pytest.raises(ValueError, match="engine delta-spark: Delta's jars are not on Spark's classpath"):
         DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), engine="delta-spark"))
+
+
+def test_the_tasks_write_the_files_and_the_driver_commits_them_once(spark, tmp_path: Path) -> None:
+    """Each Spark task writes its own rows (one file per input partition, in a partition
+    directory per topic); the commit holds every file and nothing outside the table."""
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True))
+    records = concat(kafka_records("orders", 0, range(30)), kafka_records("payments", 1, range(30)))
+    batch = spark.createDataFrame(records).repartition(3, "offset")
+    assert sink.write_batch(batch, 0, "query-a").rows_written == 60
+
+    actions = pa.table(DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True)).to_pylist()
+    # Three tasks, each with rows of both topics: two files each.
+    assert len(actions) == 6
+    assert {a["path"].split("/")[0] for a in actions} == {"topic=orders", "topic=payments"}
+    assert sum(a["num_records"] for a in actions) == 60
+    on_disk = {str(p.relative_to(tmp_path / "t")) for p in (tmp_path / "t").glob("topic=*/*.parquet")}
+    assert on_disk == {a["path"] for a in actions}
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, records), ignore_nullable=True)
+
+
+def test_a_table_of_other_columns_is_refused_before_anything_is_written(spark, tmp_path: Path) -> None:
+    DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))).write_batch(
+        spark.createDataFrame(kafka_records("orders", 0, range(3))), 0, "query-a"
+    )
+    files = set((tmp_path / "t").glob("*.parquet"))
+    partitioned = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True))
+    with pytest.raises(ValueError, match=r"partitioned by \[\], not \['topic'\]"):
+        partitioned.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(3, 6))), 1, "query-a")
+    assert set((tmp_path / "t").glob("**/*.parquet")) == files

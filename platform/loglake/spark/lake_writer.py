@@ -26,6 +26,7 @@ A round:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -389,12 +390,16 @@ def _stats_value(value: object, upper: bool) -> object:
     return value
 
 
-class _FileRoller:
-    """A task's open Parquet files, one per partition directory, each rolled at the target size."""
+class FileRoller:
+    """A task's open Parquet files in `table`'s directory, one per partition directory, each
+    rolled at `target_file_bytes`. `write` takes rows of `layout.schema`; `close` gives the
+    add actions' fields of every file written."""
 
-    def __init__(self, task: WriteTask) -> None:
-        self.task = task
-        self.schema = task.layout.data_schema
+    def __init__(self, table: str, layout: TableLayout, target_file_bytes: int) -> None:
+        self.table = table
+        self.partition_by = layout.partition_by
+        self.target_file_bytes = target_file_bytes
+        self.schema = layout.data_schema
         # Dictionary encoding pays for columns with few values; on a log's unique columns
         # the writer would build a dictionary only to give it up (a third of the write time).
         self.dictionary_columns = [name for name in self.schema.names if name not in _UNIQUE_COLUMNS]
@@ -402,7 +407,7 @@ class _FileRoller:
         self.done: list[WrittenFile] = []
 
     def write(self, rows: pa.Table) -> None:
-        partition_by = self.task.layout.partition_by
+        partition_by = self.partition_by
         if not partition_by:
             self._write_to((), {}, rows)
             return
@@ -424,7 +429,7 @@ class _FileRoller:
                 f"{name}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for name, v in values.items()
             )
             relative = (directory + "/" if directory else "") + f"part-{uuid.uuid4()}.parquet"
-            full = os.path.join(self.task.table, relative)
+            full = os.path.join(self.table, relative)
             os.makedirs(os.path.dirname(full), exist_ok=True)
             writer = pq.ParquetWriter(full, self.schema, use_dictionary=self.dictionary_columns)
             current = _OpenFile(relative, writer, values)
@@ -441,13 +446,13 @@ class _FileRoller:
                 low, high = bounds["min"], bounds["max"]
                 stats.minimum = low if stats.minimum is None else min(stats.minimum, low)
                 stats.maximum = high if stats.maximum is None else max(stats.maximum, high)
-        if os.path.getsize(os.path.join(self.task.table, current.relative)) >= self.task.target_file_bytes:
+        if os.path.getsize(os.path.join(self.table, current.relative)) >= self.target_file_bytes:
             self._close(key)
 
     def _close(self, key: tuple[str | None, ...]) -> None:
         current = self.open.pop(key)
         current.writer.close()
-        full = os.path.join(self.task.table, current.relative)
+        full = os.path.join(self.table, current.relative)
         minimum: dict[str, object] = {}
         maximum: dict[str, object] = {}
         for name, s in current.stats.items():
@@ -463,7 +468,12 @@ class _FileRoller:
             "numRecords": current.rows,
             "minValues": minimum,
             "maxValues": maximum,
-            "nullCount": {name: s.nulls for name, s in current.stats.items()},
+            # A struct's null counts are per field in Delta's statistics: left out.
+            "nullCount": {
+                name: s.nulls
+                for name, s in current.stats.items()
+                if not pa.types.is_struct(self.schema.field(name).type)
+            },
         }
         self.done.append(
             WrittenFile(
@@ -484,7 +494,7 @@ class _FileRoller:
 
 def write_task(task: WriteTask) -> list[WrittenFile]:
     """Fetch and decode the task's ranges and write them as Parquet files; their add actions."""
-    roller = _FileRoller(task)
+    roller = FileRoller(task.table, task.layout, task.target_file_bytes)
     for offset_range in task.ranges:
         for decoded in read_range(task.read, offset_range, flag_aborted=task.layout.flags_aborted):
             roller.write(task.layout.rows(decoded.batch))
@@ -618,8 +628,7 @@ class LakeWriter:
         try:
             version = self._commit(planned.snapshot, written, changed)
         except LakeConflict:
-            for f in written:
-                _remove(os.path.join(self.table.path, f.path))
+            remove_files(self.table.path, written)
             raise
         rows = sum(f.rows for f in written)
         log.info(
@@ -652,40 +661,51 @@ class LakeWriter:
     def _commit(
         self, snapshot: DeltaTable | None, written: list[WrittenFile], ends: Mapping[TopicPartition, int]
     ) -> int:
-        layout = self.table.layout
-        properties = CommitProperties(
-            app_transactions=[Transaction(self.table.app_id(tp), end) for tp, end in sorted(ends.items())]
-        )
-        adds = [f.add_action() for f in written]
-        try:
-            if snapshot is None:
-                create_table_with_add_actions(
-                    self.table.path,
-                    Schema.from_arrow(layout.schema),
-                    adds,
-                    mode="error",
-                    partition_by=list(layout.partition_by) or None,
-                    commit_properties=properties,
-                )
-            else:
-                snapshot.create_write_transaction(
-                    cast("list[AddAction | RemoveAction]", adds),
-                    mode="append",
-                    schema=layout.schema,
-                    partition_by=list(layout.partition_by) or None,
-                    commit_properties=properties,
-                )
-        except CommitFailedError as exc:
-            raise LakeConflict(f"{self.table.path}: a rival writer committed first ({exc})") from exc
-        except DeltaError as exc:
-            if snapshot is None and DeltaTable.is_deltatable(self.table.path):
-                raise LakeConflict(f"{self.table.path}: created by a rival writer meanwhile") from exc
-            raise
-        return DeltaTable(self.table.path).version()
+        transactions = [Transaction(self.table.app_id(tp), end) for tp, end in sorted(ends.items())]
+        return commit_files(self.table.path, self.table.layout, snapshot, written, transactions)
 
 
-def _remove(path: str) -> None:
+def commit_files(
+    path: str,
+    layout: TableLayout,
+    snapshot: DeltaTable | None,
+    written: list[WrittenFile],
+    transactions: list[Transaction],
+) -> int:
+    """One Delta commit on `snapshot` (None: create the table) adding the files, with the app
+    transactions; its version. LakeConflict when a rival committed first (delta-rs's conflict
+    checker refuses the commit)."""
+    properties = CommitProperties(app_transactions=transactions)
+    adds = [f.add_action() for f in written]
     try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
+        if snapshot is None:
+            create_table_with_add_actions(
+                path,
+                Schema.from_arrow(layout.schema),
+                adds,
+                mode="error",
+                partition_by=list(layout.partition_by) or None,
+                commit_properties=properties,
+            )
+        else:
+            snapshot.create_write_transaction(
+                cast("list[AddAction | RemoveAction]", adds),
+                mode="append",
+                schema=layout.schema,
+                partition_by=list(layout.partition_by) or None,
+                commit_properties=properties,
+            )
+    except CommitFailedError as exc:
+        raise LakeConflict(f"{path}: a rival writer committed first ({exc})") from exc
+    except DeltaError as exc:
+        if snapshot is None and DeltaTable.is_deltatable(path):
+            raise LakeConflict(f"{path}: created by a rival writer meanwhile") from exc
+        raise
+    return DeltaTable(path).version()
+
+
+def remove_files(table: str, written: Iterable[WrittenFile]) -> None:
+    """Delete files a refused commit would have added (never referenced by the table)."""
+    for f in written:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(table, f.path))
