@@ -1,5 +1,5 @@
 """The loglake source, sink and jobs on a real Spark standalone cluster (a master and two
-one-core workers, tests/spark/standalone_cluster.py), run with spark-submit: tasks run in
+one-core workers, harness/standalone_cluster.py), run with spark-submit: tasks run in
 executor processes, which unpickle the source, import loglake and reach the brokers."""
 
 from __future__ import annotations
@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from clients.client_helpers import create_topic, produce_keyed, read_all, unique_name
+from clients.client_helpers import create_topic, read_all, unique_name
 from deltalake import DeltaTable
+from loglake.spark.lake_writer import FAULT_EXECUTOR_MID_WRITE
 from source_helpers import REPO, produce
-from standalone_cluster import cluster_environment, connect_server
+
+from harness.standalone_cluster import cluster_environment, connect_server
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +42,9 @@ def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, b
     produce(broker, topic, records)
     before = executor_dirs(spark_cluster)
 
-    output = spark_cluster.submit(REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path))
+    output = spark_cluster.submit(
+        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path)
+    )
     result = result_of(output.stdout)
 
     expected = {
@@ -69,25 +74,32 @@ def test_consume_group_into_delta_on_the_cluster(spark_cluster, broker, topic, t
     assert DeltaTable(str(table)).transaction_version(f"loglake-consume-group:{group}") == 1
 
 
-def test_compaction_spark_executor_on_the_cluster(spark_cluster, broker) -> None:
-    topic = unique_name("cluster-compacted")
-    create_topic(
-        broker.bootstrap,
-        topic,
-        partitions=1,
-        config={"cleanup.policy": "compact", "loglake.compaction.executor": "spark", "segment.bytes": "8192"},
-    )
-    rows = [(b"key-%03d" % k, b"value-%d-%03d" % (r, k) * 4) for r in range(5) for k in range(60)]
-    produced = produce_keyed(broker.bootstrap, topic, rows)
-    end = produce_keyed(broker.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)])[0][0]
-    latest = {key: (offset, value) for offset, key, value in produced}
+def test_an_executor_killed_mid_write_leaves_the_sink_exactly_once(spark_cluster, broker, topic, tmp_path) -> None:
+    """jobs/delta_sink.py on the cluster: the executor running the first attempt of task 0
+    is killed (SIGKILL of its JVM) with a Parquet file half written; Spark runs the task
+    again on an executor the worker starts, and the table holds every offset once, without
+    the killed attempt's file."""
+    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
+    produce(broker, topic, [{"value": b"r%d" % i, "partition": i % PARTITIONS} for i in range(RECORDS)])
+    table = tmp_path / "table"
+    before = executor_dirs(spark_cluster)
 
-    output = spark_cluster.submit(
-        REPO / "jobs/compact.py", "--bootstrap-servers", broker.bootstrap, "--topics", topic, "--admin-url", broker.http_url
+    spark_cluster.submit(
+        REPO / "jobs/delta_sink.py",
+        *("--bootstrap-servers", broker.bootstrap, "--topics", topic, "--table", str(table)),
+        conf={"spark.executorEnv.LOGLAKE_FAULT": f"{FAULT_EXECUTOR_MID_WRITE}:0"},
     )
-    assert "cleaned up to" in output.stdout, output.stdout
-    records = [(o, k, v) for _, o, k, v in read_all(broker.bootstrap, topic) if o < end]
-    assert records == sorted((o, k, v) for k, (o, v) in latest.items())
+
+    started = [p for p in executor_dirs(spark_cluster) if p not in before]
+    assert len(started) >= 3, started  # the two, and the one started for the killed one
+    snapshot = DeltaTable(str(table))
+    rows = snapshot.to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+    assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
+        (p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS)
+    )
+    referenced = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
+    on_disk = {str(p.relative_to(table)) for p in table.glob("**/*.parquet")}
+    assert referenced < on_disk  # the killed attempt's file is there, and not in the table
 
 
 def test_a_spark_connect_session_reads_a_topic(spark_cluster, broker, topic, tmp_path) -> None:

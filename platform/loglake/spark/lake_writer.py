@@ -49,7 +49,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG
-from loglake.spark.faults import fault_point
+from loglake.spark.faults import fault_point, spark_jvm_fault_point
 from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.offset_ranges import (
     OffsetRange,
@@ -77,6 +77,7 @@ PARTITIONABLE = ("topic", "partition", DATE_COLUMN)
 # are written and before its commit, or right after its commit (crash tests).
 FAULT_AFTER_FILES = "after-lake-files"
 FAULT_AFTER_COMMIT = "after-delta-commit"
+FAULT_EXECUTOR_MID_WRITE = "executor-mid-write"
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_TASK = 2_000_000
 # The pause before planning again after a rival committed first: random, up to this
@@ -495,10 +496,24 @@ class FileRoller:
 def write_task(task: WriteTask) -> list[WrittenFile]:
     """Fetch and decode the task's ranges and write them as Parquet files; their add actions."""
     roller = FileRoller(task.table, task.layout, task.target_file_bytes)
+    first = True
     for offset_range in task.ranges:
         for decoded in read_range(task.read, offset_range, flag_aborted=task.layout.flags_aborted):
             roller.write(task.layout.rows(decoded.batch))
+            if first:
+                _executor_fault()
+                first = False
     return roller.close()
+
+
+def _executor_fault() -> None:
+    """LOGLAKE_FAULT=executor-mid-write:<n>: the first attempt of Spark task n kills its
+    executor (SIGKILL of the JVM) with a Parquet file half written (the cluster tests)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0:
+        spark_jvm_fault_point(FAULT_EXECUTOR_MID_WRITE, context.partitionId())
 
 
 def _run_tasks(tasks: Iterable[WriteTask]) -> Iterator[WrittenFile]:
