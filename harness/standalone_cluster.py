@@ -114,6 +114,10 @@ class StandaloneCluster:
         for process in reversed(self.processes):
             _reap(process)
 
+    def executor_dirs(self) -> list[Path]:
+        """The executors the workers have run (work dir / app id / executor id)."""
+        return sorted(p for n in range(self.workers) for p in (self.base_dir / f"worker-{n}").glob("app-*/*"))
+
     def submit_args(self) -> list[str]:
         """spark-submit's arguments for an application on this cluster (client deploy mode)."""
         return [

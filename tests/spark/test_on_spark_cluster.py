@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -29,18 +28,13 @@ def result_of(output: str) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def executor_dirs(cluster) -> list[Path]:
-    """The executors each worker ran (work dir / app id / executor id)."""
-    return sorted(p for n in range(cluster.workers) for p in (cluster.base_dir / f"worker-{n}").glob("app-*/*"))
-
-
 def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, broker, topic, tmp_path) -> None:
     out_topic = unique_name("cluster-out")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     create_topic(broker.bootstrap, out_topic, partitions=2)
     records = [{"key": b"k%d" % i, "value": b"v" * (i % 40), "partition": i % PARTITIONS} for i in range(RECORDS)]
     produce(broker, topic, records)
-    before = executor_dirs(spark_cluster)
+    before = spark_cluster.executor_dirs()
 
     output = spark_cluster.submit(
         REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path)
@@ -56,7 +50,7 @@ def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, b
     written = read_all(broker.bootstrap, out_topic, partitions=2)
     assert sorted((k, v) for _, _, k, v in written) == sorted((r["key"], r["value"]) for r in records)
     # One executor on each worker ran the application's tasks.
-    started = [p for p in executor_dirs(spark_cluster) if p not in before]
+    started = [p for p in spark_cluster.executor_dirs() if p not in before]
     assert {p.parents[1].name for p in started} == {"worker-0", "worker-1"}
 
 
@@ -82,7 +76,7 @@ def test_an_executor_killed_mid_write_leaves_the_sink_exactly_once(spark_cluster
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     produce(broker, topic, [{"value": b"r%d" % i, "partition": i % PARTITIONS} for i in range(RECORDS)])
     table = tmp_path / "table"
-    before = executor_dirs(spark_cluster)
+    before = spark_cluster.executor_dirs()
 
     spark_cluster.submit(
         REPO / "jobs/delta_sink.py",
@@ -90,7 +84,7 @@ def test_an_executor_killed_mid_write_leaves_the_sink_exactly_once(spark_cluster
         conf={"spark.executorEnv.LOGLAKE_FAULT": f"{FAULT_EXECUTOR_MID_WRITE}:0"},
     )
 
-    started = [p for p in executor_dirs(spark_cluster) if p not in before]
+    started = [p for p in spark_cluster.executor_dirs() if p not in before]
     assert len(started) >= 3, started  # the two, and the one started for the killed one
     snapshot = DeltaTable(str(table))
     rows = snapshot.to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
