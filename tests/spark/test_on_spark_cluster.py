@@ -28,7 +28,9 @@ def result_of(output: str) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, broker, topic, tmp_path) -> None:
+def test_reads_the_exactly_once_writer_and_consume_group_run_on_the_executors(
+    spark_cluster, broker, topic, tmp_path
+) -> None:
     out_topic = unique_name("cluster-out")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     create_topic(broker.bootstrap, out_topic, partitions=2)
@@ -36,8 +38,9 @@ def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, b
     produce(broker, topic, records)
     before = spark_cluster.executor_dirs()
 
+    group = unique_name("cluster-etl")
     output = spark_cluster.submit(
-        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path)
+        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path), group
     )
     result = result_of(output.stdout)
 
@@ -49,23 +52,14 @@ def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, b
     assert result["stream_batches"] == 2  # maxOffsetsPerTrigger 750: 250 per partition
     written = read_all(broker.bootstrap, out_topic, partitions=2)
     assert sorted((k, v) for _, _, k, v in written) == sorted((r["key"], r["value"]) for r in records)
+    # consume_group: the group's run, one Delta commit of the executors' files.
+    consumed = DeltaTable(str(tmp_path / "consumed"))
+    stored = consumed.to_pyarrow_table().to_pylist()
+    assert sorted((r["key"], r["size"]) for r in stored) == sorted((r["key"], len(r["value"])) for r in records)
+    assert consumed.transaction_version(f"loglake-consume-group:{group}") == 1
     # One executor on each worker ran the application's tasks.
     started = [p for p in spark_cluster.executor_dirs() if p not in before]
     assert {p.parents[1].name for p in started} == {"worker-0", "worker-1"}
-
-
-def test_consume_group_into_delta_on_the_cluster(spark_cluster, broker, topic, tmp_path) -> None:
-    group = unique_name("cluster-etl")
-    create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produce(broker, topic, [{"key": b"k%d" % i, "value": b"x" * i, "partition": i % PARTITIONS} for i in range(90)])
-    table = tmp_path / "table"
-    argv = ["--bootstrap-servers", broker.bootstrap, "--group", group, "--topics", topic]
-    spark_cluster.submit(
-        REPO / "jobs/consume_group.py", *argv, "--select", "key, length(value) AS size", "--delta", str(table)
-    )
-    stored = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-    assert sorted((r["key"], r["size"]) for r in stored) == sorted((b"k%d" % i, i) for i in range(90))
-    assert DeltaTable(str(table)).transaction_version(f"loglake-consume-group:{group}") == 1
 
 
 def test_an_executor_killed_mid_write_leaves_the_sink_exactly_once(spark_cluster, broker, topic, tmp_path) -> None:
