@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 # Answers a replica gives while it cannot take the plan yet (not caught up, being cleaned).
 RETRIABLE_KAFKA_ERRORS = {"NOT_ENOUGH_REPLICAS", "REBALANCE_IN_PROGRESS", "NOT_LEADER_OR_FOLLOWER"}
 _PLAN_COLUMNS = "key binary, topic string, partition int, offset bigint"
-_ANSWERS_DDL = "topic string, partition int, broker_id int, keys bigint, answer string"
 _ANSWERS = pa.schema(
     [
         ("topic", pa.string()),
@@ -89,6 +88,7 @@ def compact_ranges(
     """Plan every range and hand each plan to its replicas, from the tasks; every replica's
     answer (`topic`, `partition`, `keys` in the plan, and the broker's answer)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     import loglake.spark
 
@@ -127,7 +127,12 @@ def compact_ranges(
                 answers.append((r.topic, r.partition, broker_id, plan.num_rows, json.dumps(answer)))
         return pa.Table.from_pylist([dict(zip(_ANSWERS.names, a)) for a in answers], schema=_ANSWERS)
 
-    rows = latest.unionByName(markers).groupBy("topic", "partition").applyInArrow(plan_and_send, _ANSWERS_DDL).collect()
+    rows = (
+        latest.unionByName(markers)
+        .groupBy("topic", "partition")
+        .applyInArrow(plan_and_send, from_arrow_schema(_ANSWERS))
+        .collect()
+    )
     return [
         {"topic": row.topic, "partition": row.partition, "keys": row["keys"], **json.loads(row.answer)} for row in rows
     ]

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_WRITTEN_DDL = "path string, size bigint, partition_values string, modification_time bigint, stats string, rows bigint"
 _WRITTEN_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
@@ -66,6 +65,8 @@ def write_files(
 ) -> list[WrittenFile]:
     """The frame's rows as Parquet files in `table`'s directory, written by the tasks; what
     each wrote (nothing is committed)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     schema = layout.schema
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -91,7 +92,7 @@ def write_files(
 
     return [
         WrittenFile(r.path, r.size, json.loads(r.partition_values), r.modification_time, r.stats, r.rows)
-        for r in frame.mapInArrow(write_partition, _WRITTEN_DDL).collect()
+        for r in frame.mapInArrow(write_partition, from_arrow_schema(_WRITTEN_SCHEMA)).collect()
     ]
 
 
