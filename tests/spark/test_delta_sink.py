@@ -234,3 +234,25 @@ def test_a_table_of_other_columns_is_refused_before_anything_is_written(spark, t
     with pytest.raises(ValueError, match=r"partitioned by \[\], not \['topic'\]"):
         partitioned.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(3, 6))), 1, "query-a")
     assert set((tmp_path / "t").glob("**/*.parquet")) == files
+
+
+def test_a_streaming_query_writes_through_delta_sink_as_its_foreach_batch(spark, tmp_path: Path) -> None:
+    """DeltaSink as the foreachBatch of a real streaming query (a file source of two
+    micro-batches): each micro-batch's executor-written files committed with the query's id."""
+    records = kafka_records("orders", 0, range(40))
+    (tmp_path / "in").mkdir()
+    pq.write_table(records.slice(0, 20), tmp_path / "in" / "0.parquet")
+    pq.write_table(records.slice(20), tmp_path / "in" / "1.parquet")
+    source = spark.readStream.schema(spark.createDataFrame(records).schema).option("maxFilesPerTrigger", 1)
+    query = (
+        source.parquet(str(tmp_path / "in"))
+        .writeStream.foreachBatch(DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+    assert committed_version(str(tmp_path / "t"), query.id) == 1
+    assert data_commits(tmp_path / "t") == 2
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, records), ignore_nullable=True)
