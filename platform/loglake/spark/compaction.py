@@ -127,8 +127,11 @@ def compact_ranges(
                 answers.append((r.topic, r.partition, broker_id, plan.num_rows, json.dumps(answer)))
         return pa.Table.from_pylist([dict(zip(_ANSWERS.names, a)) for a in answers], schema=_ANSWERS)
 
+    # One task per partition at most (an explicit count, which adaptive execution keeps):
+    # the plans are sent in parallel, not from one task that the small shuffle was merged into.
     rows = (
         latest.unionByName(markers)
+        .repartition(len(ranges), "topic", "partition")
         .groupBy("topic", "partition")
         .applyInArrow(plan_and_send, from_arrow_schema(_ANSWERS))
         .collect()
