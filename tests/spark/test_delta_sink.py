@@ -9,14 +9,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from kafka_frames import BASE_TIMESTAMP, concat, kafka_records
+from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.delta_sink import (
     DeltaSink,
     DeltaSinkOptions,
     committed_version,
     delta_spark_available,
     delta_spark_missing,
+    table_frame,
 )
 from pyspark.sql import functions as F
 
@@ -256,3 +258,22 @@ def test_a_streaming_query_writes_through_delta_sink_as_its_foreach_batch(spark,
     assert committed_version(str(tmp_path / "t"), query.id) == 1
     assert data_commits(tmp_path / "t") == 2
     assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, records), ignore_nullable=True)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"partition_by_topic": True, "partition_by_date": True},
+        {"value_format": "json", "value_schema": "id BIGINT, name STRING"},
+    ],
+)
+def test_a_table_written_from_the_driver_by_earlier_versions_is_appended_to(spark, tmp_path: Path, options) -> None:
+    """Tables the sink wrote before the executors did (`write_deltalake` of the micro-batch
+    collected as Arrow) have the columns the executors' files get: appended to, not refused."""
+    sink_options = DeltaSinkOptions(table=str(tmp_path / "t"), **options)
+    earlier = table_frame(spark.createDataFrame(kafka_records("orders", 0, range(5))), sink_options)
+    write_deltalake(sink_options.table, to_delta_arrow(earlier), partition_by=sink_options.partition_columns or None)
+
+    later = spark.createDataFrame(kafka_records("orders", 0, range(5, 10)))
+    assert DeltaSink(spark, sink_options).write_batch(later, 0, "query-a").rows_written == 5
+    assert sorted(DeltaTable(sink_options.table).to_pyarrow_table()["offset"].to_pylist()) == list(range(10))
