@@ -277,3 +277,12 @@ def test_a_table_written_from_the_driver_by_earlier_versions_is_appended_to(spar
     later = spark.createDataFrame(kafka_records("orders", 0, range(5, 10)))
     assert DeltaSink(spark, sink_options).write_batch(later, 0, "query-a").rows_written == 5
     assert sorted(DeltaTable(sink_options.table).to_pyarrow_table()["offset"].to_pylist()) == list(range(10))
+
+
+def test_a_table_named_by_a_uri_is_written_through_its_filesystem(spark, tmp_path: Path) -> None:
+    """A `file://` table: the tasks write through pyarrow's filesystem of the URI (as for
+    `s3://`, `gs://`, `abfss://`), delta-rs commits at the same location."""
+    sink = DeltaSink(spark, DeltaSinkOptions(table=f"file://{tmp_path}/t", partition_by_topic=True))
+    assert sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(7))), 0, "query-a").rows_written == 7
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table()["offset"].to_pylist()) == list(range(7))
+    assert len(list((tmp_path / "t" / "topic=orders").glob("*.parquet"))) == 2  # local[2]: two tasks

@@ -361,6 +361,7 @@ class _ColumnStats:
 @dataclass
 class _OpenFile:
     relative: str
+    sink: pa.NativeFile
     writer: pq.ParquetWriter
     partition_values: dict[str, str | None]
     rows: int = 0
@@ -397,7 +398,7 @@ class FileRoller:
     add actions' fields of every file written."""
 
     def __init__(self, table: str, layout: TableLayout, target_file_bytes: int) -> None:
-        self.table = table
+        self.filesystem, self.base = table_filesystem(table)
         self.partition_by = layout.partition_by
         self.target_file_bytes = target_file_bytes
         self.schema = layout.data_schema
@@ -430,10 +431,11 @@ class FileRoller:
                 f"{name}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for name, v in values.items()
             )
             relative = (directory + "/" if directory else "") + f"part-{uuid.uuid4()}.parquet"
-            full = os.path.join(self.table, relative)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            writer = pq.ParquetWriter(full, self.schema, use_dictionary=self.dictionary_columns)
-            current = _OpenFile(relative, writer, values)
+            full = f"{self.base}/{relative}"
+            self.filesystem.create_dir(full.rpartition("/")[0], recursive=True)
+            sink = self.filesystem.open_output_stream(full)
+            writer = pq.ParquetWriter(sink, self.schema, use_dictionary=self.dictionary_columns)
+            current = _OpenFile(relative, sink, writer, values)
             self.open[key] = current
         rows = rows.select(self.schema.names).cast(self.schema)
         current.writer.write_table(rows)
@@ -447,13 +449,14 @@ class FileRoller:
                 low, high = bounds["min"], bounds["max"]
                 stats.minimum = low if stats.minimum is None else min(stats.minimum, low)
                 stats.maximum = high if stats.maximum is None else max(stats.maximum, high)
-        if os.path.getsize(os.path.join(self.table, current.relative)) >= self.target_file_bytes:
+        if current.sink.tell() >= self.target_file_bytes:
             self._close(key)
 
     def _close(self, key: tuple[str | None, ...]) -> None:
         current = self.open.pop(key)
         current.writer.close()
-        full = os.path.join(self.table, current.relative)
+        current.sink.close()  # the writer closes only files it opened itself
+        info = self.filesystem.get_file_info(f"{self.base}/{current.relative}")
         minimum: dict[str, object] = {}
         maximum: dict[str, object] = {}
         for name, s in current.stats.items():
@@ -479,9 +482,9 @@ class FileRoller:
         self.done.append(
             WrittenFile(
                 current.relative,
-                os.path.getsize(full),
+                info.size,
                 current.partition_values,
-                int(os.stat(full).st_mtime * 1000),
+                info.mtime_ns // 1_000_000 if info.mtime_ns is not None else int(time.time() * 1000),
                 json.dumps(stats),
                 current.rows,
             )
@@ -624,7 +627,8 @@ class LakeWriter:
         written: list[WrittenFile] = []
         if tasks:
             self._check_not_overtaken(planned)
-            os.makedirs(self.table.path, exist_ok=True)
+            filesystem, base = table_filesystem(self.table.path)
+            filesystem.create_dir(base, recursive=True)
             try:
                 written = self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(_run_tasks).collect()
             except Exception:
@@ -721,6 +725,16 @@ def commit_files(
 
 def remove_files(table: str, written: Iterable[WrittenFile]) -> None:
     """Delete files a refused commit would have added (never referenced by the table)."""
+    filesystem, base = table_filesystem(table)
     for f in written:
         with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(table, f.path))
+            filesystem.delete_file(f"{base}/{f.path}")
+
+
+def table_filesystem(table: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of a table's location and the table's path in it: a URI's (`s3://`,
+    `gs://`, `abfss://`, `hdfs://`, `file://`; credentials as the filesystem takes them, for
+    S3 the AWS variables), else the local one."""
+    if "://" in table:
+        return pafs.FileSystem.from_uri(table)
+    return pafs.LocalFileSystem(), os.path.abspath(table)
