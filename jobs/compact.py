@@ -14,9 +14,10 @@ cleaner's; the job warns and skips them, and topics that are not compacted):
    the partitions in parallel; records of aborted transactions and markers are left out,
    so an aborted value never shadows a committed one) and builds each partition's plan
    with a DataFrame aggregation: the latest offset of each key,
-   `groupBy(partition, key).max(offset)`;
-3. hands each partition's plan (an Arrow stream of key, offset) to every replica's broker,
-   `POST /admin/compaction/<topic>/<partition>?end_offset=..&now_ms=..`; each broker rewrites
+   `groupBy(partition, key).max(offset)` (`loglake.spark.compaction`);
+3. the Spark task that holds a partition's plan (an Arrow stream of key, offset) hands it to
+   every replica's broker, `POST /admin/compaction/<topic>/<partition>?end_offset=..&now_ms=..`
+   (the driver receives only the answers); each broker rewrites
    its own segments with the same core as its own cleaner, so all replicas end
    byte-identical below the cleaned offset (they remove aborted records and markers by
    the same rules). A replica whose high watermark or last stable offset has not reached
@@ -28,35 +29,20 @@ Exit code 0 when every replica of every partition took its plan.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pyarrow as pa
-import pyarrow.compute as pc
 from loglake.spark import job_session
 from loglake.spark.cluster_admin import broker_http_urls
-from loglake.spark.job_cluster import Cluster, ClusterAccess, add_cluster_arguments, cluster_access
+from loglake.spark.compaction import DirtyRange, compact_ranges
+from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("jobs.compact")
-
-# Answers a replica gives while it cannot take the plan yet (not caught up, being cleaned).
-RETRIABLE_KAFKA_ERRORS = {"NOT_ENOUGH_REPLICAS", "REBALANCE_IN_PROGRESS", "NOT_LEADER_OR_FOLLOWER"}
-
-
-@dataclass(frozen=True)
-class DirtyRange:
-    topic: str
-    partition: int
-    start: int
-    end: int
-    replicas: tuple[int, ...]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,65 +101,6 @@ def dirty_ranges(http: httpx.Client, admin_url: str, brokers: dict[int, str], to
     return ranges
 
 
-def plans(spark: SparkSession, access: ClusterAccess, ranges: list[DirtyRange]) -> dict[tuple[str, int], pa.Table]:
-    """Each partition's latest offset per key in its dirty range, by one Spark aggregation."""
-    import loglake.spark
-    from pyspark.sql import functions as F
-
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in ranges:
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    frame = loglake.spark.read_topic(
-        spark,
-        ",".join(sorted(starting)),
-        schema="key binary, topic string, partition int, offset bigint",
-        startingOffsets=json.dumps(starting),
-        endingOffsets=json.dumps(ending),
-        **access.source_options(),
-        **{"kafka.isolation.level": "read_committed"},
-    )
-    latest = (
-        frame.where(F.col("key").isNotNull())
-        .groupBy("topic", "partition", "key")
-        .agg(F.max("offset").alias("offset"))
-        .orderBy("topic", "partition", "offset")
-    )
-    table = latest.toArrow()
-    out = {}
-    for r in ranges:
-        mask = pc.and_(pc.equal(table["topic"], r.topic), pc.equal(table["partition"], r.partition))
-        picked = table.filter(mask)
-        out[(r.topic, r.partition)] = pa.table({"key": picked["key"], "offset": picked["offset"]})
-    return out
-
-
-def send_plan(
-    http: httpx.Client, url: str, r: DirtyRange, plan: pa.Table, now_ms: int, timeout_s: float
-) -> dict[str, Any]:
-    """POST the plan to one replica's broker, retrying while it asks to."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, plan.schema) as writer:
-        writer.write_table(plan)
-    body = sink.getvalue().to_pybytes()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answer = http.post(
-            f"{url}/admin/compaction/{r.topic}/{r.partition}",
-            params={"end_offset": r.end, "now_ms": now_ms},
-            content=body,
-            headers={"content-type": "application/vnd.apache.arrow.stream"},
-            timeout=max(30.0, timeout_s),
-        )
-        if answer.status_code == 200:
-            return answer.json()
-        kafka_error = answer.json().get("kafka_error") if answer.content else None
-        if kafka_error not in RETRIABLE_KAFKA_ERRORS or time.monotonic() > deadline:
-            raise RuntimeError(f"{url} refused the plan of {r.topic}-{r.partition}: {answer.status_code} {answer.text}")
-        time.sleep(0.2)
-
-
 def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
     """Plan and apply; returns each replica's answer."""
     now_ms = int(time.time() * 1000)
@@ -183,25 +110,22 @@ def run(spark: SparkSession, args: argparse.Namespace) -> list[dict[str, Any]]:
         if not ranges:
             log.info("nothing to compact in %s", args.topic_list)
             return []
-        by_partition = plans(spark, args.cluster, ranges)
-        answers = []
-        for r in ranges:
-            plan = by_partition[(r.topic, r.partition)]
-            for broker_id in r.replicas:
-                answer = send_plan(cluster.http, brokers[broker_id], r, plan, now_ms, args.timeout_s)
-                log.info(
-                    "%s-%d on broker %d: %d keys, offsets %d..%d, cleaned up to %d (%d -> %d bytes)",
-                    r.topic,
-                    r.partition,
-                    broker_id,
-                    plan.num_rows,
-                    r.start,
-                    r.end,
-                    answer["cleaned_up_to"],
-                    answer["bytes_read"],
-                    answer["bytes_written"],
-                )
-                answers.append({"topic": r.topic, "partition": r.partition, **answer})
+        answers = compact_ranges(spark, args.cluster, ranges, brokers, now_ms, args.timeout_s)
+        by_partition = {(r.topic, r.partition): r for r in ranges}
+        for answer in sorted(answers, key=lambda a: (a["topic"], a["partition"], a["broker_id"])):
+            r = by_partition[(answer["topic"], answer["partition"])]
+            log.info(
+                "%s-%d on broker %d: %d keys, offsets %d..%d, cleaned up to %d (%d -> %d bytes)",
+                r.topic,
+                r.partition,
+                answer["broker_id"],
+                answer["keys"],
+                r.start,
+                r.end,
+                answer["cleaned_up_to"],
+                answer["bytes_read"],
+                answer["bytes_written"],
+            )
         return answers
 
 

@@ -44,6 +44,17 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone master and two one-core workers on loopback for the whole session
+    (harness/standalone_cluster.py), shared by tests/spark and the Airflow tests; stopped at
+    its end (and when starting fails)."""
+    from harness.standalone_cluster import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
+
+
 @pytest.fixture
 def loglake_spark(spark: object) -> object:
     """The session, with the `loglake` format registered."""

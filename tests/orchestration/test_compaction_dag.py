@@ -1,6 +1,7 @@
-"""`dag.test()` of loglake_compaction against a live broker: the run's spark-submit of
-jobs/compact.py plans a topic left to the Spark executor, the broker rewrites its segments
-with the plan, and the topic shrinks to the latest value of each key at its offset."""
+"""`dag.test()` of loglake_compaction against a live broker and the session's Spark standalone
+cluster: the run's SparkSubmitOperator submits jobs/compact.py to the cluster's master, its
+executors plan a topic left to the Spark executor and hand the plan to the broker, which
+rewrites its segments, and the topic shrinks to the latest value of each key at its offset."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from confluent_kafka import Producer
-
 from airflow_helpers import AirflowRunner
 from clients.client_helpers import create_topic, make_broker, produce_keyed, read_all, serve, unique_name
+from confluent_kafka import Producer
+
 from harness.process import BrokerProcess
+from harness.standalone_cluster import StandaloneCluster
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +31,9 @@ def partition_size(broker: BrokerProcess, topic: str) -> int:
     return sum(p.stat().st_size for p in (Path(broker.log_dir) / f"{topic}-0").glob("*.log"))
 
 
-def test_a_run_compacts_a_topic_left_to_spark(airflow: AirflowRunner, broker: BrokerProcess) -> None:
+def test_a_run_on_the_spark_cluster_compacts_a_topic_left_to_spark(
+    airflow: AirflowRunner, broker: BrokerProcess, spark_cluster: StandaloneCluster
+) -> None:
     topic = unique_name("airflow-compact")
     create_topic(broker.bootstrap, topic, partitions=1, config=SPARK_COMPACTED)
     rows = [(b"key-%03d" % k, b"value-%d-%03d" % (r, k) * 4) for r in range(6) for k in range(80)]
@@ -43,9 +47,14 @@ def test_a_run_compacts_a_topic_left_to_spark(airflow: AirflowRunner, broker: Br
         "bootstrap.servers": broker.bootstrap,
         "compaction.topics": topic,
         "retries": "0",
+        "spark.master": spark_cluster.master_url,
     }
+    before = spark_cluster.executor_dirs()
     run = airflow.run_dag("loglake_compaction", variables)
     assert run.state == "success", run.log[-8000:]
+    # The run's application got an executor on each worker.
+    started = [p for p in spark_cluster.executor_dirs() if p not in before]
+    assert sorted(p.parents[1].name for p in started) == ["worker-0", "worker-1"]
 
     assert partition_size(broker, topic) < size_before / 2
     latest = {key: (offset, value) for offset, key, value in produced}

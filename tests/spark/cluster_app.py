@@ -1,8 +1,9 @@
 """An application the cluster tests run with spark-submit on the standalone cluster: batch and
-streaming reads of a topic, a two-column schema, read_topic, and an exactly-once batch write
-to another topic. Prints one line `RESULT <json>` for the test to check.
+streaming reads of a topic, a two-column schema, read_topic, an exactly-once batch write
+to another topic, and a run of jobs/consume_group.py into a Delta table (`<dir>/consumed`,
+group `<group>`). Prints one line `RESULT <json>` for the test to check.
 
-    spark-submit --master spark://... tests/spark/cluster_app.py <bootstrap> <topic> <out topic> <dir>
+    spark-submit --master spark://... tests/spark/cluster_app.py <bootstrap> <topic> <out topic> <dir> <group>
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import loglake.spark
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs import consume_group
+
 
 def per_partition(df) -> dict[str, list[int]]:
     rows = df.groupBy("partition").agg(F.count("*"), F.sum(F.length("value"))).collect()
@@ -22,7 +25,7 @@ def per_partition(df) -> dict[str, list[int]]:
 
 
 def main() -> None:
-    bootstrap, topic, out_topic, work = sys.argv[1:5]
+    bootstrap, topic, out_topic, work, group = sys.argv[1:6]
     spark = SparkSession.builder.appName("loglake-cluster-test").getOrCreate()
     loglake.spark.register(spark)
     source = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
@@ -50,6 +53,13 @@ def main() -> None:
         .option("exactly.once", "true")
         .mode("append")
         .save()
+    )
+    consume_group.run(
+        spark,
+        consume_group.parse_args(
+            ["--bootstrap-servers", bootstrap, "--group", group, "--topics", topic]
+            + ["--select", "key, length(value) AS size", "--delta", f"{work}/consumed"]
+        ),
     )
     started = time.monotonic()
     result = {

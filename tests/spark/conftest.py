@@ -36,16 +36,6 @@ def topic(request: pytest.FixtureRequest) -> str:
     return unique_name(request.node.name)
 
 
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A Spark standalone master and two one-core workers on loopback for the whole session,
-    stopped at its end (and when starting fails)."""
-    from standalone_cluster import standalone_cluster
-
-    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
-        yield cluster
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lake root of `tiering_broker`."""

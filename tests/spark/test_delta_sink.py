@@ -9,14 +9,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from kafka_frames import BASE_TIMESTAMP, concat, kafka_records
+from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.delta_sink import (
     DeltaSink,
     DeltaSinkOptions,
     committed_version,
     delta_spark_available,
     delta_spark_missing,
+    table_frame,
 )
 from pyspark.sql import functions as F
 
@@ -35,7 +37,8 @@ def expected_rows(spark, records: pa.Table):
 
 
 def data_commits(path: Path) -> int:
-    return sum(1 for entry in DeltaTable(str(path)).history() if entry["operation"] == "WRITE")
+    """Commits that added rows (the first one creates the table with its files)."""
+    return sum(1 for entry in DeltaTable(str(path)).history() if entry["operation"] in ("WRITE", "CREATE TABLE"))
 
 
 def test_replayed_batch_is_a_no_op(spark, tmp_path: Path) -> None:
@@ -204,3 +207,82 @@ def test_without_delta_jars_the_reason_is_the_classpath_and_delta_spark_is_refus
     )
     with pytest.raises(ValueError, match="engine delta-spark: Delta's jars are not on Spark's classpath"):
         DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), engine="delta-spark"))
+
+
+def test_the_tasks_write_the_files_and_the_driver_commits_them_once(spark, tmp_path: Path) -> None:
+    """Each Spark task writes its own rows (one file per input partition, in a partition
+    directory per topic); the commit holds every file and nothing outside the table."""
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True))
+    records = concat(kafka_records("orders", 0, range(30)), kafka_records("payments", 1, range(30)))
+    batch = spark.createDataFrame(records).repartition(3, "offset")
+    assert sink.write_batch(batch, 0, "query-a").rows_written == 60
+
+    actions = pa.table(DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True)).to_pylist()
+    # Three tasks, each with rows of both topics: two files each.
+    assert len(actions) == 6
+    assert {a["path"].split("/")[0] for a in actions} == {"topic=orders", "topic=payments"}
+    assert sum(a["num_records"] for a in actions) == 60
+    on_disk = {str(p.relative_to(tmp_path / "t")) for p in (tmp_path / "t").glob("topic=*/*.parquet")}
+    assert on_disk == {a["path"] for a in actions}
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, records), ignore_nullable=True)
+
+
+def test_a_table_of_other_columns_is_refused_before_anything_is_written(spark, tmp_path: Path) -> None:
+    DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))).write_batch(
+        spark.createDataFrame(kafka_records("orders", 0, range(3))), 0, "query-a"
+    )
+    files = set((tmp_path / "t").glob("*.parquet"))
+    partitioned = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True))
+    with pytest.raises(ValueError, match=r"partitioned by \[\], not \['topic'\]"):
+        partitioned.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(3, 6))), 1, "query-a")
+    assert set((tmp_path / "t").glob("**/*.parquet")) == files
+
+
+def test_a_streaming_query_writes_through_delta_sink_as_its_foreach_batch(spark, tmp_path: Path) -> None:
+    """DeltaSink as the foreachBatch of a real streaming query (a file source of two
+    micro-batches): each micro-batch's executor-written files committed with the query's id."""
+    records = kafka_records("orders", 0, range(40))
+    (tmp_path / "in").mkdir()
+    pq.write_table(records.slice(0, 20), tmp_path / "in" / "0.parquet")
+    pq.write_table(records.slice(20), tmp_path / "in" / "1.parquet")
+    source = spark.readStream.schema(spark.createDataFrame(records).schema).option("maxFilesPerTrigger", 1)
+    query = (
+        source.parquet(str(tmp_path / "in"))
+        .writeStream.foreachBatch(DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t"))))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+
+    assert committed_version(str(tmp_path / "t"), query.id) == 1
+    assert data_commits(tmp_path / "t") == 2
+    assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, records), ignore_nullable=True)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"partition_by_topic": True, "partition_by_date": True},
+        {"value_format": "json", "value_schema": "id BIGINT, name STRING"},
+    ],
+)
+def test_a_table_written_from_the_driver_by_earlier_versions_is_appended_to(spark, tmp_path: Path, options) -> None:
+    """Tables the sink wrote before the executors did (`write_deltalake` of the micro-batch
+    collected as Arrow) have the columns the executors' files get: appended to, not refused."""
+    sink_options = DeltaSinkOptions(table=str(tmp_path / "t"), **options)
+    earlier = table_frame(spark.createDataFrame(kafka_records("orders", 0, range(5))), sink_options)
+    write_deltalake(sink_options.table, to_delta_arrow(earlier), partition_by=sink_options.partition_columns or None)
+
+    later = spark.createDataFrame(kafka_records("orders", 0, range(5, 10)))
+    assert DeltaSink(spark, sink_options).write_batch(later, 0, "query-a").rows_written == 5
+    assert sorted(DeltaTable(sink_options.table).to_pyarrow_table()["offset"].to_pylist()) == list(range(10))
+
+
+def test_a_table_named_by_a_uri_is_written_through_its_filesystem(spark, tmp_path: Path) -> None:
+    """A `file://` table: the tasks write through pyarrow's filesystem of the URI (as for
+    `s3://`, `gs://`, `abfss://`), delta-rs commits at the same location."""
+    sink = DeltaSink(spark, DeltaSinkOptions(table=f"file://{tmp_path}/t", partition_by_topic=True))
+    assert sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(7))), 0, "query-a").rows_written == 7
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table()["offset"].to_pylist()) == list(range(7))
+    assert len(list((tmp_path / "t" / "topic=orders").glob("*.parquet"))) == 2  # local[2]: two tasks

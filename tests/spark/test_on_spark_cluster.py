@@ -1,5 +1,5 @@
 """The loglake source, sink and jobs on a real Spark standalone cluster (a master and two
-one-core workers, tests/spark/standalone_cluster.py), run with spark-submit: tasks run in
+one-core workers, harness/standalone_cluster.py), run with spark-submit: tasks run in
 executor processes, which unpickle the source, import loglake and reach the brokers."""
 
 from __future__ import annotations
@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from clients.client_helpers import create_topic, produce_keyed, read_all, unique_name
+from clients.client_helpers import create_topic, read_all, unique_name
 from deltalake import DeltaTable
+from loglake.spark.lake_writer import FAULT_EXECUTOR_MID_WRITE
 from source_helpers import REPO, produce
-from standalone_cluster import cluster_environment, connect_server
+
+from harness.standalone_cluster import cluster_environment, connect_server
 
 pytestmark = pytest.mark.slow
 
@@ -26,20 +28,20 @@ def result_of(output: str) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def executor_dirs(cluster) -> list[Path]:
-    """The executors each worker ran (work dir / app id / executor id)."""
-    return sorted(p for n in range(cluster.workers) for p in (cluster.base_dir / f"worker-{n}").glob("app-*/*"))
-
-
-def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, broker, topic, tmp_path) -> None:
+def test_reads_the_exactly_once_writer_and_consume_group_run_on_the_executors(
+    spark_cluster, broker, topic, tmp_path
+) -> None:
     out_topic = unique_name("cluster-out")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     create_topic(broker.bootstrap, out_topic, partitions=2)
     records = [{"key": b"k%d" % i, "value": b"v" * (i % 40), "partition": i % PARTITIONS} for i in range(RECORDS)]
     produce(broker, topic, records)
-    before = executor_dirs(spark_cluster)
+    before = spark_cluster.executor_dirs()
 
-    output = spark_cluster.submit(REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path))
+    group = unique_name("cluster-etl")
+    output = spark_cluster.submit(
+        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path), group
+    )
     result = result_of(output.stdout)
 
     expected = {
@@ -50,44 +52,42 @@ def test_reads_and_the_exactly_once_writer_run_on_the_executors(spark_cluster, b
     assert result["stream_batches"] == 2  # maxOffsetsPerTrigger 750: 250 per partition
     written = read_all(broker.bootstrap, out_topic, partitions=2)
     assert sorted((k, v) for _, _, k, v in written) == sorted((r["key"], r["value"]) for r in records)
+    # consume_group: the group's run, one Delta commit of the executors' files.
+    consumed = DeltaTable(str(tmp_path / "consumed"))
+    stored = consumed.to_pyarrow_table().to_pylist()
+    assert sorted((r["key"], r["size"]) for r in stored) == sorted((r["key"], len(r["value"])) for r in records)
+    assert consumed.transaction_version(f"loglake-consume-group:{group}") == 1
     # One executor on each worker ran the application's tasks.
-    started = [p for p in executor_dirs(spark_cluster) if p not in before]
+    started = [p for p in spark_cluster.executor_dirs() if p not in before]
     assert {p.parents[1].name for p in started} == {"worker-0", "worker-1"}
 
 
-def test_consume_group_into_delta_on_the_cluster(spark_cluster, broker, topic, tmp_path) -> None:
-    group = unique_name("cluster-etl")
+def test_an_executor_killed_mid_write_leaves_the_sink_exactly_once(spark_cluster, broker, topic, tmp_path) -> None:
+    """jobs/delta_sink.py on the cluster: the executor running the first attempt of task 0
+    is killed (SIGKILL of its JVM) with a Parquet file half written; Spark runs the task
+    again on an executor the worker starts, and the table holds every offset once, without
+    the killed attempt's file."""
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
-    produce(broker, topic, [{"key": b"k%d" % i, "value": b"x" * i, "partition": i % PARTITIONS} for i in range(90)])
+    produce(broker, topic, [{"value": b"r%d" % i, "partition": i % PARTITIONS} for i in range(RECORDS)])
     table = tmp_path / "table"
-    argv = ["--bootstrap-servers", broker.bootstrap, "--group", group, "--topics", topic]
+    before = spark_cluster.executor_dirs()
+
     spark_cluster.submit(
-        REPO / "jobs/consume_group.py", *argv, "--select", "key, length(value) AS size", "--delta", str(table)
+        REPO / "jobs/delta_sink.py",
+        *("--bootstrap-servers", broker.bootstrap, "--topics", topic, "--table", str(table)),
+        conf={"spark.executorEnv.LOGLAKE_FAULT": f"{FAULT_EXECUTOR_MID_WRITE}:0"},
     )
-    stored = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
-    assert sorted((r["key"], r["size"]) for r in stored) == sorted((b"k%d" % i, i) for i in range(90))
-    assert DeltaTable(str(table)).transaction_version(f"loglake-consume-group:{group}") == 1
 
-
-def test_compaction_spark_executor_on_the_cluster(spark_cluster, broker) -> None:
-    topic = unique_name("cluster-compacted")
-    create_topic(
-        broker.bootstrap,
-        topic,
-        partitions=1,
-        config={"cleanup.policy": "compact", "loglake.compaction.executor": "spark", "segment.bytes": "8192"},
+    started = [p for p in spark_cluster.executor_dirs() if p not in before]
+    assert len(started) >= 3, started  # the two, and the one started for the killed one
+    snapshot = DeltaTable(str(table))
+    rows = snapshot.to_pyarrow_table(columns=["partition", "offset"]).to_pylist()
+    assert sorted((r["partition"], r["offset"]) for r in rows) == sorted(
+        (p, o) for p in range(PARTITIONS) for o in range(RECORDS // PARTITIONS)
     )
-    rows = [(b"key-%03d" % k, b"value-%d-%03d" % (r, k) * 4) for r in range(5) for k in range(60)]
-    produced = produce_keyed(broker.bootstrap, topic, rows)
-    end = produce_keyed(broker.bootstrap, topic, [(b"filler", bytes(200)) for _ in range(60)])[0][0]
-    latest = {key: (offset, value) for offset, key, value in produced}
-
-    output = spark_cluster.submit(
-        REPO / "jobs/compact.py", "--bootstrap-servers", broker.bootstrap, "--topics", topic, "--admin-url", broker.http_url
-    )
-    assert "cleaned up to" in output.stdout, output.stdout
-    records = [(o, k, v) for _, o, k, v in read_all(broker.bootstrap, topic) if o < end]
-    assert records == sorted((o, k, v) for k, (o, v) in latest.items())
+    referenced = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
+    on_disk = {str(p.relative_to(table)) for p in table.glob("**/*.parquet")}
+    assert referenced < on_disk  # the killed attempt's file is there, and not in the table
 
 
 def test_a_spark_connect_session_reads_a_topic(spark_cluster, broker, topic, tmp_path) -> None:

@@ -1,4 +1,6 @@
-"""DataFrames as Arrow tables for delta-rs (`deltalake`) writes on the driver.
+"""Arrow schemas of Delta tables written with delta-rs (`deltalake`), and DataFrames
+collected as such (only for delta-rs's MERGE, which runs on the driver: appends are written
+by the executors, `frame_writer`).
 
 Spark marks computed columns and nested fields non-null batch by batch, while a Delta
 table's schema is fixed at its first write: every field is made nullable, so that all

@@ -8,9 +8,10 @@ and writes nothing. A run without a streaming query (a batch-mode rerun of a ran
 identity, so its rows go through a MERGE on (topic, partition, offset) that inserts only the
 keys the table lacks.
 
-Two engines write the table: `deltalake` (delta-rs, from Arrow on the driver; the default, as
-Delta's JVM jars are not always available) and delta-spark, chosen when Spark has Delta's
-classes on its classpath. Both write the same columns: topic, partition, offset, timestamp, key,
+Two engines write the table: `deltalake` (the default, as Delta's JVM jars are not always
+available: the executors write the Parquet files and the driver commits their add actions
+with delta-rs, `frame_writer`; a batch-mode rerun's MERGE runs in delta-rs on the driver) and
+delta-spark, chosen when Spark has Delta's classes on its classpath. Both write the same columns: topic, partition, offset, timestamp, key,
 value (or the columns decoded from a JSON value) and headers, plus `date` when the table is
 partitioned by the record's UTC date.
 """
@@ -22,10 +23,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, Transaction, write_deltalake
 
 from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.faults import fault_point
+from loglake.spark.frame_writer import append_frame
 
 if TYPE_CHECKING:
     import delta.tables
@@ -174,7 +176,8 @@ class _TableEngine(Protocol):
 
 @dataclass
 class _DeltaRsEngine:
-    """delta-rs: the batch comes to the driver as Arrow (`toArrow`) and is committed from there."""
+    """delta-rs: appends are written by the executors and committed by the driver
+    (`frame_writer`); MERGE (`insert_missing`) takes the rows to the driver as Arrow."""
 
     path: str
     partition_by: list[str]
@@ -183,16 +186,7 @@ class _DeltaRsEngine:
         return DeltaTable(self.path) if DeltaTable.is_deltatable(self.path) else None
 
     def append(self, frame: DataFrame, app_id: str, version: int) -> int:
-        data = to_delta_arrow(frame)
-        if data.num_rows:
-            write_deltalake(
-                self.path,
-                data,
-                mode="append",
-                partition_by=self.partition_by or None,
-                commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
-            )
-        return data.num_rows
+        return append_frame(frame, self.path, self.partition_by, Transaction(app_id, version))
 
     def insert_missing(self, frame: DataFrame) -> int:
         data = to_delta_arrow(frame)

@@ -26,6 +26,7 @@ A round:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -48,7 +49,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG
-from loglake.spark.faults import fault_point
+from loglake.spark.faults import fault_point, spark_jvm_fault_point
 from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.offset_ranges import (
     OffsetRange,
@@ -76,6 +77,7 @@ PARTITIONABLE = ("topic", "partition", DATE_COLUMN)
 # are written and before its commit, or right after its commit (crash tests).
 FAULT_AFTER_FILES = "after-lake-files"
 FAULT_AFTER_COMMIT = "after-delta-commit"
+FAULT_EXECUTOR_MID_WRITE = "executor-mid-write"
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_TASK = 2_000_000
 # The pause before planning again after a rival committed first: random, up to this
@@ -359,6 +361,7 @@ class _ColumnStats:
 @dataclass
 class _OpenFile:
     relative: str
+    sink: pa.NativeFile
     writer: pq.ParquetWriter
     partition_values: dict[str, str | None]
     rows: int = 0
@@ -389,12 +392,16 @@ def _stats_value(value: object, upper: bool) -> object:
     return value
 
 
-class _FileRoller:
-    """A task's open Parquet files, one per partition directory, each rolled at the target size."""
+class FileRoller:
+    """A task's open Parquet files in `table`'s directory, one per partition directory, each
+    rolled at `target_file_bytes`. `write` takes rows of `layout.schema`; `close` gives the
+    add actions' fields of every file written."""
 
-    def __init__(self, task: WriteTask) -> None:
-        self.task = task
-        self.schema = task.layout.data_schema
+    def __init__(self, table: str, layout: TableLayout, target_file_bytes: int) -> None:
+        self.filesystem, self.base = table_filesystem(table)
+        self.partition_by = layout.partition_by
+        self.target_file_bytes = target_file_bytes
+        self.schema = layout.data_schema
         # Dictionary encoding pays for columns with few values; on a log's unique columns
         # the writer would build a dictionary only to give it up (a third of the write time).
         self.dictionary_columns = [name for name in self.schema.names if name not in _UNIQUE_COLUMNS]
@@ -402,7 +409,7 @@ class _FileRoller:
         self.done: list[WrittenFile] = []
 
     def write(self, rows: pa.Table) -> None:
-        partition_by = self.task.layout.partition_by
+        partition_by = self.partition_by
         if not partition_by:
             self._write_to((), {}, rows)
             return
@@ -424,10 +431,11 @@ class _FileRoller:
                 f"{name}={'__HIVE_DEFAULT_PARTITION__' if v is None else v}" for name, v in values.items()
             )
             relative = (directory + "/" if directory else "") + f"part-{uuid.uuid4()}.parquet"
-            full = os.path.join(self.task.table, relative)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            writer = pq.ParquetWriter(full, self.schema, use_dictionary=self.dictionary_columns)
-            current = _OpenFile(relative, writer, values)
+            full = f"{self.base}/{relative}"
+            self.filesystem.create_dir(full.rpartition("/")[0], recursive=True)
+            sink = self.filesystem.open_output_stream(full)
+            writer = pq.ParquetWriter(sink, self.schema, use_dictionary=self.dictionary_columns)
+            current = _OpenFile(relative, sink, writer, values)
             self.open[key] = current
         rows = rows.select(self.schema.names).cast(self.schema)
         current.writer.write_table(rows)
@@ -441,13 +449,14 @@ class _FileRoller:
                 low, high = bounds["min"], bounds["max"]
                 stats.minimum = low if stats.minimum is None else min(stats.minimum, low)
                 stats.maximum = high if stats.maximum is None else max(stats.maximum, high)
-        if os.path.getsize(os.path.join(self.task.table, current.relative)) >= self.task.target_file_bytes:
+        if current.sink.tell() >= self.target_file_bytes:
             self._close(key)
 
     def _close(self, key: tuple[str | None, ...]) -> None:
         current = self.open.pop(key)
         current.writer.close()
-        full = os.path.join(self.task.table, current.relative)
+        current.sink.close()  # the writer closes only files it opened itself
+        info = self.filesystem.get_file_info(f"{self.base}/{current.relative}")
         minimum: dict[str, object] = {}
         maximum: dict[str, object] = {}
         for name, s in current.stats.items():
@@ -463,14 +472,19 @@ class _FileRoller:
             "numRecords": current.rows,
             "minValues": minimum,
             "maxValues": maximum,
-            "nullCount": {name: s.nulls for name, s in current.stats.items()},
+            # A struct's null counts are per field in Delta's statistics: left out.
+            "nullCount": {
+                name: s.nulls
+                for name, s in current.stats.items()
+                if not pa.types.is_struct(self.schema.field(name).type)
+            },
         }
         self.done.append(
             WrittenFile(
                 current.relative,
-                os.path.getsize(full),
+                info.size,
                 current.partition_values,
-                int(os.stat(full).st_mtime * 1000),
+                info.mtime_ns // 1_000_000 if info.mtime_ns is not None else int(time.time() * 1000),
                 json.dumps(stats),
                 current.rows,
             )
@@ -484,11 +498,25 @@ class _FileRoller:
 
 def write_task(task: WriteTask) -> list[WrittenFile]:
     """Fetch and decode the task's ranges and write them as Parquet files; their add actions."""
-    roller = _FileRoller(task)
+    roller = FileRoller(task.table, task.layout, task.target_file_bytes)
+    first = True
     for offset_range in task.ranges:
         for decoded in read_range(task.read, offset_range, flag_aborted=task.layout.flags_aborted):
             roller.write(task.layout.rows(decoded.batch))
+            if first:
+                _executor_fault()
+                first = False
     return roller.close()
+
+
+def _executor_fault() -> None:
+    """LOGLAKE_FAULT=executor-mid-write:<n>: the first attempt of Spark task n kills its
+    executor (SIGKILL of the JVM) with a Parquet file half written (the cluster tests)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is not None and context.attemptNumber() == 0:
+        spark_jvm_fault_point(FAULT_EXECUTOR_MID_WRITE, context.partitionId())
 
 
 def _run_tasks(tasks: Iterable[WriteTask]) -> Iterator[WrittenFile]:
@@ -599,7 +627,8 @@ class LakeWriter:
         written: list[WrittenFile] = []
         if tasks:
             self._check_not_overtaken(planned)
-            os.makedirs(self.table.path, exist_ok=True)
+            filesystem, base = table_filesystem(self.table.path)
+            filesystem.create_dir(base, recursive=True)
             try:
                 written = self.spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(_run_tasks).collect()
             except Exception:
@@ -618,8 +647,7 @@ class LakeWriter:
         try:
             version = self._commit(planned.snapshot, written, changed)
         except LakeConflict:
-            for f in written:
-                _remove(os.path.join(self.table.path, f.path))
+            remove_files(self.table.path, written)
             raise
         rows = sum(f.rows for f in written)
         log.info(
@@ -652,40 +680,61 @@ class LakeWriter:
     def _commit(
         self, snapshot: DeltaTable | None, written: list[WrittenFile], ends: Mapping[TopicPartition, int]
     ) -> int:
-        layout = self.table.layout
-        properties = CommitProperties(
-            app_transactions=[Transaction(self.table.app_id(tp), end) for tp, end in sorted(ends.items())]
-        )
-        adds = [f.add_action() for f in written]
-        try:
-            if snapshot is None:
-                create_table_with_add_actions(
-                    self.table.path,
-                    Schema.from_arrow(layout.schema),
-                    adds,
-                    mode="error",
-                    partition_by=list(layout.partition_by) or None,
-                    commit_properties=properties,
-                )
-            else:
-                snapshot.create_write_transaction(
-                    cast("list[AddAction | RemoveAction]", adds),
-                    mode="append",
-                    schema=layout.schema,
-                    partition_by=list(layout.partition_by) or None,
-                    commit_properties=properties,
-                )
-        except CommitFailedError as exc:
-            raise LakeConflict(f"{self.table.path}: a rival writer committed first ({exc})") from exc
-        except DeltaError as exc:
-            if snapshot is None and DeltaTable.is_deltatable(self.table.path):
-                raise LakeConflict(f"{self.table.path}: created by a rival writer meanwhile") from exc
-            raise
-        return DeltaTable(self.table.path).version()
+        transactions = [Transaction(self.table.app_id(tp), end) for tp, end in sorted(ends.items())]
+        return commit_files(self.table.path, self.table.layout, snapshot, written, transactions)
 
 
-def _remove(path: str) -> None:
+def commit_files(
+    path: str,
+    layout: TableLayout,
+    snapshot: DeltaTable | None,
+    written: list[WrittenFile],
+    transactions: list[Transaction],
+) -> int:
+    """One Delta commit on `snapshot` (None: create the table) adding the files, with the app
+    transactions; its version. LakeConflict when a rival committed first (delta-rs's conflict
+    checker refuses the commit)."""
+    properties = CommitProperties(app_transactions=transactions)
+    adds = [f.add_action() for f in written]
     try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
+        if snapshot is None:
+            create_table_with_add_actions(
+                path,
+                Schema.from_arrow(layout.schema),
+                adds,
+                mode="error",
+                partition_by=list(layout.partition_by) or None,
+                commit_properties=properties,
+            )
+        else:
+            snapshot.create_write_transaction(
+                cast("list[AddAction | RemoveAction]", adds),
+                mode="append",
+                schema=layout.schema,
+                partition_by=list(layout.partition_by) or None,
+                commit_properties=properties,
+            )
+    except CommitFailedError as exc:
+        raise LakeConflict(f"{path}: a rival writer committed first ({exc})") from exc
+    except DeltaError as exc:
+        if snapshot is None and DeltaTable.is_deltatable(path):
+            raise LakeConflict(f"{path}: created by a rival writer meanwhile") from exc
+        raise
+    return DeltaTable(path).version()
+
+
+def remove_files(table: str, written: Iterable[WrittenFile]) -> None:
+    """Delete files a refused commit would have added (never referenced by the table)."""
+    filesystem, base = table_filesystem(table)
+    for f in written:
+        with contextlib.suppress(FileNotFoundError):
+            filesystem.delete_file(f"{base}/{f.path}")
+
+
+def table_filesystem(table: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of a table's location and the table's path in it: a URI's (`s3://`,
+    `gs://`, `abfss://`, `hdfs://`, `file://`; credentials as the filesystem takes them, for
+    S3 the AWS variables), else the local one."""
+    if "://" in table:
+        return pafs.FileSystem.from_uri(table)
+    return pafs.LocalFileSystem(), os.path.abspath(table)

@@ -1,6 +1,7 @@
 """A Spark standalone cluster on loopback, from pyspark's own launcher (nothing downloaded):
 one master and workers of one core each, every one a JVM in a session of its own with its own
-work dir. Executors run the tests' interpreter with the worktree on PYTHONPATH."""
+work dir. Executors run this interpreter with the checkout on PYTHONPATH. Used by the tests'
+session-wide `spark_cluster` fixture (tests/conftest.py) and by the benchmarks."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 START_TIMEOUT_S = 120
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # Small JVMs: the machine has two cores and little memory to spare.
 DAEMON_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 EXECUTOR_MEMORY = "512m"
@@ -113,6 +114,10 @@ class StandaloneCluster:
         for process in reversed(self.processes):
             _reap(process)
 
+    def executor_dirs(self) -> list[Path]:
+        """The executors the workers have run (work dir / app id / executor id)."""
+        return sorted(p for n in range(self.workers) for p in (self.base_dir / f"worker-{n}").glob("app-*/*"))
+
     def submit_args(self) -> list[str]:
         """spark-submit's arguments for an application on this cluster (client deploy mode)."""
         return [
@@ -135,10 +140,14 @@ class StandaloneCluster:
             f"spark.pyspark.python={sys.executable}",
         ]
 
-    def submit(self, script: Path | str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run a Python application on the cluster with spark-submit; its output, checked."""
+    def submit(
+        self, script: Path | str, *args: str, timeout: float = 300, conf: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Python application on the cluster with spark-submit (with the Spark configs
+        `conf` besides the cluster's); its output, checked."""
+        confs = [arg for name, value in (conf or {}).items() for arg in ("--conf", f"{name}={value}")]
         result = subprocess.run(
-            [*self.submit_args(), str(script), *args],
+            [*self.submit_args(), *confs, str(script), *args],
             env=cluster_environment(),
             cwd=REPO,
             capture_output=True,
