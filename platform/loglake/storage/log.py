@@ -40,11 +40,14 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from loglake.config import LogConfig
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import CheckedBatches
 from loglake.record.columns import check_keyed
 from loglake.record.control import decode_marker
 from loglake.record.header import (
     ATTRIBUTES_POS,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_POS,
     TIMESTAMP_TYPE_MASK,
     RecordBatchHeader,
     peek_batch_size,
@@ -74,6 +77,8 @@ _FUTURE_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}" + FUTURE_DIR_SUFFIX + "$")
 _ATTRIBUTES = struct.Struct(">h")
 _TIMESTAMPS = struct.Struct(">qq")
 _BASE_TIMESTAMP_POS = 27
+# baseOffset, batchLength, partitionLeaderEpoch: the bytes before magic (MAGIC_POS).
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 
 # Rolled segments are fsynced off the append path, as Kafka's "flush-log" task does.
 _flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loglake-flush")
@@ -363,9 +368,16 @@ class Log:
 
     @_storage_op("append to")
     def append_as_leader(
-        self, records: Bytes, leader_epoch: int, now_ms: int | None = None, *, from_coordinator: bool = False
+        self,
+        records: Bytes | CheckedBatches,
+        leader_epoch: int,
+        now_ms: int | None = None,
+        *,
+        from_coordinator: bool = False,
     ) -> LogAppendInfo:
         """Validate, assign offsets to and append one request's batches (all or nothing).
+        Batches a produce request's check passed (CheckedBatches) are not parsed and
+        CRC-checked again, only held to this log's limits.
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
         count does not match the offset delta, or a record without a key on a compacted
@@ -378,9 +390,14 @@ class Log:
         batches) are accepted only `from_coordinator` (WriteTxnMarkers).
         With message.timestamp.type=LogAppendTime every batch is stamped with `now_ms`.
         """
-        view = _byte_view(records)
         config = self._config
-        batches = _validate(view, config, for_leader=True)
+        if isinstance(records, CheckedBatches):
+            view = records.view
+            batches = records.batches
+            _check_leader_limits(batches, len(view), config)
+        else:
+            view = _byte_view(records)
+            batches = _validate(view, config, for_leader=True)
         if config.compact:
             check_keyed(view, f"{self.topic}-{self.partition}")
         now = _now(now_ms)
@@ -1037,34 +1054,38 @@ def _validate(view: memoryview, config: LogConfig, for_leader: bool) -> list[tup
         if peek_batch_size(view, position) is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{len(view) - position} trailing bytes are not a record batch")
         header = validate_batch(view, position)
-        if for_leader:
-            if header.size > config.max_message_bytes:
-                raise KafkaError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
-                )
-            if header.record_count != header.last_offset_delta + 1:
-                raise KafkaError(
-                    ErrorCode.INVALID_RECORD,
-                    f"record batch has {header.record_count} records but last offset delta {header.last_offset_delta}",
-                )
         batches.append((position, header))
         position += header.size
-    if for_leader and len(view) > config.segment_bytes:
-        raise KafkaError(
-            ErrorCode.RECORD_LIST_TOO_LARGE,
-            f"{len(view)} bytes in one append exceed segment.bytes={config.segment_bytes}",
-        )
+    if for_leader:
+        _check_leader_limits(batches, len(view), config)
     return batches
 
 
+def _check_leader_limits(batches: list[tuple[int, RecordBatchHeader]], size: int, config: LogConfig) -> None:
+    """The producer-facing limits of a leader's append, on batches already parsed and checked."""
+    for _, header in batches:
+        if header.size > config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+            )
+        if header.record_count != header.last_offset_delta + 1:
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                f"record batch has {header.record_count} records but last offset delta {header.last_offset_delta}",
+            )
+    if size > config.segment_bytes:
+        raise KafkaError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{size} bytes in one append exceed segment.bytes={config.segment_bytes}",
+        )
+
+
 def _stamp_header(view: memoryview, position: int, size: int, offset: int, epoch: int) -> tuple[Bytes, Bytes]:
-    """A copy of the batch header with its offset and leader epoch set (neither is under
-    the CRC), and the untouched rest of the batch: written together, never joined."""
-    header = bytearray(view[position : position + HEADER_SIZE])
-    set_base_offset(header, 0, offset)
-    set_partition_leader_epoch(header, 0, epoch)
-    return header, view[position + HEADER_SIZE : position + size]
+    """The batch's first 16 bytes with its offset and leader epoch set (neither is under
+    the CRC; batchLength between them as it is), and the untouched rest of the batch:
+    written together, never joined."""
+    return _OFFSET_LENGTH_EPOCH.pack(offset, size - LOG_OVERHEAD, epoch), view[position + MAGIC_POS : position + size]
 
 
 def _stamp_whole_batch(view: memoryview, position: int, size: int, offset: int, epoch: int, now: int) -> bytearray:
