@@ -21,6 +21,7 @@ from loglake.protocol import types as t
 from loglake.protocol.api import api_name, parse_versions
 from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, UnsupportedVersionError
 from loglake.protocol.fast import produce_request_reader, produce_response_writer
+from loglake.protocol.fast_fetch import fetch_request_reader, fetch_response_reader, fetch_response_writer
 from loglake.protocol.messages import MESSAGES
 from loglake.protocol.types import Buffer, Reader, Writer
 
@@ -304,12 +305,20 @@ def _empty_tags(out: list, d: dict) -> None:
 
 
 def _with_fast_path(name: str, version: int, compiled: _Struct) -> _Struct:
-    """The hand-written codec of the produce path (fast.py) where there is one; it hands
-    what it does not take to the compiled one."""
+    """The hand-written codec of the produce and fetch paths (fast.py, fast_fetch.py) where
+    there is one; it hands what it does not take to the compiled one."""
     if name == "ProduceRequest" and version >= 3:
         return _Struct(produce_request_reader(version, compiled.read), compiled.write, compiled.new_default)
     if name == "ProduceResponse":
         return _Struct(compiled.read, produce_response_writer(version, compiled.write), compiled.new_default)
+    if name == "FetchRequest" and version >= 12:
+        return _Struct(fetch_request_reader(version, compiled.read), compiled.write, compiled.new_default)
+    if name == "FetchResponse" and version >= 12:
+        return _Struct(
+            fetch_response_reader(version, compiled.read),
+            fetch_response_writer(version, compiled.write),
+            compiled.new_default,
+        )
     return compiled
 
 
