@@ -40,6 +40,8 @@ _REQUEST_PARTITION = struct.Struct(">iiqiqi")
 _INT32 = struct.Struct(">i")
 # ReplicaState (tagged, v15+): replica_id, replica_epoch, then its own empty tag section.
 _REPLICA_STATE = struct.Struct(">iqB")
+_UVARINT_13 = bytes((_REPLICA_STATE.size,))  # its length, a one-byte varint
+_NO_STATE: dict = {}  # a consumer's: the default, not sent
 # FetchResponse: throttle_time_ms, error_code, session_id.
 _RESPONSE_TOP = struct.Struct(">ihi")
 # A partition: partition_index, error_code, high_watermark, last_stable_offset, log_start_offset.
@@ -185,6 +187,77 @@ def fetch_request_reader(version: int, generic: Reader) -> Reader:
         }, pos
 
     return with_fallback(read, generic)
+
+
+def fetch_request_writer(version: int, generic: Writer) -> Writer:
+    """FetchRequest v12+ (`generic`: the compiled writer, for a cluster id or a replica
+    directory id, which followers and consumers here do not send)."""
+    by_id = version >= 13
+    top = _REQUEST_TOP_V15 if version >= 15 else _REQUEST_TOP_V12
+    partition_fixed = _REQUEST_PARTITION.pack
+    count = write_compact_count
+
+    def write_topic_ref(out: list, topic: dict) -> None:
+        if by_id:
+            out.append(topic.get("topic_id", t.ZERO_UUID).bytes)
+        else:
+            t.write_compact_string(out, topic.get("topic", ""))
+
+    def write(out: list, body: dict) -> None:
+        if body.get("cluster_id") is not None or any(
+            p.get("replica_directory_id", t.ZERO_UUID) != t.ZERO_UUID
+            for topic in body.get("topics", ())
+            for p in topic.get("partitions", ())
+        ):
+            generic(out, body)
+            return
+        get = body.get
+        fixed = (
+            get("max_wait_ms", 0),
+            get("min_bytes", 0),
+            get("max_bytes", 0x7FFFFFFF),
+            get("isolation_level", 0),
+            get("session_id", 0),
+            get("session_epoch", -1),
+        )
+        out.append(top.pack(*fixed) if version >= 15 else top.pack(get("replica_id", -1), *fixed))
+        topics = get("topics", ())
+        count(out, len(topics))
+        for topic in topics:
+            write_topic_ref(out, topic)
+            partitions = topic.get("partitions", ())
+            count(out, len(partitions))
+            for p in partitions:
+                pget = p.get
+                out.append(
+                    partition_fixed(
+                        pget("partition", 0),
+                        pget("current_leader_epoch", -1),
+                        pget("fetch_offset", 0),
+                        pget("last_fetched_epoch", -1),
+                        pget("log_start_offset", -1),
+                        pget("partition_max_bytes", 0),
+                    )
+                )
+                out.append(b"\x00")
+            out.append(b"\x00")
+        forgotten = get("forgotten_topics_data", ())
+        count(out, len(forgotten))
+        for topic in forgotten:
+            write_topic_ref(out, topic)
+            indexes = topic.get("partitions", ())
+            count(out, len(indexes))
+            out.extend([_INT32.pack(i) for i in indexes])
+            out.append(b"\x00")
+        t.write_compact_string(out, get("rack_id", ""))
+        state = get("replica_state", _NO_STATE) if version >= 15 else _NO_STATE
+        replica_id, replica_epoch = state.get("replica_id", -1), state.get("replica_epoch", -1)
+        if replica_id == -1 and replica_epoch == -1:
+            out.append(b"\x00")  # the default: not sent
+        else:
+            out.append(b"\x01\x01" + _UVARINT_13 + _REPLICA_STATE.pack(replica_id, replica_epoch, 0))
+
+    return write
 
 
 def fetch_response_reader(version: int, generic: Reader) -> Reader:

@@ -33,10 +33,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from loglake.config import LogConfig
 from loglake.errors import ErrorCode, KafkaError
@@ -100,7 +99,7 @@ def _storage_op(
         def run(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             channel = self.failure_channel
             if check_online and channel is not None:
-                channel.check_online(self._dir.parent)
+                channel.check_online(self._log_dir)
             try:
                 return method(self, *args, **kwargs)
             except OSError as exc:
@@ -137,8 +136,9 @@ def _topic_partition_of(dir: Path) -> tuple[str, int]:
     return parsed
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+# NamedTuples, not frozen dataclasses: one of each is made per append, and a frozen
+# dataclass's __init__ sets its fields one object.__setattr__ at a time.
+class LogAppendInfo(NamedTuple):
     """What an append did. `offset_of_max_timestamp` is the last offset of the batch that
     holds the max timestamp (Kafka's "shallow" offset, what the time index records).
 
@@ -158,8 +158,7 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetMetadata:
+class LogOffsetMetadata(NamedTuple):
     """An offset with where it falls: the segment's base offset and the byte position."""
 
     offset: int
@@ -182,6 +181,7 @@ class Log:
         # Runs the delayed deletion of removed segments' files; without one they go at once.
         self._scheduler = scheduler
         self._dir = dir
+        self._log_dir = dir.parent  # the log dir holding it, asked on every storage call
         self._config = config
         self._segments = segments
         self._log_start_offset = log_start_offset
@@ -253,10 +253,10 @@ class Log:
 
     def storage_error(self, what: str, cause: OSError) -> KafkaError:
         """Report an I/O error of this log (its dir goes offline); the error to raise."""
-        message = f"{what} {self.topic}-{self.partition} in {self._dir.parent}"
+        message = f"{what} {self.topic}-{self.partition} in {self._log_dir}"
         if self.failure_channel is None:
             return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{message} failed: {cause}")
-        return self.failure_channel.report(self._dir.parent, message + " failed", cause)
+        return self.failure_channel.report(self._log_dir, message + " failed", cause)
 
     # State -------------------------------------------------------------------------------
 
@@ -979,6 +979,7 @@ class Log:
             self._dir.rename(new_dir)
             fsync_dir(new_dir.parent)
             self._dir = new_dir
+            self._log_dir = new_dir.parent
             for segment in self._segments:
                 segment.change_dir(new_dir)
             self._epochs.path = new_dir / LEADER_EPOCH_CHECKPOINT

@@ -12,7 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loglake.protocol import ProtocolDecodeError, codec
-from loglake.protocol.fast_fetch import fetch_request_reader, fetch_response_reader, fetch_response_writer
+from loglake.protocol.fast_fetch import (
+    fetch_request_reader,
+    fetch_request_writer,
+    fetch_response_reader,
+    fetch_response_writer,
+)
 from loglake.protocol.messages import MESSAGES
 from loglake.protocol.schema import _compile_struct
 from protocol_values import message_strategy
@@ -172,6 +177,12 @@ def test_property_fetch_response_encodes_as_compiled(message: tuple[int, dict]) 
     _check_encodes_as_compiled("FetchResponse", message)
 
 
+@_SETTINGS
+@given(message=_flexible("FetchRequest"))
+def test_property_fetch_request_encodes_as_compiled(message: tuple[int, dict]) -> None:
+    _check_encodes_as_compiled("FetchRequest", message)
+
+
 _TOPIC_ID = uuid.UUID("6a1c2a7e-3b0f-4d55-9a40-0c1de3f1b2a9")
 
 
@@ -231,9 +242,12 @@ def _leader_response() -> dict:
 
 @pytest.mark.parametrize("version", range(12, 18))
 def test_a_replication_round_trip_takes_the_fast_paths(version: int) -> None:
-    """The follower's request and the leader's usual answer are read and written without
-    the compiled codec, to the same dicts and bytes."""
-    request = codec("FetchRequest", version).encode(_follower_request(version))
+    """The follower's request and the leader's usual answer are written and read without
+    the compiled codec, to the same bytes and dicts."""
+    request = _encode(fetch_request_writer(version, _refuse), _follower_request(version))
+    assert request is not None and request == _encode(
+        _compiled("FetchRequest", version).write, _follower_request(version)
+    )
     fast_read = fetch_request_reader(version, _refuse)
     assert fast_read(memoryview(request), 0) == _compiled("FetchRequest", version).read(memoryview(request), 0)
     body = _leader_response()
