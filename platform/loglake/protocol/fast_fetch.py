@@ -189,6 +189,14 @@ def fetch_request_reader(version: int, generic: Reader) -> Reader:
     return with_fallback(read, generic)
 
 
+def _write_topic_ref(out: list, topic: dict, by_id: bool) -> None:
+    """A topic by id (v13+) or by name."""
+    if by_id:
+        out.append(topic.get("topic_id", t.ZERO_UUID).bytes)
+    else:
+        t.write_compact_string(out, topic.get("topic", ""))
+
+
 def fetch_request_writer(version: int, generic: Writer) -> Writer:
     """FetchRequest v12+ (`generic`: the compiled writer, for a cluster id or a replica
     directory id, which followers and consumers here do not send)."""
@@ -196,12 +204,6 @@ def fetch_request_writer(version: int, generic: Writer) -> Writer:
     top = _REQUEST_TOP_V15 if version >= 15 else _REQUEST_TOP_V12
     partition_fixed = _REQUEST_PARTITION.pack
     count = write_compact_count
-
-    def write_topic_ref(out: list, topic: dict) -> None:
-        if by_id:
-            out.append(topic.get("topic_id", t.ZERO_UUID).bytes)
-        else:
-            t.write_compact_string(out, topic.get("topic", ""))
 
     def write(out: list, body: dict) -> None:
         if body.get("cluster_id") is not None or any(
@@ -224,7 +226,7 @@ def fetch_request_writer(version: int, generic: Writer) -> Writer:
         topics = get("topics", ())
         count(out, len(topics))
         for topic in topics:
-            write_topic_ref(out, topic)
+            _write_topic_ref(out, topic, by_id)
             partitions = topic.get("partitions", ())
             count(out, len(partitions))
             for p in partitions:
@@ -244,7 +246,7 @@ def fetch_request_writer(version: int, generic: Writer) -> Writer:
         forgotten = get("forgotten_topics_data", ())
         count(out, len(forgotten))
         for topic in forgotten:
-            write_topic_ref(out, topic)
+            _write_topic_ref(out, topic, by_id)
             indexes = topic.get("partitions", ())
             count(out, len(indexes))
             out.extend([_INT32.pack(i) for i in indexes])
@@ -361,10 +363,7 @@ def fetch_response_writer(version: int, generic: Writer) -> Writer:
         )
         count(out, len(responses))
         for topic in responses:
-            if by_id:
-                out.append(topic.get("topic_id", t.ZERO_UUID).bytes)
-            else:
-                t.write_compact_string(out, topic.get("topic", ""))
+            _write_topic_ref(out, topic, by_id)
             partitions = topic.get("partitions", ())
             count(out, len(partitions))
             for p in partitions:
