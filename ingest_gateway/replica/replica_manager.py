@@ -477,26 +477,7 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             if total < 0 or total >= min_bytes or remaining <= 0:
                 return results
-            # Woken by a high watermark move alone, nothing for this fetch has changed: wait
-            # again without a pass over every session partition (reads and follower state),
-            # as Kafka's DelayedFetch only re-checks offsets. The last pass is a full one.
-            watched = self._watch(partitions)
             await self.wait_for_change(keys, remaining, log_end=True)
-            while self._watch(partitions) == watched and (remaining := deadline - loop.time()) > 0:
-                await self.wait_for_change(keys, remaining, log_end=True)
-
-    def _watch(self, requests: list[FollowerFetchPartition]) -> list[tuple[Partition | None, int, int]]:
-        """What decides a waiting follower fetch's answer besides the clock: each partition
-        (None if gone), its leader epoch and its log end offset."""
-        partitions = self.partitions
-        watched: list[tuple[Partition | None, int, int]] = []
-        for req in requests:
-            partition = partitions.get((req.topic, req.partition))
-            if partition is None or not partition.is_leader:
-                watched.append((None, -1, -1))
-            else:
-                watched.append((partition, partition.leader_epoch, partition.log_end_offset))
-        return watched
 
     def _read_for_follower(
         self, replica_id: int, requests: list[FollowerFetchPartition], max_bytes: int

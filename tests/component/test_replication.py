@@ -99,53 +99,6 @@ async def test_follower_fetch_protocol(cluster: Cluster) -> None:
     assert r["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-@cluster_test
-async def test_a_waiting_follower_fetch_is_not_read_again_when_only_the_high_watermark_moves(cluster: Cluster) -> None:
-    """As Kafka's DelayedFetch re-checks offsets rather than reading again: a follower fetch
-    waiting at the log end passes over its partitions again only when its log end or leader
-    epoch changed, not on every high watermark move (each pass reads and updates the
-    follower's state for every partition of its session)."""
-    for i in (1, 2, 3):
-        await cluster.start_node(i)
-    cluster.create_topic(T, (1, 2, 3))
-    for i in (2, 3):  # this test's clients play both followers
-        cluster.nodes[i].rm.fetcher_manager.remove_fetcher_partitions([(T, 0)])
-    leader = cluster.client(1)
-    assert (await produce(leader, T, [b"a"], acks=1))["error_code"] == 0
-    rm = cluster.nodes[1].rm
-    passes = 0
-    read_for_follower = rm._read_for_follower
-
-    def counted(*args, **kwargs):
-        nonlocal passes
-        passes += 1
-        return read_for_follower(*args, **kwargs)
-
-    rm._read_for_follower = counted
-    waiting = asyncio.create_task(
-        fetch(cluster.client(1), T, 1, replica_id=2, current_leader_epoch=0, max_wait_ms=10_000, min_bytes=1)
-    )
-    await until(lambda: passes == 1, what="follower 2's fetch waiting at the log end")
-    assert cluster.nodes[1].partition(T).high_watermark == 0  # follower 3 is not there yet
-    # Follower 3 reaches the log end: the HW moves, which wakes follower 2's fetch.
-    assert (await fetch(cluster.client(1), T, 1, replica_id=3, current_leader_epoch=0))["high_watermark"] == 1
-    assert passes == 2  # follower 3's own pass
-    assert (await fetch(leader, T))["high_watermark"] == 1  # a consumer's fetch: the wake has run
-    assert not waiting.done() and passes == 2
-    # New data: the waiting fetch reads and answers it.
-    assert (await produce(leader, T, [b"b"], acks=1))["error_code"] == 0
-    r = await waiting
-    assert values_of(r["records"]) == [b"b"] and r["high_watermark"] == 1
-    assert passes == 3
-    # A new leader epoch while waiting answers at once, with the fence.
-    waiting = asyncio.create_task(
-        fetch(cluster.client(1), T, 2, replica_id=2, current_leader_epoch=0, max_wait_ms=10_000, min_bytes=1)
-    )
-    await until(lambda: passes == 4, what="follower 2's next fetch waiting")
-    cluster.elect(T, 1, (1, 2, 3))
-    assert (await waiting)["error_code"] == ErrorCode.FENCED_LEADER_EPOCH
-
-
 # ISR ----------------------------------------------------------------------------------------------------
 
 
