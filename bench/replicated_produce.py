@@ -5,8 +5,9 @@ Prints records/s for RF=1 (single broker), RF=3 acks=1 and RF=3 acks=all, the ra
 against RF=1 (target for acks=all: >= 0.4; Kafka's published anchor is about 0.5), and
 end-to-end p50/p99 latency on the cluster with acks=all: at 10,000 records/s with
 linger.ms=5 (target p99 <= 10 ms), and at 5,000 records/s with linger.ms=0, a request per
-record or two (target: keeps up, every record received, p99 <= 20 ms).
-`--latency-only` skips the throughput runs.
+record or two (target: keeps up, every record received, p99 <= 20 ms), with the CPU the
+three brokers used per record received (less at the mercy of the machine's load than
+latency). `--latency-only` skips the throughput runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from bench.kafka_common import create_topic, loglake_cluster
 from bench.kafka_produce import PARTITIONS, produce
 from bench.latency import measure, percentile
+from bench.process_cpu import process_cpu_seconds
 from harness.local_cluster import LocalCluster
 
 
@@ -45,19 +47,27 @@ def main() -> None:
             for rate, linger_ms in ((10_000, 5), (5_000, 0)):
                 topic = f"bench-rf3-latency-{rate}-{linger_ms}"
                 create_topic(cluster.bootstrap, topic, PARTITIONS, replication=3)
-                latency_runs[(rate, linger_ms)] = measure(
+                cpu = brokers_cpu_seconds(cluster)
+                latencies, sent = measure(
                     cluster.bootstrap, topic, PARTITIONS, "all", args.latency_seconds, rate, linger_ms
                 )
+                latency_runs[(rate, linger_ms)] = latencies, sent, brokers_cpu_seconds(cluster) - cpu
     if not args.latency_only:
         print(f"RF=1 single broker, acks=1 : {single:12,.0f} records/s")
         print(f"RF=3 cluster,       acks=1 : {rf3_acks1:12,.0f} records/s  ratio {rf3_acks1 / single:.2f}")
         print(f"RF=3 cluster,       acks=all: {rf3_all:12,.0f} records/s  ratio {rf3_all / single:.2f} (target >= 0.4)")
-    for (rate, linger_ms), (latencies, sent) in latency_runs.items():
+    for (rate, linger_ms), (latencies, sent, cpu) in latency_runs.items():
         print(
             f"RF=3 acks=all latency at {rate:,} records/s, linger.ms={linger_ms}: "
             f"p50 {percentile(latencies, 0.5):.2f} ms, p99 {percentile(latencies, 0.99):.2f} ms, "
-            f"max {max(latencies):.2f} ms ({len(latencies)} of {sent} received)"
+            f"max {max(latencies):.2f} ms ({len(latencies)} of {sent} received); "
+            f"the 3 brokers' CPU {cpu:.2f} s, {cpu / max(len(latencies), 1) * 1e6:.0f} µs per record received"
         )
+
+
+def brokers_cpu_seconds(cluster: LocalCluster) -> float:
+    """CPU seconds the cluster's broker processes have used (ZooKeeper's not counted)."""
+    return sum(process_cpu_seconds(b.proc.pid) for b in cluster.brokers.values() if b.proc is not None)
 
 
 if __name__ == "__main__":

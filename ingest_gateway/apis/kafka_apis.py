@@ -368,11 +368,9 @@ class KafkaApis:
                     errors[(name, p["index"])] = (ErrorCode.CORRUPT_MESSAGE, "no record batch in the request")
                     continue
                 try:
-                    validate_client_records(records)
+                    entries[(name, p["index"])] = validate_client_records(records)
                 except KafkaError as exc:
                     errors[(name, p["index"])] = (exc.code, exc.message)
-                    continue
-                entries[(name, p["index"])] = records
         if acks not in (-1, 0, 1):
             errors.update(
                 {k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries}

@@ -29,6 +29,7 @@ from loglake.cluster.replication_quota import ReplicationQuota
 from loglake.config import LogConfig
 from loglake.coordination.model import LeaderAndIsrPartition, PartitionState
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import CheckedBatches
 from loglake.security.client import PLAINTEXT, ClientSecurity
 from loglake.storage.checkpoints import CheckpointFileError, OffsetCheckpointFile
 from loglake.storage.file_records import LogSlice
@@ -372,7 +373,7 @@ class ReplicaManager:
 
     async def append_records(
         self,
-        entries: Mapping[TopicPartition, bytes | bytearray | memoryview],
+        entries: Mapping[TopicPartition, bytes | bytearray | memoryview | CheckedBatches],
         required_acks: int,
         timeout_ms: int,
         from_coordinator: bool = False,

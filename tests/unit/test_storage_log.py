@@ -9,14 +9,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_storage_support import COMPRESSION_GZIP, headers_of, make_batch, records_of, split_batches, stamped
-
 from loglake.config import LogConfig
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import validate_client_records
 from loglake.record.header import RecordBatchHeader, set_crc, validate_batch
 from loglake.storage.file_records import FileRecords
 from loglake.storage.leader_epoch_cache import EpochEntry
 from loglake.storage.log import Log, parse_topic_partition
+from test_storage_support import COMPRESSION_GZIP, headers_of, make_batch, records_of, split_batches, stamped
 
 TINY = {"segment_bytes": 700, "index_interval_bytes": 60}
 
@@ -55,16 +55,26 @@ def test_topic_and_partition_come_from_the_directory_name(tmp_path: Path) -> Non
         open_log(tmp_path, "no_partition")
 
 
-def test_append_assigns_offsets_and_stamps_the_leader_epoch(tmp_path: Path) -> None:
+def as_given(records: bytes) -> bytes:
+    return records
+
+
+# A leader appends the bytes as given (coordinators, HTTP produce) or as a produce request's
+# check passed them (CheckedBatches, not parsed again): both must store the same.
+APPENDED_AS = pytest.mark.parametrize("prepare", [as_given, validate_client_records], ids=["bytes", "checked"])
+
+
+@APPENDED_AS
+def test_append_assigns_offsets_and_stamps_the_leader_epoch(tmp_path: Path, prepare) -> None:
     log = open_log(tmp_path)
     assert (log.log_start_offset, log.log_end_offset) == (0, 0)
     first = make_batch(3, timestamp=500)
-    info = log.append_as_leader(first, leader_epoch=7)
+    info = log.append_as_leader(prepare(first), leader_epoch=7)
     assert (info.first_offset, info.last_offset, info.num_batches, info.num_records) == (0, 2, 1, 3)
     assert (info.max_timestamp, info.offset_of_max_timestamp, info.log_append_time_ms) == (502, 2, -1)
     assert info.valid_bytes == len(first)
     several = b"".join(make_batch(n, timestamp=900, tag=n) for n in (1, 4, 2))
-    info = log.append_as_leader(several, leader_epoch=7)
+    info = log.append_as_leader(prepare(several), leader_epoch=7)
     assert (info.first_offset, info.last_offset, info.num_batches, info.num_records) == (3, 9, 3, 7)
     assert log.log_end_offset == 10
     data = log.read(0, 10**6).read_bytes()
@@ -170,14 +180,15 @@ def test_a_bad_batch_anywhere_appends_nothing(tmp_path: Path) -> None:
     assert (log.log_end_offset, log.active_segment.size) == (6, size_before)
 
 
-def test_size_limits(tmp_path: Path) -> None:
+@APPENDED_AS
+def test_size_limits(tmp_path: Path, prepare) -> None:
     log = open_log(tmp_path, max_message_bytes=300, segment_bytes=1000)
     small, big = make_batch(1, value_size=10), make_batch(1, value_size=400)
-    error = expect_error(ErrorCode.MESSAGE_TOO_LARGE, log.append_as_leader, small + big, 0)
+    error = expect_error(ErrorCode.MESSAGE_TOO_LARGE, log.append_as_leader, prepare(small + big), 0)
     assert "max.message.bytes=300" in error.message
-    expect_error(ErrorCode.RECORD_LIST_TOO_LARGE, log.append_as_leader, small * 20, 0)
+    expect_error(ErrorCode.RECORD_LIST_TOO_LARGE, log.append_as_leader, prepare(small * 20), 0)
     assert log.log_end_offset == 0
-    log.append_as_leader(small * 5, 0)
+    log.append_as_leader(prepare(small * 5), 0)
     assert log.log_end_offset == 5
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from loglake.config import LogConfig
 from loglake.coordination.model import PartitionState
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import CheckedBatches
 from loglake.storage.log import Log, LogAppendInfo
 
 ACKS_ALL = -1
@@ -242,7 +243,10 @@ class Partition:
     # Leader: appends, follower fetches, HW and ISR ----------------------------------------
 
     def append_records_to_leader(
-        self, records: bytes | bytearray | memoryview, required_acks: int, from_coordinator: bool = False
+        self,
+        records: bytes | bytearray | memoryview | CheckedBatches,
+        required_acks: int,
+        from_coordinator: bool = False,
     ) -> LogAppendInfo:
         """Validate, assign offsets and append one request's batches for this partition
         (`from_coordinator`: transaction markers, WriteTxnMarkers)."""

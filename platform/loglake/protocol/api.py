@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 
 from loglake.protocol.messages import MESSAGES, ApiKey
 
@@ -75,6 +76,8 @@ def is_flexible(api_key: int, api_version: int) -> bool:
     return flexible is not None and flexible[0] <= api_version <= flexible[1]
 
 
+# Asked for every request and response; bounded, as a client may send any key and version.
+@functools.lru_cache(maxsize=4096)
 def request_header_version(api_key: int, api_version: int) -> int:
     if is_flexible(api_key, api_version):
         return 2
@@ -84,6 +87,7 @@ def request_header_version(api_key: int, api_version: int) -> int:
     return 1
 
 
+@functools.lru_cache(maxsize=4096)
 def response_header_version(api_key: int, api_version: int) -> int:
     # ApiVersions responses keep header v0 at every version: a client that does not yet know
     # the broker's versions must be able to read the header (KIP-511).

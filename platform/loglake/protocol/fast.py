@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loglake.protocol import types as t
+from loglake.protocol.errors import ProtocolDecodeError
 from loglake.protocol.types import Buffer
 
 Reader = Callable[[Buffer, int], tuple[Any, int]]
@@ -35,15 +36,45 @@ _PARTITION_V5 = struct.Struct(">ihqqq")
 _UVARINT_SMALL = [bytes((i,)) for i in range(0x80)]
 
 
-class _Irregular(Exception):
+class Irregular(Exception):
     """What the fast path does not take: the compiled codec reads it instead."""
 
 
-def _string(buf: Buffer, pos: int, n: int, size: int) -> str:
+def string_at(buf: Buffer, pos: int, n: int, size: int) -> str:
+    """The `n`-byte UTF-8 string at `pos` of a buffer of `size` bytes."""
     end = pos + n
     if n < 0 or end > size:
-        raise _Irregular
+        raise Irregular
     return str(buf[pos:end], "utf-8")
+
+
+def compact_records_at(buf: Buffer, pos: int, size: int) -> tuple[Buffer | None, int]:
+    """The compact records field at `pos` (a slice of `buf`, None if null), and the end."""
+    n, pos = t.read_unsigned_varint(buf, pos)
+    if n == 0:
+        return None, pos
+    end = pos + n - 1
+    if end > size:
+        raise Irregular
+    return buf[pos:end], end
+
+
+def write_compact_count(out: list, n: int) -> None:
+    """A compact array's length."""
+    out.append(_UVARINT_SMALL[n + 1] if n < 0x7F else t.encode_unsigned_varint(n + 1))
+
+
+def for_generic_writer(body: dict, partitions_key: str, irregular: Callable[[dict], bool]) -> bool:
+    """Whether a Produce or Fetch response has node endpoints or a partition entry that
+    `irregular` picks: the fast writers leave those responses to the compiled one."""
+    endpoints = body.get("node_endpoints", ())
+    if endpoints is None or endpoints:
+        return True
+    for topic in body.get("responses", ()):
+        for p in topic.get(partitions_key, ()):
+            if irregular(p):
+                return True
+    return False
 
 
 def produce_request_reader(version: int, generic: Reader) -> Reader:
@@ -54,8 +85,8 @@ def produce_request_reader(version: int, generic: Reader) -> Reader:
         size = len(buf)
         n = buf[pos] - 1
         if n >= 0x7E:  # a longer varint than a short id takes
-            raise _Irregular
-        transactional_id = None if n < 0 else _string(buf, pos + 1, n, size)
+            raise Irregular
+        transactional_id = None if n < 0 else string_at(buf, pos + 1, n, size)
         pos += 1 + max(n, 0)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
         pos += 6
@@ -63,39 +94,31 @@ def produce_request_reader(version: int, generic: Reader) -> Reader:
         n_topics = buf[pos] - 1
         pos += 1
         if not 0 <= n_topics < 0x7E:
-            raise _Irregular
+            raise Irregular
         for _ in range(n_topics):
             n = buf[pos] - 1
             if not 0 <= n < 0x7E:
-                raise _Irregular
-            name = _string(buf, pos + 1, n, size)
+                raise Irregular
+            name = string_at(buf, pos + 1, n, size)
             pos += 1 + n
             n_partitions = buf[pos] - 1
             pos += 1
             if not 0 <= n_partitions < 0x7E:
-                raise _Irregular
+                raise Irregular
             partitions = []
             for _ in range(n_partitions):
                 index = _INT32.unpack_from(buf, pos)[0]
-                n, pos = t.read_unsigned_varint(buf, pos + 4)
-                if n == 0:
-                    records = None
-                else:
-                    end = pos + n - 1
-                    if end > size:
-                        raise _Irregular
-                    records = buf[pos:end]
-                    pos = end
+                records, pos = compact_records_at(buf, pos + 4, size)
                 if buf[pos]:  # tagged fields: none are defined, but they must be skipped
-                    raise _Irregular
+                    raise Irregular
                 pos += 1
                 partitions.append({"index": index, "records": records})
             if buf[pos]:
-                raise _Irregular
+                raise Irregular
             pos += 1
             topics.append({"name": name, "partition_data": partitions})
         if buf[pos]:
-            raise _Irregular
+            raise Irregular
         return {
             "transactional_id": transactional_id,
             "acks": acks,
@@ -107,22 +130,22 @@ def produce_request_reader(version: int, generic: Reader) -> Reader:
         size = len(buf)
         n = _INT16.unpack_from(buf, pos)[0]
         pos += 2
-        transactional_id = None if n < 0 else _string(buf, pos, n, size)
+        transactional_id = None if n < 0 else string_at(buf, pos, n, size)
         pos += max(n, 0)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, pos)
         n_topics = _INT32.unpack_from(buf, pos + 6)[0]
         pos += 10
         if not 0 <= n_topics <= size - pos:
-            raise _Irregular
+            raise Irregular
         topics = []
         for _ in range(n_topics):
             n = _INT16.unpack_from(buf, pos)[0]
-            name = _string(buf, pos + 2, n, size)
+            name = string_at(buf, pos + 2, n, size)
             pos += 2 + n
             n_partitions = _INT32.unpack_from(buf, pos)[0]
             pos += 4
             if not 0 <= n_partitions <= size - pos:
-                raise _Irregular
+                raise Irregular
             partitions = []
             for _ in range(n_partitions):
                 index, n = _INDEX_LENGTH.unpack_from(buf, pos)
@@ -132,7 +155,7 @@ def produce_request_reader(version: int, generic: Reader) -> Reader:
                 else:
                     end = pos + n
                     if end > size:
-                        raise _Irregular
+                        raise Irregular
                     records = buf[pos:end]
                     pos = end
                 partitions.append({"index": index, "records": records})
@@ -144,12 +167,17 @@ def produce_request_reader(version: int, generic: Reader) -> Reader:
             "topic_data": topics,
         }, pos
 
-    fast = read_flexible if flexible else read_classic
+    return with_fallback(read_flexible if flexible else read_classic, generic)
 
-    def read(buf: Buffer, pos: int) -> tuple[dict, int]:
+
+def with_fallback(fast: Reader, generic: Reader) -> Reader:
+    """`fast`, or `generic` for what it does not take (and for the errors, which the
+    generic reader raises as it always did)."""
+
+    def read(buf: Buffer, pos: int) -> tuple[Any, int]:
         try:
             return fast(buf, pos)
-        except (_Irregular, IndexError, struct.error, UnicodeDecodeError):
+        except (Irregular, IndexError, struct.error, UnicodeDecodeError, ProtocolDecodeError, ValueError):
             return generic(buf, pos)
 
     return read
@@ -167,22 +195,19 @@ def produce_response_writer(version: int, generic: Writer) -> Writer:
 
     def count(out: list, n: int) -> None:
         if flexible:
-            out.append(_UVARINT_SMALL[n + 1] if n < 0x7F else t.encode_unsigned_varint(n + 1))
+            write_compact_count(out, n)
         else:
             out.append(_INT32.pack(n))
 
+    def irregular(p: dict) -> bool:
+        record_errors = p.get("record_errors", ())
+        return record_errors is None or bool(record_errors) or "current_leader" in p
+
     def write(out: list, body: dict) -> None:
-        endpoints = body.get("node_endpoints", ())
-        if endpoints is None or endpoints:
+        if for_generic_writer(body, "partition_responses", irregular):
             generic(out, body)
             return
         responses = body.get("responses", ())
-        for topic in responses:
-            for p in topic.get("partition_responses", ()):
-                record_errors = p.get("record_errors", ())
-                if record_errors is None or record_errors or "current_leader" in p:
-                    generic(out, body)
-                    return
         count(out, len(responses))
         for topic in responses:
             write_string(out, topic.get("name", ""))

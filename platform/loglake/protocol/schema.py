@@ -21,6 +21,12 @@ from loglake.protocol import types as t
 from loglake.protocol.api import api_name, parse_versions
 from loglake.protocol.errors import ProtocolDecodeError, ProtocolEncodeError, UnsupportedVersionError
 from loglake.protocol.fast import produce_request_reader, produce_response_writer
+from loglake.protocol.fast_fetch import (
+    fetch_request_reader,
+    fetch_request_writer,
+    fetch_response_reader,
+    fetch_response_writer,
+)
 from loglake.protocol.messages import MESSAGES
 from loglake.protocol.types import Buffer, Reader, Writer
 
@@ -304,12 +310,24 @@ def _empty_tags(out: list, d: dict) -> None:
 
 
 def _with_fast_path(name: str, version: int, compiled: _Struct) -> _Struct:
-    """The hand-written codec of the produce path (fast.py) where there is one; it hands
-    what it does not take to the compiled one."""
+    """The hand-written codec of the produce and fetch paths (fast.py, fast_fetch.py) where
+    there is one; it hands what it does not take to the compiled one."""
     if name == "ProduceRequest" and version >= 3:
         return _Struct(produce_request_reader(version, compiled.read), compiled.write, compiled.new_default)
     if name == "ProduceResponse":
         return _Struct(compiled.read, produce_response_writer(version, compiled.write), compiled.new_default)
+    if name == "FetchRequest" and version >= 12:
+        return _Struct(
+            fetch_request_reader(version, compiled.read),
+            fetch_request_writer(version, compiled.write),
+            compiled.new_default,
+        )
+    if name == "FetchResponse" and version >= 12:
+        return _Struct(
+            fetch_response_reader(version, compiled.read),
+            fetch_response_writer(version, compiled.write),
+            compiled.new_default,
+        )
     return compiled
 
 
@@ -388,10 +406,14 @@ def _api_codec(api_key: int, version: int, suffix: str) -> MessageCodec:
     return codec(name + suffix, version)
 
 
+# Cached by (key, version) as well as by name: looked up for every request and response.
+# Only valid pairs are cached (a lookup that raises is not), so the caches stay small.
+@functools.cache
 def request_codec(api_key: int, version: int) -> MessageCodec:
     return _api_codec(api_key, version, "Request")
 
 
+@functools.cache
 def response_codec(api_key: int, version: int) -> MessageCodec:
     return _api_codec(api_key, version, "Response")
 

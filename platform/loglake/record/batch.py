@@ -302,10 +302,25 @@ def encode_batches(
     ]
 
 
-def validate_client_records(buf: bytes | bytearray | memoryview) -> None:
+class CheckedBatches:
+    """A client's record batches that `validate_client_records` passed, with each batch's
+    position and header: the log appends them without parsing and CRC-checking them again
+    (a small request's batch was checked twice, a few µs each time)."""
+
+    __slots__ = ("batches", "view")
+
+    def __init__(self, view: memoryview, batches: list[tuple[int, RecordBatchHeader]]) -> None:
+        self.view = view
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+
+def validate_client_records(buf: bytes | bytearray | memoryview) -> CheckedBatches:
     """Check what a client sent before it is stored: every batch's header and CRC, and that
     its records section (decompressed if need be) holds exactly `recordCount` records whose
-    lengths add up to it.
+    lengths add up to it. Returns the batches for `Log.append_as_leader`.
 
     The CRC only proves the bytes arrived as the client wrote them; a buggy client can
     still send a batch whose records do not match its header, and a consumer that cannot
@@ -314,9 +329,13 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> None:
     headers are decoded). Raises CORRUPT_MESSAGE or INVALID_RECORD.
     """
     view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    batches = []
     pos = 0
     while pos < len(view):
         header = validate_batch(view, pos)
+        batches.append((pos, header))
         body = view[pos + HEADER_SIZE : pos + header.size]
         # bytes, not a memoryview: indexing it is several times faster in this loop.
         data = decompress(header.compression, body) if header.compression else bytes(body)
@@ -327,3 +346,4 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> None:
                 f"but its records section does not hold exactly that many",
             )
         pos += header.size
+    return CheckedBatches(view, batches)

@@ -32,19 +32,20 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from loglake.config import LogConfig
 from loglake.errors import ErrorCode, KafkaError
+from loglake.record.batch import CheckedBatches
 from loglake.record.columns import check_keyed
 from loglake.record.control import decode_marker
 from loglake.record.header import (
     ATTRIBUTES_POS,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_POS,
     TIMESTAMP_TYPE_MASK,
     RecordBatchHeader,
     peek_batch_size,
@@ -74,6 +75,8 @@ _FUTURE_DIR = re.compile(r"^(.+)\.[0-9a-f]{32}" + FUTURE_DIR_SUFFIX + "$")
 _ATTRIBUTES = struct.Struct(">h")
 _TIMESTAMPS = struct.Struct(">qq")
 _BASE_TIMESTAMP_POS = 27
+# baseOffset, batchLength, partitionLeaderEpoch: the bytes before magic (MAGIC_POS).
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 
 # Rolled segments are fsynced off the append path, as Kafka's "flush-log" task does.
 _flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loglake-flush")
@@ -95,7 +98,7 @@ def _storage_op(
         def run(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             channel = self.failure_channel
             if check_online and channel is not None:
-                channel.check_online(self._dir.parent)
+                channel.check_online(self._log_dir)
             try:
                 return method(self, *args, **kwargs)
             except OSError as exc:
@@ -132,8 +135,9 @@ def _topic_partition_of(dir: Path) -> tuple[str, int]:
     return parsed
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+# NamedTuples, not frozen dataclasses: one of each is made per append, and a frozen
+# dataclass's __init__ sets its fields one object.__setattr__ at a time.
+class LogAppendInfo(NamedTuple):
     """What an append did. `offset_of_max_timestamp` is the last offset of the batch that
     holds the max timestamp (Kafka's "shallow" offset, what the time index records).
 
@@ -153,8 +157,7 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetMetadata:
+class LogOffsetMetadata(NamedTuple):
     """An offset with where it falls: the segment's base offset and the byte position."""
 
     offset: int
@@ -177,6 +180,7 @@ class Log:
         # Runs the delayed deletion of removed segments' files; without one they go at once.
         self._scheduler = scheduler
         self._dir = dir
+        self._log_dir = dir.parent  # the log dir holding it, asked on every storage call
         self._config = config
         self._segments = segments
         self._log_start_offset = log_start_offset
@@ -248,10 +252,10 @@ class Log:
 
     def storage_error(self, what: str, cause: OSError) -> KafkaError:
         """Report an I/O error of this log (its dir goes offline); the error to raise."""
-        message = f"{what} {self.topic}-{self.partition} in {self._dir.parent}"
+        message = f"{what} {self.topic}-{self.partition} in {self._log_dir}"
         if self.failure_channel is None:
             return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{message} failed: {cause}")
-        return self.failure_channel.report(self._dir.parent, message + " failed", cause)
+        return self.failure_channel.report(self._log_dir, message + " failed", cause)
 
     # State -------------------------------------------------------------------------------
 
@@ -363,9 +367,16 @@ class Log:
 
     @_storage_op("append to")
     def append_as_leader(
-        self, records: Bytes, leader_epoch: int, now_ms: int | None = None, *, from_coordinator: bool = False
+        self,
+        records: Bytes | CheckedBatches,
+        leader_epoch: int,
+        now_ms: int | None = None,
+        *,
+        from_coordinator: bool = False,
     ) -> LogAppendInfo:
         """Validate, assign offsets to and append one request's batches (all or nothing).
+        Batches a produce request's check passed (CheckedBatches) are not parsed and
+        CRC-checked again, only held to this log's limits.
 
         Raises KafkaError: CORRUPT_MESSAGE (framing, magic, CRC), INVALID_RECORD (record
         count does not match the offset delta, or a record without a key on a compacted
@@ -378,9 +389,14 @@ class Log:
         batches) are accepted only `from_coordinator` (WriteTxnMarkers).
         With message.timestamp.type=LogAppendTime every batch is stamped with `now_ms`.
         """
-        view = _byte_view(records)
         config = self._config
-        batches = _validate(view, config, for_leader=True)
+        if isinstance(records, CheckedBatches):
+            view = records.view
+            batches = records.batches
+            _check_leader_limits(batches, len(view), config)
+        else:
+            view = _byte_view(records)
+            batches = _validate(view, config, for_leader=True)
         if config.compact:
             check_keyed(view, f"{self.topic}-{self.partition}")
         now = _now(now_ms)
@@ -519,20 +535,17 @@ class Log:
                 )
             )
 
-    @contextmanager
-    def _undone_on_io_error(self) -> Iterator[None]:
+    def _undone_on_io_error(self) -> _UndoneOnIoError:
         """Keep an append all or nothing when the disk fails midway: cut what it wrote
-        (the caller's `_storage_op` then takes the dir offline)."""
-        start = self._end.offset
+        (the caller's `_storage_op` then takes the dir offline). Entered with the lock held."""
+        return _UndoneOnIoError(self)
+
+    def _undo_append(self, start: int) -> None:
         try:
-            yield
+            self._truncate_locked(start)
         except OSError:
-            try:
-                self._truncate_locked(start)
-            except OSError:
-                # Recovery at the next start cuts it: the recovery point is below it.
-                logger.exception("could not undo a failed append to %s", self._dir)
-            raise
+            # Recovery at the next start cuts it: the recovery point is below it.
+            logger.exception("could not undo a failed append to %s", self._dir)
 
     def _finish_append(self, next_offset: int) -> bool:
         """Publish the new log end; returns whether flush.messages asks for a flush."""
@@ -962,6 +975,7 @@ class Log:
             self._dir.rename(new_dir)
             fsync_dir(new_dir.parent)
             self._dir = new_dir
+            self._log_dir = new_dir.parent
             for segment in self._segments:
                 segment.change_dir(new_dir)
             self._epochs.path = new_dir / LEADER_EPOCH_CHECKPOINT
@@ -1021,6 +1035,24 @@ def _batch_headers(records: FileRecords, position: int, end: int) -> Iterator[tu
         position += header.size
 
 
+class _UndoneOnIoError:
+    """Log._undone_on_io_error's context: a class, not a @contextmanager generator, which
+    cost a few µs per append."""
+
+    __slots__ = ("_log", "_start")
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self._start = -1
+
+    def __enter__(self) -> None:
+        self._start = self._log._end.offset
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc_type is not None and issubclass(exc_type, OSError):
+            self._log._undo_append(self._start)  # and the error goes on
+
+
 def _byte_view(records: Bytes) -> memoryview:
     view = memoryview(records)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
@@ -1037,34 +1069,38 @@ def _validate(view: memoryview, config: LogConfig, for_leader: bool) -> list[tup
         if peek_batch_size(view, position) is None:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{len(view) - position} trailing bytes are not a record batch")
         header = validate_batch(view, position)
-        if for_leader:
-            if header.size > config.max_message_bytes:
-                raise KafkaError(
-                    ErrorCode.MESSAGE_TOO_LARGE,
-                    f"record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
-                )
-            if header.record_count != header.last_offset_delta + 1:
-                raise KafkaError(
-                    ErrorCode.INVALID_RECORD,
-                    f"record batch has {header.record_count} records but last offset delta {header.last_offset_delta}",
-                )
         batches.append((position, header))
         position += header.size
-    if for_leader and len(view) > config.segment_bytes:
-        raise KafkaError(
-            ErrorCode.RECORD_LIST_TOO_LARGE,
-            f"{len(view)} bytes in one append exceed segment.bytes={config.segment_bytes}",
-        )
+    if for_leader:
+        _check_leader_limits(batches, len(view), config)
     return batches
 
 
+def _check_leader_limits(batches: list[tuple[int, RecordBatchHeader]], size: int, config: LogConfig) -> None:
+    """The producer-facing limits of a leader's append, on batches already parsed and checked."""
+    for _, header in batches:
+        if header.size > config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"record batch of {header.size} bytes exceeds max.message.bytes={config.max_message_bytes}",
+            )
+        if header.record_count != header.last_offset_delta + 1:
+            raise KafkaError(
+                ErrorCode.INVALID_RECORD,
+                f"record batch has {header.record_count} records but last offset delta {header.last_offset_delta}",
+            )
+    if size > config.segment_bytes:
+        raise KafkaError(
+            ErrorCode.RECORD_LIST_TOO_LARGE,
+            f"{size} bytes in one append exceed segment.bytes={config.segment_bytes}",
+        )
+
+
 def _stamp_header(view: memoryview, position: int, size: int, offset: int, epoch: int) -> tuple[Bytes, Bytes]:
-    """A copy of the batch header with its offset and leader epoch set (neither is under
-    the CRC), and the untouched rest of the batch: written together, never joined."""
-    header = bytearray(view[position : position + HEADER_SIZE])
-    set_base_offset(header, 0, offset)
-    set_partition_leader_epoch(header, 0, epoch)
-    return header, view[position + HEADER_SIZE : position + size]
+    """The batch's first 16 bytes with its offset and leader epoch set (neither is under
+    the CRC; batchLength between them as it is), and the untouched rest of the batch:
+    written together, never joined."""
+    return _OFFSET_LENGTH_EPOCH.pack(offset, size - LOG_OVERHEAD, epoch), view[position + MAGIC_POS : position + size]
 
 
 def _stamp_whole_batch(view: memoryview, position: int, size: int, offset: int, epoch: int, now: int) -> bytearray:
