@@ -60,7 +60,11 @@ UNDEFINED_OFFSET = -1
 # Top-level errors after which the next request simply opens a new session.
 _SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 # The errors after which a partition waits for the controller's next LeaderAndIsr.
-_FENCED = (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+# A partition is given up until the next LeaderAndIsr only when the leader fences its epoch
+# (Kafka's onPartitionFenced). NOT_LEADER_OR_FOLLOWER is backed off and retried, as Kafka's
+# fetcher does: a follower's LeaderAndIsr may arrive before its leader's, which answers so
+# until it has become the leader, and no further LeaderAndIsr comes to unblock the follower.
+_FENCED = (ErrorCode.FENCED_LEADER_EPOCH,)
 
 
 @dataclass(frozen=True)

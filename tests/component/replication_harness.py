@@ -51,6 +51,7 @@ class Node:
             LogConfig(),
             isr_writer=cluster.write_isr,
             endpoint_of=cluster.endpoint_of,
+            partition_exists=lambda topic, _: topic in cluster.topics,
             replica_lag_time_max_ms=LAG_MS,
             fetcher_config=FETCHER,
         )
@@ -143,10 +144,16 @@ class Cluster:
 
     # The controller's part ---------------------------------------------------------------------
 
-    def create_topic(self, name: str, replicas: tuple[int, ...], config: dict[str, str] | None = None) -> None:
+    def create_topic(
+        self,
+        name: str,
+        replicas: tuple[int, ...],
+        config: dict[str, str] | None = None,
+        send_to: tuple[int, ...] | None = None,
+    ) -> None:
         self.topics[name] = TopicDescription(name, str(uuid.uuid4()), {0: replicas}, config or {})
         self.states[(name, 0)] = PartitionState(replicas[0], 0, replicas, CONTROLLER_EPOCH)
-        self.leader_and_isr(name)
+        self.leader_and_isr(name, send_to)
 
     def write_isr(self, topic: str, partition: int, proposed: PartitionState) -> PartitionState | None:
         """The leader's compare-and-set of /brokers/topics/<t>/partitions/<p>/state."""

@@ -327,3 +327,20 @@ async def test_unreachable_leader_is_retried(cluster: Cluster) -> None:
     cluster.leader_and_isr(T, send_to=(1,))
     assert (await produce(cluster.client(1), T, [b"x"]))["error_code"] == 0
     assert cluster.nodes[2].partition(T).log_end_offset == 1
+
+
+@cluster_test
+async def test_a_follower_told_before_its_leader_fetches_once_the_leader_serves(cluster: Cluster) -> None:
+    """LeaderAndIsr reaches the follower before the leader, which answers NOT_LEADER_OR_FOLLOWER
+    (the metadata names the partition; it does not lead it yet): the follower backs off and
+    retries, as Kafka's fetcher does, instead of waiting for a LeaderAndIsr that never comes."""
+    await cluster.start_node(1)
+    await cluster.start_node(2)
+    cluster.create_topic(T, (1, 2), send_to=(2,))
+    state = cluster.nodes[2].rm.fetcher_manager.fetch_state((T, 0))
+    assert state is not None
+    await until(lambda: state.delayed_until > 0 or state.failed, what="the leader's refusal")
+    assert not state.failed
+    cluster.leader_and_isr(T, send_to=(1,))
+    assert (await produce(cluster.client(1), T, [b"x"], acks=1))["error_code"] == 0
+    await until(lambda: cluster.nodes[2].partition(T).log_end_offset == 1, what="the follower to fetch")
