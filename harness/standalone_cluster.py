@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loglake.spark.class_archive import java_options
+
 START_TIMEOUT_S = 120
 REPO = Path(__file__).resolve().parents[1]
 # Small JVMs: the machine has two cores and little memory to spare.
@@ -37,7 +39,7 @@ def cluster_environment() -> dict[str, str]:
         "SPARK_HOME": str(spark_home()),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_DAEMON_MEMORY": "256m",
-        "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS,
+        "SPARK_DAEMON_JAVA_OPTS": f"{DAEMON_JAVA_OPTS} {java_options()}",
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(path)),
     }
@@ -129,7 +131,9 @@ class StandaloneCluster:
             "--conf",
             "spark.executor.cores=1",
             "--conf",
-            f"spark.executor.extraJavaOptions={DAEMON_JAVA_OPTS}",
+            f"spark.executor.extraJavaOptions={DAEMON_JAVA_OPTS} {java_options()}",
+            "--conf",
+            f"spark.driver.defaultJavaOptions={java_options()}",
             "--conf",
             "spark.driver.memory=512m",
             "--conf",

@@ -39,3 +39,8 @@ if [ ! -f "$airflow_stamp" ] || [ airflow_dags/requirements.txt -nt "$airflow_st
     .venv-airflow/bin/python -m pip install -q -r airflow_dags/requirements.txt
     touch "$airflow_stamp"
 fi
+
+# A class-data-sharing archive of Spark's JVM classes: every Spark JVM (jobs, tests, executors)
+# then starts on about half the CPU (loglake/spark/class_archive.py). Built once per pyspark
+# version; without it Spark starts as usual, so a failed build only warns.
+.venv/bin/python -m loglake.spark.class_archive || echo "warning: no Spark class archive; Spark JVMs start without it" >&2

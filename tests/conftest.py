@@ -31,8 +31,10 @@ def log_dir(tmp_path: Path) -> Path:
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
+    from loglake.spark.class_archive import with_archive
+
     session = (
-        SparkSession.builder.master("local[2]")
+        with_archive(SparkSession.builder.master("local[2]"))
         .appName("loglake-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")

@@ -47,7 +47,9 @@ def job_session(app_name: str) -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    from loglake.spark.class_archive import with_archive
+
+    spark = with_archive(SparkSession.builder.appName(app_name)).getOrCreate()
     try:
         register(spark)
         yield spark
