@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql.datasource import InputPartition
 
@@ -193,6 +192,10 @@ def read_lake_range(
     if plain_parquet_refusal(table) is not None:
         rows = _read_with_datafusion(table, partition, wanted, read_committed)
     else:
+        # Imported here: pyarrow.dataset pulls in pandas (~0.5 CPU-s), which every Spark
+        # planning worker that loads the source would pay, lake or not.
+        import pyarrow.dataset as pds
+
         dataset = table.to_pyarrow_dataset()
         where = (
             (pds.field("partition") == partition.partition)
