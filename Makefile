@@ -1,10 +1,14 @@
 # The two commands of the README: `make demo` and `make test`. Both set up first.
 PY := .venv/bin/python
 
-.PHONY: setup demo lint test test-fast bench cluster cluster-down cluster-status
+.PHONY: setup native demo lint test test-fast bench cluster cluster-down cluster-status
 
 setup:
 	bash scripts/setup.sh
+
+# The native record walk alone (setup builds it too); optional, see docs/operations.md.
+native:
+	bash scripts/build_native.sh
 
 demo: setup
 	$(PY) scripts/demo.py

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from loglake.record import walk
 from loglake.record.varint import encode_varint
 from loglake.record.walk import (
