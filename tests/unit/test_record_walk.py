@@ -277,6 +277,18 @@ def test_a_section_outside_the_data_or_too_small_for_its_count_is_refused_unwalk
     assert sections_record_starts(data, [len(data) + 1], [10]) is None
 
 
+def test_the_native_walk_checks_bounds_before_the_c_code_reads(native: NativeWalk) -> None:
+    """The C code reads data[start:end] unchecked: every native entry point refuses a section
+    outside the data, or a count its size cannot hold, before calling it."""
+    data, _ = _section([5] * 10)
+    assert native.record_starts(data, 0, len(data) + 1000, 10) is None
+    assert native.record_starts(data, -5, len(data), 10) is None
+    assert native.record_starts(data, 0, len(data), 2**40) is None
+    assert not native.holds_records(data, 0, len(data) + 1000, 10)
+    assert native.sections_record_starts(data, [len(data), len(data) + 1000], [10, 1]) is None
+    assert native.record_starts(data, 0, len(data), 10) is not None
+
+
 def test_without_the_library_records_are_walked_in_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

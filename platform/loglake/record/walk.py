@@ -50,11 +50,14 @@ _MAX_SINGLES = 4096
 @dataclass(frozen=True, slots=True)
 class NativeWalk:
     """The C walk: `walk(data, start, end, count, starts address or None)` is 0 when
-    `data[start:end]` holds exactly `count` records (writing their starts), else negative."""
+    `data[start:end]` holds exactly `count` records (writing their starts), else negative.
+    The C code trusts its bounds: every method checks them first."""
 
     walk: Callable[[bytes, int, int, int, int | None], int]
 
     def record_starts(self, data: bytes, start: int, end: int, count: int) -> np.ndarray | None:
+        if not _plausible(data, start, end, count):
+            return None
         starts = _ZERO * count
         if self.walk(data, start, end, count, starts.buffer_info()[0]):
             return None
@@ -78,7 +81,7 @@ class NativeWalk:
         return np.frombuffer(starts, dtype=np.int64)
 
     def holds_records(self, data: bytes, start: int, end: int, count: int) -> bool:
-        return self.walk(data, start, end, count, None) == 0
+        return _plausible(data, start, end, count) and self.walk(data, start, end, count, None) == 0
 
 
 def load_native(path: Path) -> NativeWalk | None:
@@ -117,10 +120,10 @@ def record_starts(data: bytes, start: int, end: int, count: int) -> np.ndarray |
     """The positions in `data` where the records of the section `data[start:end]` start,
     or None unless the section holds exactly `count` records whose lengths (none negative)
     add up to its size. Bytes past `end` may follow (they are never taken as records)."""
-    if not _plausible(data, start, end, count):
-        return None
     if _NATIVE is not None:
         return _NATIVE.record_starts(data, start, end, count)
+    if not _plausible(data, start, end, count):
+        return None
     return python_record_starts(data, start, end, count)
 
 
@@ -143,11 +146,9 @@ def sections_record_starts(data: bytes, section_ends: list[int], counts: list[in
 def holds_records(data: bytes, start: int, end: int, count: int) -> bool:
     """Whether the section `data[start:end]` holds exactly `count` records whose lengths
     (none negative) add up to its size: `record_starts`'s check without the positions."""
-    if not _plausible(data, start, end, count):
-        return False
     if _NATIVE is not None and count >= _NATIVE_MIN_COUNT:
         return _NATIVE.holds_records(data, start, end, count)
-    return python_holds_records(data, start, end, count)
+    return _plausible(data, start, end, count) and python_holds_records(data, start, end, count)
 
 
 def python_record_starts(data: bytes, start: int, end: int, count: int) -> np.ndarray | None:
