@@ -46,6 +46,7 @@ bench: setup
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce
 	$(PY) -m bench.retention
+	$(PY) -m bench.record_walk
 	$(PY) -m bench.spark_read
 	$(PY) -m bench.delta_sink
 	$(PY) -m bench.rebalance
