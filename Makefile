@@ -1,10 +1,14 @@
 # The two commands of the README: `make demo` and `make test`. Both set up first.
 PY := .venv/bin/python
 
-.PHONY: setup demo lint test test-fast bench cluster cluster-down cluster-status
+.PHONY: setup native demo lint test test-fast bench cluster cluster-down cluster-status
 
 setup:
 	bash scripts/setup.sh
+
+# The native record walk alone (setup builds it too); optional, see docs/operations.md.
+native:
+	bash scripts/build_native.sh
 
 demo: setup
 	$(PY) scripts/demo.py
@@ -42,6 +46,7 @@ bench: setup
 	$(PY) -m bench.latency
 	$(PY) -m bench.replicated_produce
 	$(PY) -m bench.retention
+	$(PY) -m bench.record_walk
 	$(PY) -m bench.spark_read
 	$(PY) -m bench.delta_sink
 	$(PY) -m bench.rebalance

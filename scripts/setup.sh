@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: apt packages, the .venv and the project installed into it (editable),
-# and Airflow for the DAGs of airflow_dags/ in .venv-airflow.
+# the native record walk, and Airflow for the DAGs of airflow_dags/ in .venv-airflow.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +27,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     .venv/bin/python -m pip install -q -e '.[dev]'
     touch "$stamp"
 fi
+
+# The native record walk (a C shared library loaded with ctypes). Optional: without a C
+# compiler this prints a note and loglake walks records in Python; it never fails set-up.
+bash scripts/build_native.sh
 
 # Airflow in a virtualenv of its own: its pins (fastapi<0.137) would downgrade the broker's
 # fastapi in .venv. The DAGs run the jobs with .venv's spark-submit and python (docs/operations.md).

@@ -18,7 +18,7 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError, RecordError, RecordValidationError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, RecordBatchHeader
-from loglake.record.walk import record_starts
+from loglake.record.walk import sections_record_starts
 
 # Varints are read up to 10 bytes past a position; a joined buffer ends with this padding so
 # that a read near its end stays inside it (lengths are checked against record ends after).
@@ -27,15 +27,10 @@ PADDING = bytes(16)
 
 def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
     """Where each record starts in `data`, checking each section holds exactly its count."""
-    pieces = []
-    at = 0
-    for end, count in zip(section_ends, counts, strict=True):
-        starts = record_starts(data, at, end, count)
-        if starts is None:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
-        pieces.append(starts)
-        at = end
-    return np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+    starts = sections_record_starts(data, section_ends, counts)
+    if starts is None:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
+    return starts
 
 
 def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
