@@ -1,5 +1,5 @@
 """`python -m jobs.delta_sink` over a 3-broker cluster (topic RF=3) while records keep coming and
-partition leaders are killed and restarted: a final available-now run leaves every acknowledged
+a partition's leader is killed and restarted: a final available-now run leaves every acknowledged
 (partition, offset) in the table exactly once, with its key and value."""
 
 from __future__ import annotations
@@ -103,10 +103,9 @@ def test_delta_sink_across_leader_changes(cluster: LocalCluster, tmp_path: Path)
         )  # fmt: skip
         try:
             wait_until(lambda: table_rows(table) > 0, 180, "the first micro-batch in the table")
-            for partition in (0, 1):
-                move_leader(cluster, partition)
-                rows = table_rows(table)
-                wait_until(lambda: table_rows(table) > rows, 120, "a micro-batch after the leader moved")
+            move_leader(cluster, 0)
+            rows = table_rows(table)
+            wait_until(lambda: table_rows(table) > rows, 120, "a micro-batch after the leader moved")
             assert job.poll() is None, (tmp_path / "streaming.log").read_text()[-5000:]
         finally:
             with contextlib.suppress(ProcessLookupError):
