@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shlex
+import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -179,6 +180,22 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             options[SECRET_OPTIONS[1]] = key_password
         return options
 
+    def class_archive_conf(self) -> dict[str, str]:
+        """The driver's JVM options for the Spark class archive set-up built beside the loglake
+        interpreter (docs/spark.md), asked of that interpreter; none if it has no archive."""
+        found = subprocess.run(
+            [self.python, "-m", "loglake.spark.class_archive", "--java-options"],
+            env=os.environ | {"PYTHONPATH": str(REPOSITORY / "platform")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        options = found.stdout.strip()
+        if found.returncode != 0 or not options:
+            return {}
+        return {"spark.driver.defaultJavaOptions": options, "spark.executor.defaultJavaOptions": options}
+
     def execute(self, context: Any) -> None:
         if self.missing_settings:
             raise AirflowFailException(
@@ -202,6 +219,7 @@ class LoglakeSparkSubmitOperator(SparkSubmitOperator):
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY / "platform"), os.environ.get("PYTHONPATH")])),
             **(self.env_vars or {}),
         }
+        self.conf = {**self.class_archive_conf(), **(self.conf or {})}
         secrets = self.secret_options()
         options_file = None
         if secrets:

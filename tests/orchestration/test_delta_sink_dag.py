@@ -69,6 +69,8 @@ def test_each_run_catches_up_exactly_once(airflow: AirflowRunner, broker: Broker
     assert first.state == "success", first.log[-8000:]
     # No connection `loglake_spark` is defined: the master of conf/airflow.properties, not YARN.
     assert "--master local[*]" in first.log
+    # The driver starts from the Spark class archive set-up built (docs/spark.md).
+    assert "spark.driver.defaultJavaOptions=-XX:SharedArchiveFile=" in first.log
     assert table_rows(tmp_path / "table") == expected_rows(acked)
 
     # The next scheduled run takes what came since, from the table's app transactions, and nothing twice.

@@ -4,6 +4,7 @@ them from Spark's jars again. Measured on a driver's start and first job: 16-18 
 of the JVM (docs/benchmarks.md), on every job, test and executor start.
 
     python -m loglake.spark.class_archive     # scripts/setup.sh runs it; safe to run twice
+    python -m loglake.spark.class_archive --java-options   # the options, for spark-submit
 
 `java_options()` gives the JVM options that use the archive, or "" when there is none. A JVM
 whose JDK or class path differs from the archive's (another machine, another pyspark) ignores
@@ -133,6 +134,9 @@ def _running(pid: int) -> bool:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--java-options"]:  # for launchers outside Python, e.g. the Airflow DAGs
+        print(java_options())
+        return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     path = archive_path()
     if path.is_file():
