@@ -1,9 +1,10 @@
 """An application the cluster tests run with spark-submit on the standalone cluster: batch and
 streaming reads of a topic, a two-column schema, read_topic, an exactly-once batch write
-to another topic, and a run of jobs/consume_group.py into a Delta table (`<dir>/consumed`,
-group `<group>`). Prints one line `RESULT <json>` for the test to check.
+to another topic, and runs of jobs/consume_group.py into a Delta table (`<dir>/consumed`,
+group `<group>`) and into the topic `<cg topic>` (group `<group>-topic`). Prints one line
+`RESULT <json>` for the test to check.
 
-    spark-submit --master spark://... tests/spark/cluster_app.py <bootstrap> <topic> <out topic> <dir> <group>
+    spark-submit --master spark://... tests/spark/cluster_app.py <bootstrap> <topic> <out topic> <dir> <group> <cg topic>
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def per_partition(df) -> dict[str, list[int]]:
 
 
 def main() -> None:
-    bootstrap, topic, out_topic, work, group = sys.argv[1:6]
+    bootstrap, topic, out_topic, work, group, cg_topic = sys.argv[1:7]
     spark = SparkSession.builder.appName("loglake-cluster-test").getOrCreate()
     loglake.spark.register(spark)
     source = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
@@ -59,6 +60,13 @@ def main() -> None:
         consume_group.parse_args(
             ["--bootstrap-servers", bootstrap, "--group", group, "--topics", topic]
             + ["--select", "key, length(value) AS size", "--delta", f"{work}/consumed"]
+        ),
+    )
+    consume_group.run(
+        spark,
+        consume_group.parse_args(
+            ["--bootstrap-servers", bootstrap, "--group", f"{group}-topic", "--topics", topic]
+            + ["--select", "key, value", "--topic", cg_topic]
         ),
     )
     started = time.monotonic()

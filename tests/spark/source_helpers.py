@@ -3,10 +3,11 @@ Spark jobs as child processes and killing them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from crash_helpers import kill_at_random
@@ -85,3 +86,33 @@ def to_parquet(stream_df, out, checkpoint):
     return (
         stream_df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
     )
+
+
+# What brings a DataFrame's rows to the driver.
+_TO_DRIVER = ("collect", "toArrow", "toPandas", "toLocalIterator", "tail")
+
+
+@contextlib.contextmanager
+def records_stay_off_the_driver() -> Iterator[None]:
+    """Within: an AssertionError if the driver brings rows of records (a frame with a key or
+    value column) to itself; small results (add actions, aggregates) may come."""
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    originals = {name: getattr(DataFrame, name) for name in _TO_DRIVER}
+
+    def guarded(name: str) -> Callable[..., object]:
+        method = originals[name]
+
+        def call(self: DataFrame, *args: object, **kwargs: object) -> object:
+            assert not {"key", "value"} & set(self.columns), f"DataFrame.{name} of records on the driver"
+            return method(self, *args, **kwargs)
+
+        return call
+
+    try:
+        for name in _TO_DRIVER:
+            setattr(DataFrame, name, guarded(name))
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(DataFrame, name, method)

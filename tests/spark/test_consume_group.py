@@ -10,9 +10,9 @@ import json
 import pytest
 from test_group_commits import commit_with_confluent, committed
 
-from clients.client_helpers import create_topic, unique_name
-from jobs.consume_group import load_function, parse_args, run
-from source_helpers import offsets_of, produce
+from clients.client_helpers import create_topic, read_all, unique_name
+from jobs.consume_group import execute, load_function, make_target, parse_args, read_options, run
+from source_helpers import offsets_of, produce, records_stay_off_the_driver
 
 BASE = ["--bootstrap-servers", "b:9092", "--group", "g", "--topics", "t"]
 
@@ -90,3 +90,27 @@ def test_a_topic_target_that_does_not_exist_fails_before_writing(loglake_spark, 
     with pytest.raises(OptionError, match="no-such-topic"):
         run(loglake_spark, parse_args(argv))
     assert committed(broker, group, topic, 1) == {0: -1}  # nothing planned, nothing committed
+
+
+def test_a_topic_target_is_written_by_the_tasks_once_per_run(loglake_spark, broker, topic) -> None:
+    """Each task produces its share of the run in its own transaction and the driver only
+    commits them: no record reaches the driver. The run executed again (as a process
+    resuming it after a crash between writing and committing would) writes nothing more,
+    not even aborted copies: every task finds the run committed by its transactional id."""
+    target, group = unique_name("cg-to-topic"), unique_name("cg-to-topic")
+    create_topic(broker.bootstrap, topic, partitions=3)
+    create_topic(broker.bootstrap, target, partitions=2)
+    produce(broker, topic, [{"key": b"k%d" % i, "value": b"v%d" % i, "partition": i % 3} for i in range(60)])
+    argv = ["--bootstrap-servers", broker.bootstrap, "--group", group, "--topics", topic]
+    args = parse_args([*argv, "--select", "key, upper(cast(value AS string)) AS value", "--topic", target])
+
+    with records_stay_off_the_driver():
+        planned = run(loglake_spark, args)
+    assert planned is not None and planned.target_tasks == loglake_spark.sparkContext.defaultParallelism
+    expected = sorted((b"k%d" % i, b"V%d" % i) for i in range(60))
+    assert sorted((k, v) for _, _, k, v in read_all(broker.bootstrap, target, partitions=2)) == expected
+    assert committed(broker, group, topic, 3) == {0: 20, 1: 20, 2: 20}
+
+    execute(loglake_spark, args, read_options(args), make_target(loglake_spark, args), planned)
+    uncommitted = read_all(broker.bootstrap, target, partitions=2, isolation="read_uncommitted")
+    assert sorted((k, v) for _, _, k, v in uncommitted) == expected

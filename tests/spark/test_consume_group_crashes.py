@@ -17,7 +17,8 @@ from test_group_commits import committed
 
 from clients.client_helpers import create_topic, unique_name
 from jobs.consume_group import FAULT_AFTER_TARGET_WRITE
-from loglake.spark.run_targets import FAULT_MID_TOPIC_WRITE, RUN_HEADER, SEQ_HEADER
+from loglake.spark.run_targets import RUN_HEADER
+from loglake.spark.sink import FAULT_AFTER_TASK_WRITE
 from source_helpers import REPO, job_environment, kill_job_at_random
 
 PARTITIONS = 3
@@ -55,11 +56,13 @@ class Job:
             "--topics", topic, *target,
         ]  # fmt: skip
 
-    def run(self, fault: str | None = None, expect: int = 0) -> None:
+    def run(self, fault: str | None = None, expect: int | None = 0) -> None:
+        """Run to the end; `expect`: the exit code (None: any but 0, for a killed JVM)."""
         done = subprocess.run(
             self.argv, cwd=REPO, env=job_environment(fault), capture_output=True, text=True, timeout=300
         )
-        assert done.returncode == expect, done.stdout[-3000:] + done.stderr[-6000:]
+        ok = done.returncode != 0 if expect is None else done.returncode == expect
+        assert ok, done.stdout[-3000:] + done.stderr[-6000:]
 
     def kill_while_producing(self, source: Source, rng: random.Random) -> None:
         kill_job_at_random(self.argv, rng, (4.0, 16.0), source.burst)
@@ -112,9 +115,10 @@ def test_topic_target_killed_half_way_and_between_write_and_commit(loglake_spark
     select = "key, concat(cast(value AS string), '@', cast(partition AS string), '/', cast(offset AS string)) AS value"
     job = Job(broker.bootstrap, group, topic, "--select", select, "--topic", target)
 
-    job.run(fault=f"{FAULT_MID_TOPIC_WRITE}:1", expect=137)
-    half = read_target(loglake_spark, broker, target)
-    assert 0 < len(half) < len(source.acked)
+    # Killed (its JVM) once a task has produced its share in its transaction, left open.
+    job.run(fault=f"{FAULT_AFTER_TASK_WRITE}:1", expect=None)
+    assert read_target(loglake_spark, broker, target, "read_uncommitted")
+    assert committed(broker, group, topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), 0)
     source.burst()
     job.run(fault=FAULT_AFTER_TARGET_WRITE, expect=137)  # the rest of run 1, then killed
     assert len(read_target(loglake_spark, broker, target)) == 4 * 30
@@ -124,24 +128,27 @@ def test_topic_target_killed_half_way_and_between_write_and_commit(loglake_spark
     produced = read_target(loglake_spark, broker, target)
     values = [value for value, _ in produced]
     assert len(values) == len(set(values)), "a record was written twice"
+    # The killed attempt's records are there, aborted: only read_uncommitted readers see them.
+    assert len(read_target(loglake_spark, broker, target, "read_uncommitted")) > len(values)
     expected = {b"%s@%d/%d" % (value, p, o) for (p, o), (_, value) in source.acked.items()}
     assert set(values) == expected
     assert {run for _, run in produced} == {f"{group}:1".encode(), f"{group}:2".encode()}
     assert committed(broker, group, topic, PARTITIONS) == source.ends()
 
 
-def read_target(spark, broker, target: str) -> list[tuple[bytes, bytes]]:
-    """(value, run header) of every record of the target topic; each has a sequence header."""
+def read_target(spark, broker, target: str, isolation: str = "read_committed") -> list[tuple[bytes, bytes]]:
+    """(value, run header) of every record of the target topic."""
     rows = (
         spark.read.format("loglake")
         .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("kafka.isolation.level", isolation)
         .option("subscribe", target)
         .option("includeHeaders", "true")
         .load()
         .collect()
     )
     for row in rows:
-        assert [h.key for h in row.headers] == [RUN_HEADER, SEQ_HEADER]
+        assert [h.key for h in row.headers] == [RUN_HEADER]
     return [(bytes(row.value), bytes(row.headers[0].value)) for row in rows]
 
 

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from kafka_frames import BASE_TIMESTAMP, concat, kafka_records
-from loglake.spark.delta_arrow import to_delta_arrow
+from loglake.spark.delta_arrow import nullable_schema
 from loglake.spark.delta_sink import (
     DeltaSink,
     DeltaSinkOptions,
@@ -21,6 +21,7 @@ from loglake.spark.delta_sink import (
     table_frame,
 )
 from pyspark.sql import functions as F
+from source_helpers import records_stay_off_the_driver
 
 TABLE_ORDER = ["topic", "partition", "offset"]
 
@@ -104,9 +105,10 @@ def test_merge_protects_batch_reruns(spark, tmp_path: Path) -> None:
     records = concat(kafka_records("orders", 0, range(20)), kafka_records("orders", 1, range(5)))
     rerun = concat(kafka_records("orders", 0, range(10, 30)), kafka_records("orders", 1, range(5)))
 
-    assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 25
-    assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 0
-    assert sink.write_rerun(spark.createDataFrame(rerun)).rows_written == 10
+    with records_stay_off_the_driver():
+        assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 25
+        assert sink.write_rerun(spark.createDataFrame(records)).rows_written == 0
+        assert sink.write_rerun(spark.createDataFrame(rerun)).rows_written == 10
 
     expected = concat(kafka_records("orders", 0, range(30)), kafka_records("orders", 1, range(5)))
     assert_df_equality(read_table(spark, tmp_path / "t"), expected_rows(spark, expected), ignore_nullable=True)
@@ -116,9 +118,82 @@ def test_merge_skips_what_a_streaming_batch_wrote(spark, tmp_path: Path) -> None
     sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
     sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(10))), 0, "query-a")
 
-    assert sink.write_rerun(spark.createDataFrame(kafka_records("orders", 0, range(5, 15)))).rows_written == 5
+    with records_stay_off_the_driver():
+        assert sink.write_rerun(spark.createDataFrame(kafka_records("orders", 0, range(5, 15)))).rows_written == 5
 
     assert read_table(spark, tmp_path / "t").count() == 15
+
+
+def test_a_rerun_reads_the_keys_of_a_partitioned_table_from_its_directories(spark, tmp_path: Path) -> None:
+    """`topic` and `date` are only in the files' directories: the keys read for the
+    anti-join take them from there (only files whose statistics may hold the rerun's
+    offsets are read: those of payments-2 are not)."""
+    options = DeltaSinkOptions(table=str(tmp_path / "t"), partition_by_topic=True, partition_by_date=True)
+    sink = DeltaSink(spark, options)
+    first = concat(kafka_records("orders", 0, range(50, 62)), kafka_records("payments", 2, range(3)))
+    sink.write_batch(spark.createDataFrame(first), 0, "query-a")
+
+    rerun = concat(kafka_records("orders", 0, range(55, 70)), kafka_records("orders", 1, range(2)))
+    with records_stay_off_the_driver():
+        assert sink.write_rerun(spark.createDataFrame(rerun)).rows_written == 10
+
+    expected = concat(
+        kafka_records("orders", 0, range(50, 70)),
+        kafka_records("orders", 1, range(2)),
+        kafka_records("payments", 2, range(3)),
+    )
+    stored = read_table(spark, tmp_path / "t").drop("date")
+    assert_df_equality(stored, expected_rows(spark, expected), ignore_nullable=True)
+
+
+def test_a_rerun_on_a_table_with_deletion_vectors_reads_its_keys_through_delta_rs(spark, tmp_path: Path) -> None:
+    """Spark's plain Parquet reader would miss deletion vectors: the keys come from delta-rs."""
+    from deltalake.table import TableFeatures
+    from loglake.spark.lake import plain_parquet_refusal
+
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(10))), 0, "query-a")
+    DeltaTable(str(tmp_path / "t")).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+    assert plain_parquet_refusal(DeltaTable(str(tmp_path / "t"))) is not None
+
+    with records_stay_off_the_driver():
+        assert sink.write_rerun(spark.createDataFrame(kafka_records("orders", 0, range(5, 15)))).rows_written == 5
+    stored = QueryBuilder().register("t", DeltaTable(str(tmp_path / "t"))).execute('SELECT "offset" FROM t').read_all()
+    assert sorted(pa.table(stored)["offset"].to_pylist()) == list(range(15))
+
+
+def test_a_rerun_overtaken_by_a_commit_of_the_same_offsets_plans_again(spark, tmp_path: Path, monkeypatch) -> None:
+    """Another writer commits some of the rerun's offsets after the rerun read the table's
+    keys, before its commit: the rerun throws its files away and plans again from the new
+    version, so no offset is stored twice."""
+    from loglake.spark import frame_writer
+
+    sink = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    sink.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(5))), 0, "query-a")
+    rival = DeltaSink(spark, DeltaSinkOptions(table=str(tmp_path / "t")))
+    write_files = frame_writer.write_files
+    calls = []
+
+    def write_then_rival_commits(frame, table, layout):
+        calls.append(table)
+        written = write_files(frame, table, layout)
+        if len(calls) == 1:
+            rival.write_batch(spark.createDataFrame(kafka_records("orders", 0, range(5, 12))), 0, "query-b")
+        return written
+
+    monkeypatch.setattr(frame_writer, "write_files", write_then_rival_commits)
+    assert sink.write_rerun(spark.createDataFrame(kafka_records("orders", 0, range(20)))).rows_written == 8
+
+    assert len(calls) == 3  # the rerun's first plan, the rival's write, the rerun's second plan
+    assert_df_equality(
+        read_table(spark, tmp_path / "t"),
+        expected_rows(spark, kafka_records("orders", 0, range(20))),
+        ignore_nullable=True,
+    )
+    referenced = set(pa.table(DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True))["path"].to_pylist())
+    assert {p.name for p in (tmp_path / "t").glob("*.parquet")} == referenced  # the first plan's files are gone
 
 
 def test_partitioned_by_topic_and_utc_date(spark, tmp_path: Path) -> None:
@@ -272,7 +347,10 @@ def test_a_table_written_from_the_driver_by_earlier_versions_is_appended_to(spar
     collected as Arrow) have the columns the executors' files get: appended to, not refused."""
     sink_options = DeltaSinkOptions(table=str(tmp_path / "t"), **options)
     earlier = table_frame(spark.createDataFrame(kafka_records("orders", 0, range(5))), sink_options)
-    write_deltalake(sink_options.table, to_delta_arrow(earlier), partition_by=sink_options.partition_columns or None)
+    data = earlier.toArrow()
+    write_deltalake(
+        sink_options.table, data.cast(nullable_schema(data.schema)), partition_by=sink_options.partition_columns or None
+    )
 
     later = spark.createDataFrame(kafka_records("orders", 0, range(5, 10)))
     assert DeltaSink(spark, sink_options).write_batch(later, 0, "query-a").rows_written == 5

@@ -14,6 +14,7 @@ from clients.client_helpers import create_topic, read_all, unique_name
 from deltalake import DeltaTable
 from loglake.spark.lake_writer import FAULT_EXECUTOR_MID_WRITE
 from source_helpers import REPO, produce
+from test_group_commits import committed
 
 from harness.standalone_cluster import cluster_environment, connect_server
 
@@ -31,16 +32,17 @@ def result_of(output: str) -> dict:
 def test_reads_the_exactly_once_writer_and_consume_group_run_on_the_executors(
     spark_cluster, broker, topic, tmp_path
 ) -> None:
-    out_topic = unique_name("cluster-out")
+    out_topic, cg_topic = unique_name("cluster-out"), unique_name("cluster-cg-out")
     create_topic(broker.bootstrap, topic, partitions=PARTITIONS)
     create_topic(broker.bootstrap, out_topic, partitions=2)
+    create_topic(broker.bootstrap, cg_topic, partitions=2)
     records = [{"key": b"k%d" % i, "value": b"v" * (i % 40), "partition": i % PARTITIONS} for i in range(RECORDS)]
     produce(broker, topic, records)
     before = spark_cluster.executor_dirs()
 
     group = unique_name("cluster-etl")
     output = spark_cluster.submit(
-        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path), group
+        REPO / "tests/spark/cluster_app.py", broker.bootstrap, topic, out_topic, str(tmp_path), group, cg_topic
     )
     result = result_of(output.stdout)
 
@@ -57,6 +59,10 @@ def test_reads_the_exactly_once_writer_and_consume_group_run_on_the_executors(
     stored = consumed.to_pyarrow_table().to_pylist()
     assert sorted((r["key"], r["size"]) for r in stored) == sorted((r["key"], len(r["value"])) for r in records)
     assert consumed.transaction_version(f"loglake-consume-group:{group}") == 1
+    # consume_group into a topic: each executor's task produced its share in a transaction.
+    copied = read_all(broker.bootstrap, cg_topic, partitions=2)
+    assert sorted((k, v) for _, _, k, v in copied) == sorted((r["key"], r["value"]) for r in records)
+    assert committed(broker, f"{group}-topic", topic, PARTITIONS) == dict.fromkeys(range(PARTITIONS), RECORDS // PARTITIONS)
     # One executor on each worker ran the application's tasks.
     started = [p for p in spark_cluster.executor_dirs() if p not in before]
     assert {p.parents[1].name for p in started} == {"worker-0", "worker-1"}

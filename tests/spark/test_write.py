@@ -86,6 +86,14 @@ def test_keyed_rows_without_a_partition_go_where_the_java_producer_puts_them(log
             "append",
             "transactional.id.prefix must not be empty",
         ),
+        ("value string", {"topic": "t", "txnAppId": "a"}, "append", "txnAppId and txnVersion go together"),
+        ("value string", {"topic": "t", "txnAppId": "a", "txnVersion": "x"}, "append", "txnVersion must be a non-neg"),
+        (
+            "value string",
+            {"topic": "t", "exactly.once": "false", "txnAppId": "a", "txnVersion": "1"},
+            "append",
+            "txnAppId is for exactly-once",
+        ),
         (
             "value string",
             {"topic": "t", "exactly.once": "true", "kafka.acks": "1"},

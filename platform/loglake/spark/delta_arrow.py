@@ -1,6 +1,4 @@
-"""Arrow schemas of Delta tables written with delta-rs (`deltalake`), and DataFrames
-collected as such (only for delta-rs's MERGE, which runs on the driver: appends are written
-by the executors, `frame_writer`).
+"""Arrow schemas of Delta tables written with delta-rs (`deltalake`) from Spark's rows.
 
 Spark marks computed columns and nested fields non-null batch by batch, while a Delta
 table's schema is fixed at its first write: every field is made nullable, so that all
@@ -9,12 +7,7 @@ writes of a table agree on one schema whatever the batch held.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
 
 
 def nullable_schema(schema: pa.Schema) -> pa.Schema:
@@ -28,9 +21,3 @@ def _nullable(data_type: pa.DataType) -> pa.DataType:
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return pa.list_(pa.field("element", _nullable(data_type.value_type), nullable=True))
     return data_type
-
-
-def to_delta_arrow(frame: DataFrame) -> pa.Table:
-    """The frame collected to the driver (`toArrow`), with the nullable schema delta-rs writes."""
-    data = frame.toArrow()
-    return data.cast(nullable_schema(data.schema))

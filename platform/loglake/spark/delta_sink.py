@@ -5,13 +5,13 @@ committed with a Delta app transaction (txnAppId = the query's id, txnVersion = 
 Spark replays a batch whose end it did not record in its checkpoint (a crash between our Delta
 commit and Spark's commit file), and the replay finds its version already recorded in the table
 and writes nothing. A run without a streaming query (a batch-mode rerun of a range) has no such
-identity, so its rows go through a MERGE on (topic, partition, offset) that inserts only the
-keys the table lacks.
+identity, so only its rows whose (topic, partition, offset) the table lacks are inserted.
 
 Two engines write the table: `deltalake` (the default, as Delta's JVM jars are not always
 available: the executors write the Parquet files and the driver commits their add actions
-with delta-rs, `frame_writer`; a batch-mode rerun's MERGE runs in delta-rs on the driver) and
-delta-spark, chosen when Spark has Delta's classes on its classpath. Both write the same columns: topic, partition, offset, timestamp, key,
+with delta-rs, `frame_writer`; a batch-mode rerun first anti-joins its rows, in Spark, with
+the keys of the table's files) and delta-spark (a MERGE), chosen when Spark has Delta's
+classes on its classpath. Both write the same columns: topic, partition, offset, timestamp, key,
 value (or the columns decoded from a JSON value) and headers, plus `date` when the table is
 partitioned by the record's UTC date.
 """
@@ -23,18 +23,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from deltalake import DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, Transaction
 
-from loglake.spark.delta_arrow import to_delta_arrow
 from loglake.spark.faults import fault_point
-from loglake.spark.frame_writer import append_frame
+from loglake.spark.frame_writer import KEY_COLUMNS, append_frame, insert_missing
 
 if TYPE_CHECKING:
     import delta.tables
     from pyspark.sql import DataFrame, SparkSession
 
-# The table's key: one row per record of the log.
-KEY_COLUMNS = ("topic", "partition", "offset")
 # Spark's Kafka source has no headers column unless includeHeaders is set; the table always
 # has one (null then), so that its schema does not depend on a reader option.
 HEADERS_TYPE_DDL = "array<struct<key: string, value: binary>>"
@@ -176,8 +173,7 @@ class _TableEngine(Protocol):
 
 @dataclass
 class _DeltaRsEngine:
-    """delta-rs: appends are written by the executors and committed by the driver
-    (`frame_writer`); MERGE (`insert_missing`) takes the rows to the driver as Arrow."""
+    """delta-rs: the executors write the files and the driver commits them (`frame_writer`)."""
 
     path: str
     partition_by: list[str]
@@ -189,19 +185,7 @@ class _DeltaRsEngine:
         return append_frame(frame, self.path, self.partition_by, Transaction(app_id, version))
 
     def insert_missing(self, frame: DataFrame) -> int:
-        data = to_delta_arrow(frame)
-        if not data.num_rows:
-            return 0
-        table = self._table()
-        if table is None:
-            write_deltalake(self.path, data, mode="append", partition_by=self.partition_by or None)
-            return data.num_rows
-        # `partition` and `offset` are SQL keywords: quoted.
-        on = " AND ".join(f't."{name}" = s."{name}"' for name in KEY_COLUMNS)
-        metrics = (
-            table.merge(data, predicate=on, source_alias="s", target_alias="t").when_not_matched_insert_all().execute()
-        )
-        return int(metrics["num_target_rows_inserted"])
+        return insert_missing(frame, self.path, self.partition_by)
 
     def compact(self) -> None:
         table = self._table()

@@ -7,6 +7,13 @@ transaction given (delta-rs `create_write_transaction`). No row passes through t
 A retried task's failed attempt leaves files that no add action names (VACUUM removes them):
 Spark hands the driver the actions of one successful attempt per task.
 
+`insert_missing` is the same write for rows keyed by the log, (topic, partition, offset), of
+which the table may hold some already (`DeltaSink.write_rerun`): a Spark anti-join against
+the keys in the files of one pinned Delta version (read by Spark's Parquet reader, only the
+files whose statistics may hold the frame's offsets), then the missing rows written by the
+tasks and their add actions committed, unless a commit since the pinned version added rows
+of the same partitions and offsets: the frame is planned again from the new version.
+
 Used by `DeltaSink` (a streaming query's `foreachBatch`) and `jobs/consume_group.py`'s Delta
 target, whose rows are a DataFrame computed by Spark; topics themselves are sunk by the lake
 writer, which fetches and decodes in the tasks without a DataFrame at all.
@@ -17,12 +24,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import DeltaTable, Transaction
+from deltalake import DeltaTable, QueryBuilder, Transaction
 
 from loglake.spark.delta_arrow import nullable_schema
+from loglake.spark.lake import plain_parquet_refusal
 from loglake.spark.lake_writer import (
     DEFAULT_TARGET_FILE_BYTES,
     FileRoller,
@@ -36,6 +46,7 @@ from loglake.spark.lake_writer import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -116,3 +127,144 @@ def append_frame(frame: DataFrame, table: str, partition_by: list[str], transact
     rows = sum(f.rows for f in written)
     log.info("%s: version %d, %d rows in %d files written by the executors", table, version, rows, len(written))
     return rows
+
+
+# The rows' key in the log, and the app transaction every `insert_missing` commit records:
+# delta-rs refuses a commit whose app transaction a rival's commit recorded meanwhile, so
+# two `insert_missing` never both commit on one version.
+KEY_COLUMNS = ("topic", "partition", "offset")
+INSERT_MISSING_APP_ID = "loglake-insert-missing"
+# Plans of one `insert_missing` overtaken by rivals' rows before it fails (LakeConflict).
+_INSERT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The offsets of one (topic, partition) in a frame: [low, high]."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+
+    def may_hold(self, action: dict) -> bool:
+        """Whether a file (its flattened add action) may hold keys of this range: its
+        statistics, or its partition value for `topic`, say so (no statistics: it may)."""
+
+        def bound(column: str, which: str) -> object:
+            return action.get(f"partition.{column}", action.get(f"{which}.{column}"))
+
+        for column, value in (("topic", self.topic), ("partition", self.partition)):
+            low, high = bound(column, "min"), bound(column, "max")
+            if low is not None and high is not None and not low <= value <= high:  # type: ignore[operator]
+                return False
+        low, high = action.get("min.offset"), action.get("max.offset")
+        return low is None or high is None or (low <= self.high and self.low <= high)
+
+
+def key_ranges(frame: DataFrame) -> list[KeyRange]:
+    """Each (topic, partition) of the frame with its lowest and highest offset (one
+    aggregate row per partition reaches the driver)."""
+    from pyspark.sql import functions as F
+
+    rows = frame.groupBy("topic", "partition").agg(F.min("offset"), F.max("offset")).collect()
+    return [KeyRange(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def _key_schema(frame: DataFrame, partition_by: list[str]) -> StructType:
+    """The key columns and the partition columns, typed as in the frame."""
+    from pyspark.sql.types import StructType
+
+    names = list(dict.fromkeys([*KEY_COLUMNS, *partition_by]))
+    return StructType([frame.schema[name] for name in names])
+
+
+def existing_keys(frame: DataFrame, snapshot: DeltaTable, partition_by: list[str], ranges: list[KeyRange]) -> DataFrame:
+    """The keys of `ranges` in the snapshot's rows: read by Spark's Parquet reader from the
+    files whose statistics may hold them; through delta-rs's query engine where plain Parquet
+    would be wrong (deletion vectors), which brings only those keys to the driver."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    spark = frame.sparkSession
+    schema = _key_schema(frame, partition_by)
+    within = reduce(
+        lambda a, b: a | b,
+        [
+            (F.col("topic") == r.topic) & (F.col("partition") == r.partition) & F.col("offset").between(r.low, r.high)
+            for r in ranges
+        ],
+    )
+    if plain_parquet_refusal(snapshot) is not None:
+        # `partition` and `offset` are SQL keywords: quoted.
+        where = " OR ".join(
+            f'("topic" = \'{r.topic}\' AND "partition" = {r.partition} AND "offset" BETWEEN {r.low} AND {r.high})'
+            for r in ranges
+        )
+        query = f'SELECT "topic", "partition", "offset" FROM t WHERE {where}'
+        keys = pa.table(QueryBuilder().register("t", snapshot).execute(query).read_all())
+        return spark.createDataFrame(
+            keys.cast(pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]))
+        )
+    root = snapshot.table_uri.rstrip("/")
+    actions = pa.table(snapshot.get_add_actions(flatten=True)).to_pylist()
+    uris = [f"{root}/{unquote(a['path'])}" for a in actions if any(r.may_hold(a) for r in ranges)]
+    if not uris:
+        return spark.createDataFrame([], schema).select(*KEY_COLUMNS)
+    # basePath: the partition columns (topic, date) come from the files' directories.
+    files = spark.read.schema(schema).option("basePath", root).parquet(*uris)
+    return files.where(within).select(*KEY_COLUMNS)
+
+
+def _added_since(table: str, snapshot: DeltaTable | None, ranges: list[KeyRange]) -> DeltaTable | None:
+    """The table's latest version, unless a commit since `snapshot` added files that may hold
+    keys of `ranges` (LakeConflict: the rows missing from `snapshot` may be there now)."""
+    if not DeltaTable.is_deltatable(table):
+        return None
+    latest = DeltaTable(table)
+    if snapshot is None:
+        raise LakeConflict(f"{table}: created by a rival writer meanwhile")
+    if latest.version() == snapshot.version():
+        return latest
+    before = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
+    for action in pa.table(latest.get_add_actions(flatten=True)).to_pylist():
+        if action["path"] not in before and any(r.may_hold(action) for r in ranges):
+            raise LakeConflict(f"{table}: a rival writer added rows of the same partitions meanwhile")
+    return latest
+
+
+def insert_missing(frame: DataFrame, table: str, partition_by: list[str]) -> int:
+    """Append the frame's rows whose (topic, partition, offset) the table lacks; the rows
+    written. Planned on the table's latest version; a rival's commit of rows of the same
+    partitions and offsets before this one's makes it plan again (LakeConflict after
+    `_INSERT_ATTEMPTS` plans)."""
+    layout = frame_layout(frame, partition_by)
+    ranges = key_ranges(frame)
+    if not ranges:
+        return 0
+    for attempt in range(1, _INSERT_ATTEMPTS + 1):
+        snapshot = DeltaTable(table) if DeltaTable.is_deltatable(table) else None
+        missing = frame
+        if snapshot is not None:
+            check_table(snapshot, table, layout)
+            missing = frame.join(existing_keys(frame, snapshot, partition_by, ranges), list(KEY_COLUMNS), "left_anti")
+        written = write_files(missing, table, layout)
+        if not written:
+            return 0
+        try:
+            latest = _added_since(table, snapshot, ranges)
+            guard = Transaction(INSERT_MISSING_APP_ID, 0 if latest is None else latest.version() + 1)
+            version = commit_files(table, layout, latest, written, [guard])
+        except LakeConflict as exc:
+            remove_files(table, written)
+            log.info("%s; planning the insert again (attempt %d)", exc, attempt + 1)
+            continue
+        rows = sum(f.rows for f in written)
+        log.info(
+            "%s: version %d, %d missing rows in %d files written by the executors", table, version, rows, len(written)
+        )
+        return rows
+    raise LakeConflict(
+        f"{table}: rival writers added rows of the same partitions during each of {_INSERT_ATTEMPTS} plans"
+    )

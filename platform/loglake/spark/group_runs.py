@@ -16,7 +16,7 @@ a planned run moves nothing until it is committed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from loglake.spark.group_offsets import commit_offsets, committed_with_metadata
 from loglake.spark.offset_ranges import OffsetRange
@@ -25,12 +25,13 @@ from loglake.spark.protocol_client import ProtocolClient, TopicPartition
 
 @dataclass(frozen=True)
 class Run:
-    """One run: its id, the offset ranges it reads, and, for a topic target, where the target's
-    partitions ended when it was planned (the records it may have written are past those)."""
+    """One run: its id, the offset ranges it reads, and, for a topic target, the number of
+    tasks (each a Kafka transaction of its own) that write its output: a resumed run writes
+    with as many, so that each task has the same rows as before (0: the target's choice)."""
 
     run_id: int
     ranges: tuple[OffsetRange, ...]
-    target_starts: dict[int, int] = field(default_factory=dict)
+    target_tasks: int = 0
     # A plan found in the group: an earlier process planned it and may have written part of it.
     resumed: bool = False
 
@@ -72,8 +73,7 @@ class GroupPositions:
         run_id = max(m["run"] for m in pending.values())
         mine = sorted(((tp, m) for tp, m in pending.items() if m["run"] == run_id), key=lambda item: item[0])
         ranges = tuple(OffsetRange(tp.topic, tp.partition, self.offsets[tp], m["end"]) for tp, m in mine)
-        target_starts = {int(p): o for p, o in mine[0][1].get("target", {}).items()}
-        return Run(run_id, ranges, target_starts, resumed=True)
+        return Run(run_id, ranges, mine[0][1].get("tasks", 0), resumed=True)
 
 
 def _decode(metadata: str) -> dict | None:
@@ -96,8 +96,8 @@ def group_positions(client: ProtocolClient, group_id: str, partitions: list[Topi
 def commit_plan(client: ProtocolClient, group_id: str, run: Run) -> None:
     """Record the run in the group before it writes: offsets unchanged, the plan as metadata."""
     plan: dict[str, object] = {"run": run.run_id}
-    if run.target_starts:
-        plan["target"] = {str(p): o for p, o in sorted(run.target_starts.items())}
+    if run.target_tasks:
+        plan["tasks"] = run.target_tasks
     metadata = {r.topic_partition: json.dumps({**plan, "end": r.end}, separators=(",", ":")) for r in run.ranges}
     commit_offsets(client, group_id, {r.topic_partition: r.start for r in run.ranges}, metadata)
 

@@ -3,40 +3,34 @@ written twice when a process dies between writing and committing (see `group_run
 
 - `DeltaTarget`: the run is one Delta commit carrying the app transaction (txnAppId = the
   group's app id, txnVersion = the run id); a run the table records is not written again.
-- `TopicTarget`: each record produced carries its run (`loglake.run` = "<group>:<run id>") and
-  its place in the run's output (`loglake.seq`); the output is numbered in a canonical order, so
-  a resumed run recomputes the same numbers, reads the target past where it ended when the run
-  was planned, and produces only the numbers not there.
+- `TopicTarget`: the loglake sink's exactly-once batch write, idempotent by run: each of the
+  run's tasks writes its share of the output in a Kafka transaction of its own (transactional
+  id `loglake-consume-group-<group>-<task>`) and records the run id in it; the driver commits
+  the transactions. A resumed run gives each task the same rows, and a task whose transaction
+  committed the run writes nothing (records carry `loglake.run` = "<group>:<run id>").
 - `ParquetTarget`: appends; a run resumed after a crash between writing and committing is
   written again (at-least-once).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from loglake.spark.delta_sink import HEADERS_TYPE_DDL, DeltaWriter, committed_version
-from loglake.spark.faults import fault_point
 from loglake.spark.group_runs import Run
-from loglake.spark.offset_ranges import discover_partitions, list_offsets
+from loglake.spark.offset_ranges import discover_partitions
 from loglake.spark.options import TopicSelection
-from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from loglake.spark.sink import parse_write_options, produce_batches
+from loglake.spark.transactional_producer import committed_progress
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from loglake.spark.job_cluster import ClusterAccess
 
 RUN_HEADER = "loglake.run"
-SEQ_HEADER = "loglake.seq"
-# LOGLAKE_FAULT=mid-topic-write[:<run id>]: exit once half of a run's records are produced
-# (and acknowledged), so that the crash tests leave a run partly written every time.
-FAULT_MID_TOPIC_WRITE = "mid-topic-write"
-_SEQ = "__loglake_seq"
+TRANSACTIONAL_ID_PREFIX = "loglake-consume-group"
 _SINK_COLUMNS = ("key", "value", "partition", "headers")
 
 log = logging.getLogger(__name__)
@@ -47,8 +41,8 @@ class RunTarget(Protocol):
         """The highest run id the target records (0: none, or it records none)."""
         ...
 
-    def prepare(self) -> dict[int, int]:
-        """Positions of the target to record in a run's plan before it writes."""
+    def prepare(self) -> int:
+        """The number of tasks to record in a run's plan before it writes (0: none)."""
         ...
 
     def write(self, run: Run, output: DataFrame) -> int | None:
@@ -65,8 +59,8 @@ class DeltaTarget:
     def last_run_id(self) -> int:
         return committed_version(self.writer.table, self.app_id) or 0
 
-    def prepare(self) -> dict[int, int]:
-        return {}
+    def prepare(self) -> int:
+        return 0
 
     def write(self, run: Run, output: DataFrame) -> int:
         rows = self.writer.append_once(output, self.app_id, run.run_id)
@@ -83,8 +77,8 @@ class ParquetTarget:
     def last_run_id(self) -> int:
         return 0
 
-    def prepare(self) -> dict[int, int]:
-        return {}
+    def prepare(self) -> int:
+        return 0
 
     def write(self, run: Run, output: DataFrame) -> int | None:
         output.write.mode("append").parquet(self.path)
@@ -98,65 +92,46 @@ class TopicTarget:
     topic: str
     group_id: str
 
+    def _tasks(self) -> int:
+        """How many tasks write a new run: one per core Spark has."""
+        return max(1, self.spark.sparkContext.defaultParallelism)
+
+    def _transactional_id(self, task: int) -> str:
+        """Task `task`'s transactional id, as the sink names it (`<prefix>-<txnAppId>-<partition id>`)."""
+        return f"{TRANSACTIONAL_ID_PREFIX}-{self.group_id}-{task}"
+
     def last_run_id(self) -> int:
-        return 0  # a run's records are found from the target offsets in its plan
-
-    def _end_offsets(self, timestamp: int) -> dict[int, int]:
+        """The highest run the tasks of a new run recorded: should the group lose its offsets
+        (and its run markers), run ids still grow, as a task skips a run id it committed."""
         with self.cluster.client() as client:
-            partitions = discover_partitions(client, TopicSelection("topic", topics=(self.topic,)))
-            return {tp.partition: o for tp, o in list_offsets(client, dict.fromkeys(partitions, timestamp)).items()}
+            progress = [committed_progress(client, self._transactional_id(task)) for task in range(self._tasks())]
+        return max((p.batch_id for p in progress if p is not None), default=0)
 
-    def prepare(self) -> dict[int, int]:
-        return self._end_offsets(LATEST_TIMESTAMP)
+    def prepare(self) -> int:
+        with self.cluster.client() as client:  # an unknown topic fails here, before the plan
+            discover_partitions(client, TopicSelection("topic", topics=(self.topic,)))
+        return self._tasks()
 
-    def write(self, run: Run, output: DataFrame) -> int:
-        from pyspark.sql import Window
+    def write(self, run: Run, output: DataFrame) -> None:
         from pyspark.sql import functions as F
 
-        options = parse_write_options(
-            {**self.cluster.source_options(), "topic": self.topic}, output.schema, streaming=False
-        )
         columns = [c for c in _SINK_COLUMNS if c in output.columns]
-        # Numbered in the order of all the columns: the same input gives the same numbers
-        # (identical rows are interchangeable). A window without partitions sorts in one task.
-        numbered = output.select(*columns).withColumn(_SEQ, F.row_number().over(Window.orderBy(*columns)) - 1)
-        if run.resumed:
-            numbered = numbered.join(self._written(run), _SEQ, "left_anti")
         tag = f"{self.group_id}:{run.run_id}".encode()
         headers = F.col("headers").cast(HEADERS_TYPE_DDL) if "headers" in columns else F.array()
-        ours = F.array(
-            F.struct(F.lit(RUN_HEADER).alias("key"), F.lit(tag).alias("value")),
-            F.struct(F.lit(SEQ_HEADER).alias("key"), F.col(_SEQ).cast("string").cast("binary").alias("value")),
-        )
-        tagged = numbered.withColumn("headers", F.concat(F.coalesce(headers, F.array()), ours)).drop(_SEQ)
-        data = tagged.toArrow()
-        half = data.num_rows // 2
-        produce_batches(options, iter(data.slice(0, half).to_batches()))
-        fault_point(FAULT_MID_TOPIC_WRITE, run.run_id)
-        produce_batches(options, iter(data.slice(half).to_batches()))
-        return data.num_rows
-
-    def _written(self, run: Run) -> DataFrame:
-        """The numbers of the run's records in the target, past where it ended when planned."""
-        from pyspark.sql import functions as F
-
-        partitions = self._end_offsets(EARLIEST_TIMESTAMP)  # partitions added since: from the start
-        starts = {str(p): run.target_starts.get(p, EARLIEST_TIMESTAMP) for p in partitions}
-        records = (
-            self.spark.read.format("loglake")
+        ours = F.array(F.struct(F.lit(RUN_HEADER).alias("key"), F.lit(tag).alias("value")))
+        tagged = output.select(*columns).withColumn("headers", F.concat(F.coalesce(headers, F.array()), ours))
+        # Hashed on every column into the planned number of tasks: a resumed run gives each
+        # task the rows it had (identical rows are interchangeable), so a task that committed
+        # the run skips it and the others write theirs again.
+        tasks = run.target_tasks or self._tasks()
+        (
+            tagged.repartition(tasks, *tagged.columns)
+            .write.format("loglake")
+            .mode("append")
             .options(**self.cluster.source_options())
-            .option("subscribe", self.topic)
-            .option("startingOffsets", json.dumps({self.topic: starts}))
-            .option("includeHeaders", "true")
-            .load()
-        )
-
-        def header(name: str) -> Column:
-            return F.filter("headers", lambda h: h["key"] == name)[0]["value"]
-
-        tag = f"{self.group_id}:{run.run_id}".encode()
-        return (
-            records.where(header(RUN_HEADER) == F.lit(tag))
-            .select(header(SEQ_HEADER).cast("string").cast("bigint").alias(_SEQ))
-            .distinct()
+            .option("topic", self.topic)
+            .option("transactional.id.prefix", TRANSACTIONAL_ID_PREFIX)
+            .option("txnAppId", self.group_id)
+            .option("txnVersion", str(run.run_id))
+            .save()
         )

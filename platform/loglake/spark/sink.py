@@ -11,7 +11,11 @@ transactional id `<prefix>-<query id>-<partition id>` (`<prefix>-<write id>-<par
 for a batch write), which Spark's driver commits only when the micro-batch (or the job)
 commits. A streaming task also records the micro-batch id in its transaction, as the
 offsets of a consumer group named after its transactional id, so that a micro-batch Spark
-replays after a crash is recognised, task by task, and not written again.
+replays after a crash is recognised, task by task, and not written again. A batch write
+given `txnAppId` and `txnVersion` (Delta's names for its idempotent writes) does the same
+with ids `<prefix>-<txnAppId>-<partition id>` and its version for the micro-batch id: a
+rerun of a version skips the tasks that committed it (so each task's rows must be the same
+as the first time).
 
 At least once (`exactly.once=false`, and batch writes by default): rows go through
 confluent-kafka's idempotent producer with acks=all unless `kafka.acks` says otherwise;
@@ -80,6 +84,8 @@ class TransactionalOptions:
     request_timeout_ms: int = 30_000
     compression: CompressionType = CompressionType.NONE
     write_id: str = ""
+    # A batch write's txnVersion: each task records it, and skips a version its id committed.
+    write_version: int | None = None
     security: tuple[tuple[str, str], ...] = ()  # Kafka client properties (picklable)
 
     def client(self) -> ProtocolClient:
@@ -122,18 +128,20 @@ def _positive_int(opts: Mapping[str, str], name: str, default: int) -> int:
 def _transactional_options(opts: Mapping[str, str], streaming: bool) -> TransactionalOptions | None:
     """The exactly-once settings, or None for the at-least-once path: streaming queries are
     exactly once unless `exactly.once=false`; batch writes when asked (`exactly.once=true` or
-    a `transactional.id.prefix`)."""
+    a `transactional.id.prefix`, or an idempotent batch write's `txnAppId` and `txnVersion`)."""
     flag = opts.get("exactly.once")
     if flag is not None and flag.lower() not in ("true", "false"):
         raise OptionError(f"exactly.once must be true or false, not {flag!r}")
     prefix = opts.get("transactional.id.prefix")
+    app_id, version = _idempotent_write(opts, streaming)
     if flag is not None:
         exactly_once = flag.lower() == "true"
     else:
-        exactly_once = streaming or prefix is not None
+        exactly_once = streaming or prefix is not None or app_id is not None
     if not exactly_once:
-        if prefix is not None:
-            raise OptionError("transactional.id.prefix is for exactly-once writes; exactly.once=false was given")
+        if prefix is not None or app_id is not None:
+            name = "transactional.id.prefix" if prefix is not None else "txnAppId"
+            raise OptionError(f"{name} is for exactly-once writes; exactly.once=false was given")
         return None
     if prefix is not None and not prefix.strip():
         raise OptionError("transactional.id.prefix must not be empty")
@@ -156,9 +164,28 @@ def _transactional_options(opts: Mapping[str, str], streaming: bool) -> Transact
         _positive_int(kafka, "transaction.timeout.ms", TransactionalOptions.transaction_timeout_ms),
         _positive_int(kafka, "request.timeout.ms", TransactionalOptions.request_timeout_ms),
         CompressionType[codec],
-        "" if streaming else uuid.uuid4().hex,
+        app_id or ("" if streaming else uuid.uuid4().hex),
+        version,
         security_options(opts),
     )
+
+
+def _idempotent_write(opts: Mapping[str, str], streaming: bool) -> tuple[str | None, int | None]:
+    """`txnAppId` and `txnVersion` (Delta's names for its idempotent writes): a batch write
+    whose tasks' transactional ids are `<prefix>-<txnAppId>-<partition id>`, each recording
+    the version in its transaction and skipping a version it already committed."""
+    app_id, version = opts.get("txnappid"), opts.get("txnversion")
+    if app_id is None and version is None:
+        return None, None
+    if app_id is None or version is None:
+        raise OptionError("txnAppId and txnVersion go together")
+    if streaming:
+        raise OptionError("txnAppId and txnVersion are for batch writes (a streaming query uses its query id)")
+    if not app_id.strip():
+        raise OptionError("txnAppId must not be empty")
+    if not version.strip().isdigit():
+        raise OptionError(f"txnVersion must be a non-negative integer, not {version!r}")
+    return app_id, int(version)
 
 
 def parse_write_options(options: Mapping[str, str], schema: StructType, *, streaming: bool) -> WriteOptions:
@@ -312,7 +339,7 @@ def produce_in_transaction(options: WriteOptions, batches: Iterator[pa.RecordBat
     assert txn is not None
     context = TaskContext.get()
     assert context is not None  # this runs in a Spark task, which always has a context
-    batch_id: int | None = None
+    batch_id = txn.write_version
     scope = txn.write_id
     if not scope:
         # Spark sets both on every task of a streaming micro-batch (the only case without a write_id).
@@ -350,7 +377,7 @@ def _write_task(
             producer.begin()
             last = producer.last_progress(group_id) if batch_id is not None else None
             if last is not None and batch_id is not None and last.batch_id >= batch_id:
-                log.info("%s: batch %d already committed, replay skipped", group_id, batch_id)
+                log.info("%s: batch (or version) %d already committed, replay skipped", group_id, batch_id)
                 for _ in batches:  # Spark hands every row to the writer; take them all
                     pass
                 return TransactionalRows(None, 0, replayed=True)

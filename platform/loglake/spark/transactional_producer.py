@@ -68,6 +68,13 @@ class SinkProgress:
             raise TransactionError(f"offset metadata {metadata!r} is not a sink's progress ({exc})") from exc
 
 
+def committed_progress(client: ProtocolClient, group_id: str) -> SinkProgress | None:
+    """The latest progress a committed transaction recorded in `group_id` (None: none)."""
+    committed = committed_with_metadata(client, group_id, None)
+    progress = [SinkProgress.decode(metadata) for _, metadata in committed.values()]
+    return max(progress, key=lambda p: p.batch_id, default=None)
+
+
 def _at_coordinator(
     client: ProtocolClient,
     what: str,
@@ -130,9 +137,7 @@ class TransactionalProducer:
     def last_progress(self, group_id: str) -> SinkProgress | None:
         """The latest progress a committed transaction recorded in `group_id` (after `begin`,
         no transaction of the id is open: what the group holds is stable)."""
-        committed = committed_with_metadata(self.client, group_id, None)
-        progress = [SinkProgress.decode(metadata) for _, metadata in committed.values()]
-        return max(progress, key=lambda p: p.batch_id, default=None)
+        return committed_progress(self.client, group_id)
 
     def send(self, rows: Mapping[TopicPartition, list[RecordRow]]) -> None:
         """Produce `rows` in the transaction and wait for every acknowledgement (acks=all)."""
