@@ -21,8 +21,9 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
 from loglake.cluster.replication_quota import ReplicationQuota
@@ -59,9 +60,9 @@ class ProduceResult:
     error: KafkaError | None = None
 
 
-@dataclass(frozen=True)
-class FollowerFetchPartition:
-    """One partition of a follower's Fetch request."""
+class FollowerFetchPartition(NamedTuple):
+    """One partition of a follower's Fetch request (NamedTuples: one of each per session
+    partition per fetch)."""
 
     topic: str
     partition: int
@@ -70,8 +71,7 @@ class FollowerFetchPartition:
     max_bytes: int = 1048576
 
 
-@dataclass(frozen=True)
-class FollowerFetchResult:
+class FollowerFetchResult(NamedTuple):
     topic: str
     partition: int
     error: ErrorCode = ErrorCode.NONE
@@ -505,19 +505,26 @@ class ReplicaManager:
                 partition.check_leader_epoch(req.current_leader_epoch)
                 if not partition.is_leader or replica_id == self.broker_id or replica_id not in partition.replicas:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                throttled = replica_id not in partition.isr and quota.is_throttled(
-                    req.partition, partition.config.leader_replication_throttled_replicas
-                )
-                if throttled and quota.is_quota_exceeded():
-                    piece = None  # the follower learns the HW now and gets data when the quota allows
+                if partition.follower_fetch_at_log_end(replica_id, req.fetch_offset, now):
+                    # Most of a session's partitions, most of the time: nothing to read or move.
+                    piece = None
                 else:
-                    piece = partition.read(
-                        req.fetch_offset, min(req.max_bytes, budget), committed_only=False, min_one_message=total == 0
+                    throttled = replica_id not in partition.isr and quota.is_throttled(
+                        req.partition, partition.config.leader_replication_throttled_replicas
                     )
-                    if throttled:
-                        quota.record(piece.size)
-                if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
-                    expand.append(partition)
+                    if throttled and quota.is_quota_exceeded():
+                        piece = None  # the follower learns the HW now and gets data when the quota allows
+                    else:
+                        piece = partition.read(
+                            req.fetch_offset,
+                            min(req.max_bytes, budget),
+                            committed_only=False,
+                            min_one_message=total == 0,
+                        )
+                        if throttled:
+                            quota.record(piece.size)
+                    if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
+                        expand.append(partition)
             except KafkaError as exc:
                 has_error = True
                 known = partition.is_leader
@@ -700,4 +707,4 @@ class ReplicaManager:
 def _with_high_watermark(result: FollowerFetchResult, partition: Partition | None) -> FollowerFetchResult:
     if partition is None or not partition.is_leader:
         return result
-    return replace(result, high_watermark=partition.high_watermark)
+    return result._replace(high_watermark=partition.high_watermark)
