@@ -657,38 +657,43 @@ class ReplicaManager:
 
     def _wake(self, key: TopicPartition) -> None:
         for fut in self._waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(None)
+            _resolve(fut)
 
     def _wake_log_end(self, key: TopicPartition) -> None:
         for fut in self._log_end_waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(None)
+            _resolve(fut)
 
     async def wait_for_change(self, keys: list[TopicPartition], timeout_s: float, log_end: bool = False) -> None:
         """Return when any of these partitions' HW moves (with `log_end`, also its LEO: a
         follower waits for new data), it changes hands or is removed, or on timeout."""
         if timeout_s <= 0:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         registries = (self._waiters, self._log_end_waiters) if log_end else (self._waiters,)
         for registry in registries:
             for key in keys:
                 registry[key].append(fut)
+        # The timeout resolves the future itself: cheaper than wait_for (every long poll and
+        # acks=all wait goes through here).
+        timer = loop.call_later(timeout_s, _resolve, fut)
         started = time.perf_counter()
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             add_remote_time(time.perf_counter() - started)
             for registry in registries:
                 for key in keys:
                     waiters = registry.get(key)
-                    if waiters and fut in waiters:
+                    if not waiters:
+                        continue
+                    try:
                         waiters.remove(fut)
-                        if not waiters:
-                            del registry[key]
+                    except ValueError:
+                        continue  # woken through this key: its list is gone
+                    if not waiters:
+                        del registry[key]
 
     def shutdown(self) -> None:
         task, self._isr_task = self._isr_task, None
@@ -702,6 +707,11 @@ class ReplicaManager:
                     if not fut.done():
                         fut.cancel()
             registry.clear()
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _with_high_watermark(result: FollowerFetchResult, partition: Partition | None) -> FollowerFetchResult:
