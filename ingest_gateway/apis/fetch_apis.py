@@ -44,11 +44,13 @@ from ingest_gateway.replica.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     DEFAULT_EVICTION_MS,
     ZERO_UUID,
+    FetchContext,
     FetchManager,
     FetchSessionCache,
     PartitionRequest,
     PartitionResponse,
     TopicIdPartition,
+    parse_topic_id,
     response_records_size,
 )
 from ingest_gateway.replica.replica_manager import FollowerFetchPartition, FollowerFetchResult, ReplicaManager
@@ -64,10 +66,6 @@ Answers = list[tuple[TopicIdPartition, PartitionResponse]]
 NO_MAX_BYTES = 0x7FFFFFFF
 # Errors whose answer names the current leader from v16 on (KIP-951).
 _LEADER_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
-
-
-# Topic ids are kept as strings; a fetch compares them with the request's for every partition.
-_parse_uuid = functools.lru_cache(maxsize=65536)(uuid.UUID)
 
 
 def _partition_response(partition: int, error: int = ErrorCode.NONE) -> PartitionResponse:
@@ -130,12 +128,12 @@ class FetchApis:
         image = self._cache.image
         if image is not self._names_image or topic_id not in self._names:
             self._names_image = image
-            names = {_parse_uuid(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
+            names = {parse_topic_id(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
             # A leader learns its partitions (LeaderAndIsr) before the image has their
             # topic (UpdateMetadata): its followers may already fetch them by id.
             for (name, _), p in self._replica_manager.partitions.items():
                 if name not in image.topics and p.topic_id:
-                    names[_parse_uuid(p.topic_id)] = name
+                    names[parse_topic_id(p.topic_id)] = name
             self._names = names
         return self._names.get(topic_id)
 
@@ -144,7 +142,8 @@ class FetchApis:
         if tp.topic_id == ZERO_UUID:
             return False
         local = self._replica_manager.partitions.get((tp.topic, tp.partition))  # type: ignore[arg-type]
-        return local is not None and bool(local.topic_id) and _parse_uuid(local.topic_id) != tp.topic_id
+        # The ints: UUID.__eq__ is Python code, and this runs for every partition of every fetch.
+        return local is not None and bool(local.topic_id) and parse_topic_id(local.topic_id).int != tp.topic_id.int
 
     def _requested(
         self, version: int, body: FetchRequest
@@ -236,7 +235,7 @@ class FetchApis:
             answers: Answers = []
         elif replica_id >= 0:
             answers = await self._fetch_for_follower(
-                replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes
+                replica_id, readable, body["max_wait_ms"], body["min_bytes"], max_bytes, session
             )
         else:
             read_committed = version >= 4 and body.get("isolation_level", 0) == IsolationLevel.READ_COMMITTED
@@ -366,8 +365,10 @@ class FetchApis:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        session: FetchContext,
     ) -> Answers:
-        """Up to the log end; the replica manager records the follower's position."""
+        """Up to the log end; the replica manager records the follower's position. Answers
+        the session leaves out (an idle partition, in an incremental session) are not built."""
         requests = [
             FollowerFetchPartition(tp.topic, tp.partition, r.fetch_offset, r.current_leader_epoch, r.max_bytes)  # type: ignore[arg-type]
             for tp, r in readable
@@ -375,7 +376,12 @@ class FetchApis:
         results = await self._replica_manager.fetch_for_follower(
             replica_id, requests, max_wait_ms, min_bytes, max_bytes
         )
-        return [(tp, _follower_response(r)) for (tp, _), r in zip(readable, results, strict=True)]
+        omits = session.omits
+        return [
+            (tp, _follower_response(r))
+            for (tp, _), r in zip(readable, results, strict=True)
+            if r.error or r.records is not None or not omits(tp, r.high_watermark, r.log_start_offset)
+        ]
 
     def _current_leaders(self, answers: Answers, listener_name: str) -> list[NodeEndpoint]:
         """KIP-951: name the leader in each NOT_LEADER/FENCED answer; the leaders' endpoints."""

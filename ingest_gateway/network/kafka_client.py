@@ -103,10 +103,11 @@ class KafkaClient:
         timeout = (self.request_timeout_ms if timeout_ms is None else timeout_ms) / 1000
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        try:
-            await asyncio.wait_for(self._connect(), timeout)
-        except TimeoutError:
-            raise RequestTimedOut(f"connecting to {self.host}:{self.port} took over {timeout:.3f}s") from None
+        if not self.connected:
+            try:
+                await asyncio.wait_for(self._connect(), timeout)
+            except TimeoutError:
+                raise RequestTimedOut(f"connecting to {self.host}:{self.port} took over {timeout:.3f}s") from None
         writer = self._writer
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(api_key, version, correlation_id, self.client_id, body)
@@ -118,10 +119,18 @@ class KafkaClient:
                 if writer is None or writer is not self._writer or writer.is_closing():
                     raise KafkaConnectionError(f"connection to {self.host}:{self.port} closed")
                 writer.write(frame)
-                await asyncio.wait_for(writer.drain(), max(0.0, deadline - loop.time()))
+                # Usually the socket took it all: no drain (wait_for would make it a task).
+                if writer.transport.get_write_buffer_size():
+                    await asyncio.wait_for(writer.drain(), max(0.0, deadline - loop.time()))
             if not expect_response:
                 return {}
-            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - loop.time()))
+            # The deadline fails the future itself: cheaper than wait_for and shield, and
+            # the read loop skips an answer that comes after (the future is done).
+            timer = loop.call_at(deadline, _expire, future)
+            try:
+                return await future
+            finally:
+                timer.cancel()
         except TimeoutError:
             self._disconnect(writer, f"a request timed out on {self.host}:{self.port}")
             raise RequestTimedOut(
@@ -255,3 +264,8 @@ class KafkaClient:
                 await writer.wait_closed()
             except (OSError, ConnectionError):
                 pass
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(TimeoutError())

@@ -227,7 +227,10 @@ class BrokerMetrics:
     def count_errors(self, api_key: int, response: Mapping[str, Any]) -> None:
         """The non-zero error codes of a response body, each partition's or resource's once."""
         counts: dict[int, int] = {}
-        _error_codes(response, counts)
+        if api_key == ApiKey.PRODUCE:
+            _produce_error_codes(response, counts)
+        else:
+            _error_codes(response, counts)
         if not counts:
             return
         timing = _current.get()
@@ -302,6 +305,16 @@ def _error_codes(body: Mapping[str, Any], counts: dict[int, int]) -> None:
             for item in value:
                 if item.__class__ is dict:
                     _error_codes(item, counts)
+
+
+def _produce_error_codes(body: Mapping[str, Any], counts: dict[int, int]) -> None:
+    """`_error_codes` of a ProduceResponse, unrolled (every small produce pays it): only its
+    partitions carry an error code."""
+    for topic in body["responses"]:
+        for partition in topic["partition_responses"]:
+            code = partition["error_code"]
+            if code:
+                counts[code] = counts.get(code, 0) + 1
 
 
 def _log_request(payload: memoryview, name: str, peer: str, timing: RequestTiming, total: float, local: float) -> None:

@@ -21,6 +21,7 @@ the per-partition answers to `context.respond`, which keeps only what the sessio
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import uuid
@@ -46,6 +47,10 @@ DEFAULT_EVICTION_MS = 120_000  # min.incremental.fetch.session.eviction.ms
 
 # The wire body of one partition of a Fetch response.
 PartitionResponse = FetchResponsePartitionData
+
+
+# Topic ids are kept as strings; fetches (both ways) compare and send them as UUIDs.
+parse_topic_id = functools.lru_cache(maxsize=65536)(uuid.UUID)
 
 
 def next_epoch(epoch: int) -> int:
@@ -263,6 +268,11 @@ class FetchContext:
     def respond(self, answers: list[tuple[TopicIdPartition, PartitionResponse]]) -> FetchResult:
         raise NotImplementedError
 
+    def omits(self, tp: TopicIdPartition, high_watermark: int, log_start_offset: int) -> bool:
+        """Whether `respond` would leave out an answer for `tp` without records or error that
+        says these offsets (nothing new for the session), so the handler need not build it."""
+        return False
+
 
 @dataclass
 class SessionErrorContext(FetchContext):
@@ -323,6 +333,15 @@ class IncrementalContext(FetchContext):
                     cached.tp = cached.tp._replace(topic=name)
             out.append((cached.tp, cached.request))
         return out
+
+    def omits(self, tp: TopicIdPartition, high_watermark: int, log_start_offset: int) -> bool:
+        # What CachedPartition.must_respond says of such an answer (it would change nothing).
+        cached = self.session.partitions.get(self.session.key(tp))
+        return (
+            cached is not None
+            and cached.high_watermark == high_watermark
+            and cached.log_start_offset == log_start_offset
+        )
 
     def respond(self, answers: list[tuple[TopicIdPartition, PartitionResponse]]) -> FetchResult:
         session = self.session

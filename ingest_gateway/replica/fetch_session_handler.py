@@ -56,7 +56,12 @@ class FetchSessionHandler(Generic[K]):
         if self.epoch == INITIAL_EPOCH:
             return SessionFetchRequest(self.session_id, INITIAL_EPOCH, dict(wanted), [])
         held = self.session_partitions
-        to_send = {key: request for key, request in wanted.items() if held.get(key) != request}
+        # The fetcher hands the same object back for an unchanged partition: `is` settles most.
+        to_send = {
+            key: request
+            for key, request in wanted.items()
+            if (before := held.get(key)) is not request and before != request
+        }
         to_forget = [key for key in held if key not in wanted]
         return SessionFetchRequest(self.session_id, self.epoch, to_send, to_forget)
 

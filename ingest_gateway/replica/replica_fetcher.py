@@ -40,7 +40,7 @@ from loglake.record.header import RecordBatchHeader, peek_batch_size
 from loglake.security.client import PLAINTEXT, ClientSecurity
 
 from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError
-from ingest_gateway.replica.fetch_session import ZERO_UUID, PartitionRequest
+from ingest_gateway.replica.fetch_session import ZERO_UUID, PartitionRequest, parse_topic_id
 from ingest_gateway.replica.fetch_session_handler import FetchSessionHandler
 
 if TYPE_CHECKING:
@@ -111,6 +111,9 @@ class PartitionFetchState:
     delayed_until: float = 0.0  # event-loop time
     # Caught up with the leader's HW at the last fetch: replication throttles spare it.
     in_sync: bool = False
+    # The request data last sent for it: reused while unchanged, so that the session
+    # handler finds it unchanged at once (most partitions, most fetches).
+    request: PartitionRequest | None = None
 
     @property
     def state(self) -> str:
@@ -432,16 +435,26 @@ class ReplicaFetcher:
                     continue  # left out of this fetch (and of the session) until the quota allows
                 throttled.add(tp)
             sent[tp] = (s, s.fetch_offset)
-            wanted[tp] = PartitionRequest(
-                s.fetch_offset, config.fetch_max_bytes, s.leader_epoch, log_start_offset=partition.log_start_offset
-            )
+            last = s.request
+            log_start = partition.log_start_offset
+            if (
+                last is None
+                or last.fetch_offset != s.fetch_offset
+                or last.log_start_offset != log_start
+                or last.current_leader_epoch != s.leader_epoch
+                or last.max_bytes != config.fetch_max_bytes
+            ):
+                last = s.request = PartitionRequest(
+                    s.fetch_offset, config.fetch_max_bytes, s.leader_epoch, log_start_offset=log_start
+                )
+            wanted[tp] = last
             topic_ids[tp[0]] = partition.topic_id
         if not sent:
             # Everything ready is throttled: wait for the quota, or for new partitions.
             await self._wait_for_quota()
             return
         # Topics travel by id when every one has an id (as Kafka's fetcher decides).
-        ids = {t: uuid.UUID(i) for t, i in topic_ids.items()} if all(topic_ids.values()) else {}
+        ids = {t: parse_topic_id(i) for t, i in topic_ids.items()} if all(topic_ids.values()) else {}
         request = self._session.build(wanted, bool(ids))
         version = FETCH_VERSION if ids else FETCH_VERSION_BY_NAME
         body = {

@@ -21,8 +21,9 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
 from loglake.cluster.replication_quota import ReplicationQuota
@@ -59,9 +60,9 @@ class ProduceResult:
     error: KafkaError | None = None
 
 
-@dataclass(frozen=True)
-class FollowerFetchPartition:
-    """One partition of a follower's Fetch request."""
+class FollowerFetchPartition(NamedTuple):
+    """One partition of a follower's Fetch request (NamedTuples: one of each per session
+    partition per fetch)."""
 
     topic: str
     partition: int
@@ -70,8 +71,7 @@ class FollowerFetchPartition:
     max_bytes: int = 1048576
 
 
-@dataclass(frozen=True)
-class FollowerFetchResult:
+class FollowerFetchResult(NamedTuple):
     topic: str
     partition: int
     error: ErrorCode = ErrorCode.NONE
@@ -505,19 +505,26 @@ class ReplicaManager:
                 partition.check_leader_epoch(req.current_leader_epoch)
                 if not partition.is_leader or replica_id == self.broker_id or replica_id not in partition.replicas:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                throttled = replica_id not in partition.isr and quota.is_throttled(
-                    req.partition, partition.config.leader_replication_throttled_replicas
-                )
-                if throttled and quota.is_quota_exceeded():
-                    piece = None  # the follower learns the HW now and gets data when the quota allows
+                if partition.follower_fetch_at_log_end(replica_id, req.fetch_offset, now):
+                    # Most of a session's partitions, most of the time: nothing to read or move.
+                    piece = None
                 else:
-                    piece = partition.read(
-                        req.fetch_offset, min(req.max_bytes, budget), committed_only=False, min_one_message=total == 0
+                    throttled = replica_id not in partition.isr and quota.is_throttled(
+                        req.partition, partition.config.leader_replication_throttled_replicas
                     )
-                    if throttled:
-                        quota.record(piece.size)
-                if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
-                    expand.append(partition)
+                    if throttled and quota.is_quota_exceeded():
+                        piece = None  # the follower learns the HW now and gets data when the quota allows
+                    else:
+                        piece = partition.read(
+                            req.fetch_offset,
+                            min(req.max_bytes, budget),
+                            committed_only=False,
+                            min_one_message=total == 0,
+                        )
+                        if throttled:
+                            quota.record(piece.size)
+                    if partition.update_follower_fetch_state(replica_id, req.fetch_offset, now):
+                        expand.append(partition)
             except KafkaError as exc:
                 has_error = True
                 known = partition.is_leader
@@ -650,38 +657,43 @@ class ReplicaManager:
 
     def _wake(self, key: TopicPartition) -> None:
         for fut in self._waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(None)
+            _resolve(fut)
 
     def _wake_log_end(self, key: TopicPartition) -> None:
         for fut in self._log_end_waiters.pop(key, ()):
-            if not fut.done():
-                fut.set_result(None)
+            _resolve(fut)
 
     async def wait_for_change(self, keys: list[TopicPartition], timeout_s: float, log_end: bool = False) -> None:
         """Return when any of these partitions' HW moves (with `log_end`, also its LEO: a
         follower waits for new data), it changes hands or is removed, or on timeout."""
         if timeout_s <= 0:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         registries = (self._waiters, self._log_end_waiters) if log_end else (self._waiters,)
         for registry in registries:
             for key in keys:
                 registry[key].append(fut)
+        # The timeout resolves the future itself: cheaper than wait_for (every long poll and
+        # acks=all wait goes through here).
+        timer = loop.call_later(timeout_s, _resolve, fut)
         started = time.perf_counter()
         try:
-            await asyncio.wait_for(fut, timeout_s)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             add_remote_time(time.perf_counter() - started)
             for registry in registries:
                 for key in keys:
                     waiters = registry.get(key)
-                    if waiters and fut in waiters:
+                    if not waiters:
+                        continue
+                    try:
                         waiters.remove(fut)
-                        if not waiters:
-                            del registry[key]
+                    except ValueError:
+                        continue  # woken through this key: its list is gone
+                    if not waiters:
+                        del registry[key]
 
     def shutdown(self) -> None:
         task, self._isr_task = self._isr_task, None
@@ -697,7 +709,12 @@ class ReplicaManager:
             registry.clear()
 
 
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 def _with_high_watermark(result: FollowerFetchResult, partition: Partition | None) -> FollowerFetchResult:
     if partition is None or not partition.is_leader:
         return result
-    return replace(result, high_watermark=partition.high_watermark)
+    return result._replace(high_watermark=partition.high_watermark)

@@ -114,6 +114,16 @@ async def test_follower_of_many_partitions_sends_and_receives_only_changes(clust
     assert all(named <= 1 for _, named in recorder.sent)
     assert leader.partition("t5").isr == (1, 2)
 
+    # The leader's log start moves (DeleteRecords): answered, the follower's follows, and
+    # the follower names the partition again with its new log start (nothing else changed).
+    recorder.clear()
+    leader.partition("t3").delete_records(1)
+    await until(lambda: follower.partition("t3").log_start_offset == 1, what="follower log start")
+    held = session.partitions[(uuid.UUID(cluster.topics["t3"].topic_id), 0)]
+    await until(lambda: held.request.log_start_offset == 1, what="the new log start in the leader's session")
+    assert held.request.fetch_offset == 1
+    assert set(recorder.answered) == {("t3", 0)}
+
 
 @cluster_test
 async def test_incremental_answers_are_file_ranges(cluster: Cluster) -> None:

@@ -11,7 +11,9 @@ from ingest_gateway.apis.authorization import RequestAuthorization
 from ingest_gateway.network.kafka_client import KafkaClient, KafkaConnectionError, RequestTimedOut
 from ingest_gateway.network.kafka_server import KafkaServer
 from ingest_gateway.apis.request_router import RequestRouter
+from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
+from loglake.protocol.framing import decode_request_header, encode_response
 
 API_VERSIONS = {"client_software_name": "test", "client_software_version": "1"}
 
@@ -46,6 +48,45 @@ def test_concurrent_requests_share_one_connection_and_reconnect() -> None:
             await server.stop()
         with pytest.raises(KafkaConnectionError):
             await client.request(ApiKey.API_VERSIONS, 3, API_VERSIONS)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_request_leaves_the_connection_to_the_next() -> None:
+    """A caller that gives up (cancelled) leaves nothing waiting: the answer to its request
+    comes later and is skipped, and the next request on the connection gets its own."""
+
+    async def main() -> None:
+        router = RequestRouter(RequestAuthorization(None), None, "PLAINTEXT")
+        arrived, release = asyncio.Event(), asyncio.Event()
+
+        async def handler(connection, payload):  # type: ignore[no-untyped-def]
+            if arrived.is_set():
+                return await router.handle(connection, payload)
+            arrived.set()
+            await release.wait()
+            # The first request's answer, late, and told apart by its error code.
+            header, _ = decode_request_header(payload)
+            return encode_response(
+                ApiKey.API_VERSIONS, 3, header.correlation_id, {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR}
+            )
+
+        server = KafkaServer("127.0.0.1", 0, handler, 1 << 20)
+        await server.start()
+        client = KafkaClient("127.0.0.1", server.port, request_timeout_ms=30_000)
+        try:
+            first = asyncio.create_task(client.request(ApiKey.API_VERSIONS, 3, API_VERSIONS))
+            await arrived.wait()
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            second = asyncio.create_task(client.request(ApiKey.API_VERSIONS, 0, {}))
+            release.set()
+            assert (await second)["error_code"] == ErrorCode.NONE
+            assert client.connected and not client._pending
+        finally:
+            await client.close()
+            await server.stop()
 
     asyncio.run(main())
 

@@ -3,6 +3,7 @@ shrinking (with a fake clock), and ISR writes that lose the compare-and-set."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from loglake.config import LogConfig
 from loglake.coordination.model import PartitionState
 from loglake.errors import ErrorCode, KafkaError
 from loglake.storage.log import Log
+from loglake.storage.log_dir_failure import LogDirFailureChannel
 
 LAG_MS = 500
 
@@ -148,6 +150,47 @@ def test_last_caught_up_time_follows_kafkas_rule() -> None:
     r.update_fetch_state(fetch_offset=30, fetch_time_ms=400, leader_end_offset=30)
     assert r.last_caught_up_time_ms == 400  # at the leader's LEO now
     assert r.log_end_offset == 30
+
+
+def test_an_idle_fetch_at_the_log_end_records_only_the_fetch(log: Log) -> None:
+    """The fast path of an in-sync follower fetching at the log end, with the HW there:
+    the same follower state as the full update, and it still counts as caught up."""
+    p = leader(log, replicas=(1, 2, 3), isr=(1, 2, 3), now=0)
+    append(p, 2)
+    p.update_follower_fetch_state(2, 2, now_ms=10)
+    p.update_follower_fetch_state(3, 2, now_ms=10)
+    assert p.high_watermark == 2
+    assert p.follower_fetch_at_log_end(2, 2, now_ms=900)
+    twin = ReplicaState(2, 2, 2, 10, 10)
+    twin.update_fetch_state(2, 900, 2)
+    assert p.followers[2] == twin
+    # Caught up at 900: a write now does not make it lag from its fetch at 10.
+    append(p)
+    assert p.maybe_shrink_isr(900 + LAG_MS, LAG_MS) == (1, 2)  # 3 is out, 2 stays
+
+
+@pytest.mark.parametrize(
+    "case", ["behind the log end", "high watermark behind", "out of the isr", "not the leader", "dir offline"]
+)
+def test_fetches_that_may_move_something_take_the_full_path(log: Log, tmp_path: Path, case: str) -> None:
+    """Whatever the fast path would get wrong (a HW to move, an ISR to expand, a read to
+    fail) makes it decline and leave the state untouched."""
+    p = leader(log, replicas=(1, 2, 3), isr=(1, 2) if case == "out of the isr" else (1, 2, 3), now=0)
+    append(p, 2)
+    p.update_follower_fetch_state(2, 2, now_ms=10)
+    p.update_follower_fetch_state(3, 1 if case == "high watermark behind" else 2, now_ms=10)
+    if case == "behind the log end":
+        append(p)
+    elif case == "high watermark behind":
+        assert p.high_watermark == 1  # follower 2 is at the log end, the HW waits for 3
+    elif case == "not the leader":
+        p.make_follower(state(2, 1, (1, 2, 3)), (1, 2, 3))
+    elif case == "dir offline":
+        log.failure_channel = LogDirFailureChannel()
+        log.failure_channel.report(tmp_path, "a test", OSError("gone"))
+    before = {r: replace(f) for r, f in p.followers.items()}
+    assert not p.follower_fetch_at_log_end(3 if case == "out of the isr" else 2, 2, now_ms=900)
+    assert p.followers == before
 
 
 def test_fetch_from_non_replica_or_on_follower_is_refused(log: Log) -> None:

@@ -288,6 +288,30 @@ class Partition:
             self._maybe_increment_high_watermark()
             return replica_id not in self.isr and not self.isr_update_in_flight and self._is_follower_in_sync(follower)
 
+    def follower_fetch_at_log_end(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """The usual fetch of an idle partition, cheaply: an in-sync follower fetching at the
+        log end, with the HW there too. Then nothing can move (the HW cannot pass the LEO,
+        the follower is in the ISR already) and there is nothing to read, so only the
+        follower's fetch state is recorded, as `update_follower_fetch_state` records it.
+        Returns False, having done nothing, in any other case (or if the log dir is
+        offline: a read would fail)."""
+        if fetch_offset != self._high_watermark or replica_id not in self.isr:
+            return False
+        with self._lock:
+            log = self.log
+            leo = log.log_end_offset
+            follower = self._followers.get(replica_id)
+            if (
+                fetch_offset != leo
+                or fetch_offset != self._high_watermark
+                or follower is None
+                or not self.is_leader
+                or not log.online
+            ):
+                return False
+            follower.update_fetch_state(fetch_offset, now_ms, leo)
+            return True
+
     def _is_follower_in_sync(self, follower: ReplicaState) -> bool:
         start = self.leader_epoch_start_offset
         leo = follower.log_end_offset

@@ -290,6 +290,12 @@ class Log:
         return self._end
 
     @property
+    def online(self) -> bool:
+        """Whether the log's dir is online (what every storage call checks first)."""
+        channel = self.failure_channel
+        return channel is None or not channel.is_offline(self._log_dir)
+
+    @property
     def recovery_point(self) -> int:
         """Every offset below it is on disk (fsynced); restart recovery starts here."""
         return self._recovery_point

@@ -1,0 +1,44 @@
+"""The replica manager's waits (long polls, acks=all): a wait ends when one of its partitions
+is woken, on its timeout, or when its task is cancelled, and in every case leaves no waiter
+behind on any of its partitions."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from loglake.config import LogConfig
+from loglake.storage.log_manager import LogManager
+
+from ingest_gateway.replica.replica_manager import ReplicaManager
+
+KEYS = [("a", 0), ("b", 0), ("c", 1)]
+
+
+def registries(rm: ReplicaManager) -> list[dict]:
+    return [dict(rm._waiters), dict(rm._log_end_waiters)]
+
+
+@pytest.mark.parametrize("how", ["woken by the log end", "woken by the high watermark", "timeout", "cancelled"])
+def test_a_wait_ends_and_leaves_nothing_behind(tmp_path: Path, how: str) -> None:
+    async def main() -> None:
+        rm = ReplicaManager(1, LogManager([tmp_path], LogConfig()), LogConfig())
+        waiting = asyncio.create_task(rm.wait_for_change(KEYS, 0.05 if how == "timeout" else 60, log_end=True))
+        while not rm._log_end_waiters:  # registered once the task has run
+            await asyncio.sleep(0)
+        assert all(len(r) == len(KEYS) for r in registries(rm))
+        if how == "woken by the log end":
+            rm._wake_log_end(KEYS[1])
+        elif how == "woken by the high watermark":
+            rm._wake(KEYS[2])
+        elif how == "cancelled":
+            waiting.cancel()
+        if how == "cancelled":
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        else:
+            await asyncio.wait_for(waiting, 30)  # a wait woken or timed out returns
+        assert registries(rm) == [{}, {}]
+
+    asyncio.run(main())
