@@ -134,7 +134,8 @@ def execute(spark: SparkSession, args: argparse.Namespace, options: ReadOptions,
     )
     rows = target.write(run, transform(spark, records, args))
     ranges = ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in run.ranges)
-    log.info("run %d%s: %s rows written from %s", run.run_id, " (resumed)" if run.resumed else "", rows, ranges)
+    written = "written" if rows is None else f"{rows} rows written"  # a topic's tasks count their own
+    log.info("run %d%s: %s from %s", run.run_id, " (resumed)" if run.resumed else "", written, ranges)
     fault_point(FAULT_AFTER_TARGET_WRITE, run.run_id)
     with connect(options) as client:
         commit_run(client, args.group, run)
