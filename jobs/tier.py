@@ -34,7 +34,6 @@ import httpx
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from loglake.spark import job_session
@@ -294,6 +293,10 @@ def expire(cluster: Cluster, topic: str, table: str, now_ms: int) -> int:
     retention = Retention.of(cluster, topic)
     if (retention.ms < 0 and retention.bytes < 0) or not DeltaTable.is_deltatable(table):
         return 0
+    # Imported here: pyarrow.dataset pulls in pandas (~0.5 CPU-s), which every Spark worker
+    # that unpickles a task of this module would pay.
+    import pyarrow.dataset as pds
+
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         dt = DeltaTable(table)
         dataset = dt.to_pyarrow_dataset()

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -305,6 +304,10 @@ def ends_from_rows(table: DeltaTable, partitions: list[TopicPartition]) -> dict[
         if tp in wanted:
             ends[tp] = max(ends.get(tp, 0), int(action["max.offset"]) + 1)
     if to_scan:
+        # Imported here: pyarrow.dataset pulls in pandas (~0.5 CPU-s), which every Spark worker
+        # that unpickles a task of this module would pay.
+        import pyarrow.dataset as pds
+
         filesystem, base = pafs.FileSystem.from_uri(table.table_uri)
         dataset = pds.dataset(
             [f"{base}/{path}" for path in to_scan],
