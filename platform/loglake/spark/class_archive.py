@@ -1,6 +1,6 @@
 """A class-data-sharing archive of Spark's JVM (the JDK's dynamic CDS): a Spark JVM started with
 it maps the classes that were loaded, parsed and verified once at set-up instead of reading
-them from Spark's jars again. Measured on a driver's start and first job: 16-18 → 9-10 CPU-s
+them from Spark's jars again. Measured on a driver's start and first job: 16-23 → 9-11 CPU-s
 of the JVM (docs/benchmarks.md), on every job, test and executor start.
 
     python -m loglake.spark.class_archive     # scripts/setup.sh runs it; safe to run twice
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 # What the archive is built from: a session, SQL with a shuffle, Arrow both ways, a Python data
 # source read in batch and streaming (the classes every loglake job loads).
 _WORKLOAD = """
-import os, sys
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
