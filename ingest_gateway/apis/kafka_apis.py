@@ -393,6 +393,7 @@ class KafkaApis:
                 raise CloseConnection(f"acks=0 produce failed: {_summary(failed)}")
             return None
         by_topic: dict[str, list[ProduceResponsePartitionProduceResponse]] = {}
+        not_leader = False
         for (name, p), result in results.items():
             entry: ProduceResponsePartitionProduceResponse
             if result.error is None:
@@ -410,6 +411,7 @@ class KafkaApis:
                     "base_offset": -1,
                     "error_message": result.error.message,
                 }
+                not_leader = not_leader or result.error.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 if isinstance(result.error, RecordValidationError):
                     entry["record_errors"] = [
                         {"batch_index": e.batch_index, "batch_index_error_message": e.message}
@@ -420,10 +422,11 @@ class KafkaApis:
             by_topic.setdefault(name, []).append(
                 {"index": p, "error_code": code, "base_offset": -1, "error_message": message}
             )
+            not_leader = not_leader or code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         return {
             "responses": [{"name": n, "partition_responses": parts} for n, parts in by_topic.items()],
             "throttle_time_ms": throttle_ms,
-            "node_endpoints": self._point_to_current_leaders(by_topic, context.listener_name),
+            "node_endpoints": self._point_to_current_leaders(by_topic, context.listener_name) if not_leader else [],
         }
 
     def _point_to_current_leaders(

@@ -168,7 +168,14 @@ class KafkaServer:
                             connection.principal = authenticator.principal
                         continue
                 timing = None if metrics is None else metrics.begin_request(received)
-                chunks = await outbox.handle(self._handler(connection, payload))
+                request = self._handler(connection, payload)
+                try:
+                    # Run here until the handler's first wait, if any: most never wait.
+                    waiting_on = request.send(None)
+                except StopIteration as done:
+                    chunks = done.value
+                else:
+                    chunks = await outbox.resume(request, waiting_on)
                 if timing is not None:
                     timing.handled = time.perf_counter()
                 await outbox.add(chunks, payload, timing)
@@ -217,12 +224,11 @@ class _Outbox:
         self._held_bytes = 0
         self._sent_later: list[tuple[memoryview, RequestTiming]] = []
 
-    async def handle(self, request: Coroutine[object, None, list[Chunk] | None]) -> list[Chunk] | None:
-        """Run a request's handler; if it has to wait, the held responses go out first."""
-        try:
-            waiting_on = request.send(None)
-        except StopIteration as done:
-            return done.value
+    async def resume(
+        self, request: Coroutine[object, None, list[Chunk] | None], waiting_on: object
+    ) -> list[Chunk] | None:
+        """Carry on a request's handler that has to wait (on `waiting_on`): the held
+        responses go out first, so none waits behind it."""
         try:
             await self.flush()
         except BaseException:
@@ -233,7 +239,11 @@ class _Outbox:
     async def add(self, chunks: list[Chunk] | None, payload: memoryview, timing: RequestTiming | None) -> None:
         """A request's response (None: acks=0, nothing to send): held if it is in memory
         and the held ones are small, else sent now with them."""
-        if chunks and all(chunk.__class__ is bytes for chunk in chunks):  # not file ranges
+        if chunks and (
+            chunks[0].__class__ is bytes
+            if len(chunks) == 1  # the usual response: one piece
+            else all(chunk.__class__ is bytes for chunk in chunks)  # not file ranges
+        ):
             self._held.extend(chunks)  # type: ignore[arg-type]
             self._held_bytes += sum(map(len, chunks))  # type: ignore[arg-type]
             chunks = None

@@ -27,11 +27,11 @@ import contextvars
 import logging
 import struct
 import time
-from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from loglake.broker_configs import BROKER_CONFIG_KEYS
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
@@ -48,6 +48,7 @@ disable_created_metrics()
 
 # Seconds: from half a millisecond (a produce to the page cache) to a long poll's 30 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_BOUNDS = np.array(LATENCY_BUCKETS)
 FLUSH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 # Kafka's request names (Produce, Fetch, ListOffsets, ...) by API key.
@@ -104,9 +105,9 @@ def label_request(name: str) -> None:
 
 
 class _LoopHistogram:
-    """A latency histogram updated on the event loop only, so without a lock: one bisect
-    and two additions per observation (prometheus_client's Histogram takes a lock per
-    bucket and per sum, which per request is measurable)."""
+    """A latency histogram updated on the event loop only, so without a lock
+    (prometheus_client's Histogram takes a lock per bucket and per sum, which per request
+    is measurable), and in batches (`_RequestSeries.fold`)."""
 
     __slots__ = ("counts", "sum")
 
@@ -114,9 +115,11 @@ class _LoopHistogram:
         self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
         self.sum = 0.0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.sum += seconds
+    def observe_many(self, seconds: np.ndarray) -> None:
+        # side="left" is bisect_left: a value equal to a bound counts in that bound's bucket (le).
+        found = np.bincount(np.searchsorted(_BOUNDS, seconds, side="left"), minlength=len(self.counts))
+        self.counts = [c + int(n) for c, n in zip(self.counts, found)]
+        self.sum += float(seconds.sum())
 
     def cumulative(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -129,7 +132,9 @@ class _LoopHistogram:
 
 @dataclass
 class _RequestSeries:
-    """One request label's numbers, kept on the event loop."""
+    """One request label's numbers, kept on the event loop. A request's four latencies wait
+    in `pending` and go into the histograms together (four bisects per request were ~1 µs
+    of a small request's ~40): at `_FOLD_AT` of them, and before every scrape."""
 
     requests: int = 0
     total: _LoopHistogram = field(default_factory=_LoopHistogram)
@@ -137,6 +142,21 @@ class _RequestSeries:
     local: _LoopHistogram = field(default_factory=_LoopHistogram)
     remote: _LoopHistogram = field(default_factory=_LoopHistogram)
     errors: dict[int, int] = field(default_factory=dict)
+    # (total, queue, local, remote) seconds of requests not yet in the histograms
+    pending: list[tuple[float, float, float, float]] = field(default_factory=list)
+
+    def fold(self) -> None:
+        if not self.pending:
+            return
+        columns = np.array(self.pending, dtype=np.float64)
+        self.pending = []
+        self.total.observe_many(columns[:, 0])
+        self.queue.observe_many(columns[:, 1])
+        self.local.observe_many(columns[:, 2])
+        self.remote.observe_many(columns[:, 3])
+
+
+_FOLD_AT = 1024
 
 
 # name, help and the _RequestSeries field of each request latency histogram.
@@ -217,10 +237,10 @@ class BrokerMetrics:
         total = done - timing.received
         local = timing.handled - timing.started - timing.remote
         series.requests += 1
-        series.total.observe(total)
-        series.queue.observe(timing.started - timing.received)
-        series.local.observe(local)
-        series.remote.observe(timing.remote)
+        pending = series.pending
+        pending.append((total, timing.started - timing.received, local, timing.remote))
+        if len(pending) >= _FOLD_AT:
+            series.fold()
         if self.config.request_logging:
             _log_request(payload, name, peer, timing, total, local)
 
@@ -281,6 +301,7 @@ class _TrafficCollector(Collector):
         )
         latencies = [HistogramMetricFamily(n, doc, labels=["request"]) for n, doc, _ in _LATENCIES]
         for name, series in list(m.requests.items()):
+            series.fold()
             requests.add_metric([name], series.requests)
             for code, n in list(series.errors.items()):
                 errors.add_metric([name, _error_name(code)], n)

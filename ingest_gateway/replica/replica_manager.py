@@ -21,7 +21,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,8 +51,9 @@ IsrWriter = Callable[[str, int, PartitionState], "PartitionState | None | Awaita
 EndpointOf = Callable[[int], "tuple[str, int] | None"]
 
 
-@dataclass(frozen=True)
-class ProduceResult:
+class ProduceResult(NamedTuple):
+    """One partition's outcome of a produce (a NamedTuple: one per partition per request)."""
+
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1

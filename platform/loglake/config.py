@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +141,13 @@ class LogConfig:
                 f"max.compaction.lag.ms ({self.max_compaction_lag_ms})",
             )
 
-    @property
+    # Cached: an append asks on every request (the cache lives in the instance's __dict__,
+    # which a frozen dataclass leaves writable to cached_property).
+    @cached_property
     def compact(self) -> bool:
         return "compact" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
 

@@ -120,6 +120,15 @@ def test_property_holds_records_agrees_with_record_starts(lengths, count_delta, 
         assert holds_records(data, 0, end, count) == (record_starts(data, 0, end, count) is not None)
 
 
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=20), start=st.integers(-2, 22), end=st.integers(-2, 22))
+def test_property_one_record_check_agrees_with_the_walk(data, start, end) -> None:
+    """A one-record batch (a linger.ms=0 producer's) has its own short check: it agrees with
+    the general walk on any bytes, including sections cut short, empty or out of range."""
+    expected = 0 <= start <= end <= len(data) and python_holds_records(data, start, end, 1)
+    assert holds_records(data, start, end, 1) == expected
+
+
 # The native walk (_walk.c) against the walk in Python. The library is built from the current
 # source by set-up's own build script, into the test's directory: a library left from an older
 # source next to walk.py cannot make these pass.

@@ -148,6 +148,13 @@ def holds_records(data: bytes, start: int, end: int, count: int) -> bool:
     (none negative) add up to its size: `record_starts`'s check without the positions."""
     if _NATIVE is not None and count >= _NATIVE_MIN_COUNT:
         return _NATIVE.holds_records(data, start, end, count)
+    if count == 1 and 0 <= start < end <= len(data):
+        # A linger.ms=0 producer's batch: one length varint, which must reach the end exactly.
+        try:
+            length, after = decode_unsigned_varint(data, start)
+        except KafkaError:
+            return False
+        return not length & 1 and after + (length >> 1) == end
     return _plausible(data, start, end, count) and python_holds_records(data, start, end, count)
 
 

@@ -421,7 +421,9 @@ class Log:
             first_offset = offset = self._end.offset
             self._epochs.maybe_assign(leader_epoch, first_offset)
             max_timestamp, offset_of_max = NO_TIMESTAMP, first_offset
+            record_count = 0
             for position, header in batches:
+                record_count += header.record_count
                 last_offset = offset + header.last_offset_delta
                 if log_append_time:
                     data: Bytes | tuple[Bytes, ...] = _stamp_whole_batch(
@@ -454,7 +456,7 @@ class Log:
             offset_of_max,
             now if log_append_time else -1,
             len(batches),
-            sum(h.record_count for _, h in batches),
+            record_count,
             len(view),
         )
 
