@@ -377,11 +377,11 @@ def test_a_disk_error_midway_undoes_the_whole_append(tmp_path: Path, monkeypatch
     segments_before = [(s.base_offset, s.size) for s in log.segments]
     real_append, calls = FileRecords.append, []
 
-    def failing_append(self: FileRecords, buffers: object) -> int:
+    def failing_append(self: FileRecords, buffers: object, size: int | None = None) -> int:
         calls.append(1)
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
-        return real_append(self, buffers)
+        return real_append(self, buffers, size)
 
     monkeypatch.setattr(FileRecords, "append", failing_append)
     error = expect_error(ErrorCode.KAFKA_STORAGE_ERROR, log.append_as_leader, make_batch(2) * 4, 5)

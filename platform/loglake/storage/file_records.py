@@ -68,11 +68,12 @@ class FileRecords:
     def fd(self) -> int:
         return self._fd
 
-    def append(self, buffers: Sequence[Bytes]) -> int:
-        """Write `buffers` back to back at the end; returns the position they start at."""
+    def append(self, buffers: Sequence[Bytes], size: int | None = None) -> int:
+        """Write `buffers` back to back at the end (`size`: their bytes, if the caller knows);
+        returns the position they start at."""
         position = self._size
         # len() counts bytes for every buffer here but a memoryview of wider items.
-        total = sum([b.nbytes if b.__class__ is memoryview else len(b) for b in buffers])
+        total = sum([b.nbytes if b.__class__ is memoryview else len(b) for b in buffers]) if size is None else size
         try:
             written = os.pwritev(self._fd, buffers, position)
             if written < total:  # a short write (a disk filling up): finish it, or fail below

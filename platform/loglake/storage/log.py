@@ -523,7 +523,7 @@ class Log:
         segment = self._segments[-1]
         if segment.should_roll(self._config, size, max_timestamp, last_offset, now):
             segment = self._roll(base_offset, now)
-        segment.append(data, last_offset, max_timestamp, last_offset)
+        segment.append(data, last_offset, max_timestamp, last_offset, size)
 
     def _complete_txn(self, batch: Bytes, header: RecordBatchHeader, marker_offset: int) -> None:
         """A marker at `marker_offset` is in the log: end its producer's transaction and

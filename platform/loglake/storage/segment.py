@@ -151,12 +151,14 @@ class LogSegment:
         largest_offset: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
+        size: int | None = None,
     ) -> int:
-        """Append batches (one buffer or pieces written back to back); returns their position."""
+        """Append batches (one buffer or pieces written back to back, `size` bytes if the
+        caller knows); returns their position."""
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
         buffers = (records,) if isinstance(records, (bytes, bytearray, memoryview)) else records
-        position = self.log.append(buffers)
+        position = self.log.append(buffers, size)
         self._account(position, self.log.size - position, largest_offset, max_timestamp, offset_of_max_timestamp)
         return position
 
