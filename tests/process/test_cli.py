@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 from harness.process import BrokerProcess
 
@@ -55,3 +56,15 @@ def test_cli_errors_are_clear(broker_process: BrokerProcess) -> None:
     assert b"404" in r.stderr and b"missing" in r.stderr
     r = loglake(broker_process, "topics", "create", "--topic", "bad name")
     assert r.returncode == 1 and b"422" in r.stderr
+
+
+def test_the_broker_freezes_its_start_up_objects(broker_process: BrokerProcess) -> None:
+    """A full GC collection in a running broker walks only what came after start-up (one over
+    everything stalled every request in flight for 55-145 ms)."""
+    broker_process.start()
+    # /healthz answers before start-up has finished: wait for the line.
+    deadline = time.monotonic() + 30
+    while "moved out of the cyclic GC" not in broker_process.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    line = next(line for line in broker_process.output().splitlines() if "moved out of the cyclic GC" in line)
+    assert int(line.rsplit(":", 1)[1]) > 10_000, line
