@@ -71,13 +71,13 @@ from ingest_gateway.coordinators.coordinator_locator import CoordinatorLocator
 from ingest_gateway.metadata.admin_manager import AdminManager
 from ingest_gateway.metadata.client_endpoints import NodeEndpoint, node_endpoint, node_endpoints
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.network.request_context import CloseConnection, RequestContext
+from ingest_gateway.network.request_context import CloseConnection, RequestContext, only_replication_left
 
 if TYPE_CHECKING:
     from loglake.cluster.metadata_image import MetadataImage
 
     from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
-    from ingest_gateway.replica.replica_manager import ReplicaManager
+    from ingest_gateway.replica.replica_manager import ProduceResult, ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -376,12 +376,19 @@ class KafkaApis:
                 {k: (ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1, 0 or 1, not {acks}") for k in entries}
             )
             entries = {}
-        results = await self._replica_manager.append_records(entries, acks, body["timeout_ms"]) if entries else {}
+        results: dict[tuple[str, int], ProduceResult] = {}
         quotas = self._produce_quotas
         throttle_ms = 0
-        if quotas.enabled and entries:
-            sent = sum(len(r) for r in entries.values())
-            throttle_ms = context.charge(quotas, sent)
+        if entries:
+            appended = self._replica_manager.append_to_leaders(entries, acks)
+            if quotas.enabled:
+                # Charged once appended (so that a throttled connection is muted before the
+                # listener reads its next request, whatever the acks).
+                throttle_ms = context.charge(quotas, sum(len(r) for r in entries.values()))
+            if appended.pending:
+                only_replication_left()
+                await self._replica_manager.await_replication(appended, body["timeout_ms"])
+            results = appended.results
         if acks == 0:
             # No response at all: the client does not wait for one. On an error Kafka
             # closes the connection instead, so that the producer notices and refreshes

@@ -9,7 +9,10 @@ While the next request is already whole in the buffer, the response before it is
 sent with the ones after it, in one write (a producer with linger.ms=0 pipelines a request
 per record, and a write per response cost a quarter of the broker's time): the held ones go
 out as soon as the connection would wait, for bytes or for a handler that has to wait (a
-long poll, acks=all), so holding never delays a response behind a wait.
+long poll, acks=all), so holding never delays a response behind a wait. One departure from
+Kafka's one-at-a-time rule: a Produce whose records are appended and which waits for its
+followers alone is finished in a task while the next Produce requests are handled; any other
+request waits for them, and the answers go out in request order (docs/architecture.md).
 
 A listener has a security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). TLS runs
 over the same raw socket through an `ssl.SSLObject` and memory buffers; record batches
@@ -27,18 +30,20 @@ import logging
 import os
 import socket
 import ssl
+import struct
 import time
 import types
+from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from loglake.protocol import Chunk, ProtocolDecodeError, read_frame_size
+from loglake.protocol import ApiKey, Chunk, ProtocolDecodeError, read_frame_size
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
 from loglake.security.tls import certificate_principal_name
 
-from ingest_gateway.network.request_context import ClientConnection, CloseConnection
+from ingest_gateway.network.request_context import ClientConnection, CloseConnection, take_only_replication_left
 
 if TYPE_CHECKING:
     from ingest_gateway.network.sasl_authenticator import SaslAuthenticator
@@ -49,6 +54,11 @@ log = logging.getLogger(__name__)
 _RECV_SIZE = 256 * 1024
 # Held responses are sent once they add up to this, even if more requests are in.
 _HOLD_BYTES = 64 * 1024
+# Produce requests of one connection waiting for their followers at once; the next one is
+# served after them (as every request is, Kafka's way).
+_MAX_REPLICATING = 64
+# A request payload's first field.
+_API_KEY = struct.Struct(">h")
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -159,6 +169,8 @@ class KafkaServer:
                 with memoryview(buffer) as view:
                     payload = memoryview(bytes(view[4 : 4 + size]))
                 del buffer[: 4 + size]
+                if outbox.replicating and _API_KEY.unpack_from(payload)[0] != ApiKey.PRODUCE:
+                    await outbox.settle()  # only Produce requests go on while others replicate
                 if authenticator is not None:
                     chunks = await authenticator.intercept(payload)
                     if chunks is not None:
@@ -174,21 +186,23 @@ class KafkaServer:
                     waiting_on = request.send(None)
                 except StopIteration as done:
                     chunks = done.value
+                    take_only_replication_left()  # a Produce whose ISR had it already
                 else:
+                    if take_only_replication_left() and outbox.replicating < _MAX_REPLICATING:
+                        # A Produce with its records appended, waiting for the ISR: read on.
+                        outbox.defer(request, waiting_on, payload, timing)
+                        await _mute_if_throttled(connection, outbox)
+                        continue
                     chunks = await outbox.resume(request, waiting_on)
                 if timing is not None:
                     timing.handled = time.perf_counter()
                 await outbox.add(chunks, payload, timing)
-                if connection.throttle_ms > 0:
-                    # Muted: the next request waits in the socket until the quota allows it.
-                    await outbox.flush()
-                    await asyncio.sleep(connection.throttle_ms / 1000)
-                    connection.throttle_ms = 0
+                await _mute_if_throttled(connection, outbox)
         except ConnectionClosed:
             pass
         except CloseConnection as exc:
             try:
-                await outbox.flush()
+                await outbox.settle()
                 if exc.response:
                     await outbox.channel.send(exc.response)
             except (ConnectionError, OSError, ssl.SSLError):
@@ -209,12 +223,35 @@ class KafkaServer:
             await outbox.flush_before_close()
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
+            outbox.abandon()
             conn.close()
+
+
+async def _mute_if_throttled(connection: ClientConnection, outbox: _Outbox) -> None:
+    if connection.throttle_ms > 0:
+        # Muted: the next request waits in the socket until the quota allows it.
+        await outbox.settle()
+        await asyncio.sleep(connection.throttle_ms / 1000)
+        connection.throttle_ms = 0
+
+
+class _Queued(NamedTuple):
+    """An answer in a connection's queue while Produce requests replicate: a deferred
+    Produce's task, or a response (`chunks`) behind one."""
+
+    task: asyncio.Task[list[Chunk] | None] | None
+    chunks: list[Chunk] | None
+    payload: memoryview
+    timing: RequestTiming | None
 
 
 class _Outbox:
     """A connection's responses on their way out: held while more requests are in, then
-    sent together (see the module's docstring), each counted in the metrics once sent."""
+    sent together (see the module's docstring), each counted in the metrics once sent.
+
+    A Produce that waits for its followers can be deferred: it finishes in a task while the
+    connection's next requests are read, and from then on until the queue is empty every
+    answer goes into `_queue` and a drainer task sends them in request order."""
 
     def __init__(self, channel: PlainChannel | TlsChannel, metrics: BrokerMetrics | None, peer: str) -> None:
         self.channel = channel
@@ -223,6 +260,79 @@ class _Outbox:
         self._held: list[bytes] = []
         self._held_bytes = 0
         self._sent_later: list[tuple[memoryview, RequestTiming]] = []
+        self._queue: deque[_Queued] = deque()
+        self._drainer: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._serving = asyncio.current_task()
+        # Deferred Produce requests still waiting for their followers.
+        self.replicating = 0
+
+    def defer(
+        self,
+        request: Coroutine[object, None, list[Chunk] | None],
+        waiting_on: object,
+        payload: memoryview,
+        timing: RequestTiming | None,
+    ) -> None:
+        """Finish a Produce whose records are appended (it waits for the ISR alone) in a
+        task; its answer goes out in its turn."""
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(_finish(request, waiting_on, timing))
+        self.replicating += 1
+        task.add_done_callback(self._replicated)
+        self._queue.append(_Queued(task, None, payload, timing))
+        if self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+
+    def _replicated(self, _task: asyncio.Task[list[Chunk] | None]) -> None:
+        self.replicating -= 1
+
+    async def settle(self) -> None:
+        """Wait until every deferred Produce is answered, then send what is held."""
+        while self._drainer is not None:
+            await asyncio.wait((self._drainer,))
+        if self._failure is not None:
+            raise self._failure
+        await self.flush()
+
+    def abandon(self) -> None:
+        """The connection is closing: deferred requests stop waiting (nothing is sent)."""
+        if self._drainer is not None:
+            self._drainer.cancel()
+        for queued in self._queue:
+            if queued.task is not None:
+                queued.task.cancel()
+        self._queue.clear()
+
+    async def _drain(self) -> None:
+        queue = self._queue
+        try:
+            await self.flush()  # the answers to the requests before the first deferred one
+            while queue:
+                head = queue[0].task
+                if head is not None and not head.done():
+                    await asyncio.wait((head,))
+                # Every answer ready from the head on, in one write.
+                pieces: list[Chunk] = []
+                answered: list[_Queued] = []
+                while queue and (queue[0].task is None or queue[0].task.done()):
+                    queued = queue.popleft()
+                    chunks = queued.chunks if queued.task is None else queued.task.result()
+                    if chunks:
+                        pieces.extend(chunks)
+                    if queued.timing is not None:
+                        answered.append(queued)
+                if pieces:
+                    await self.channel.send(_joined(pieces))
+                for queued in answered:
+                    self._metrics.end_request(queued.payload, queued.timing, self._peer)  # type: ignore[union-attr, arg-type]
+        except Exception as exc:  # noqa: BLE001 - the connection's end: its serving task is told
+            self._failure = exc
+            log.info("closing connection from %s: a deferred answer failed: %s", self._peer, exc)
+            if self._serving is not None:
+                self._serving.cancel()
+        finally:
+            self._drainer = None
 
     async def resume(
         self, request: Coroutine[object, None, list[Chunk] | None], waiting_on: object
@@ -238,7 +348,12 @@ class _Outbox:
 
     async def add(self, chunks: list[Chunk] | None, payload: memoryview, timing: RequestTiming | None) -> None:
         """A request's response (None: acks=0, nothing to send): held if it is in memory
-        and the held ones are small, else sent now with them."""
+        and the held ones are small, else sent now with them; queued while a deferred
+        Produce is ahead of it."""
+        if self._drainer is not None:
+            if chunks or timing is not None:
+                self._queue.append(_Queued(None, chunks, payload, timing))
+            return
         if chunks and (
             chunks[0].__class__ is bytes
             if len(chunks) == 1  # the usual response: one piece
@@ -254,6 +369,8 @@ class _Outbox:
 
     async def flush(self, then: list[Chunk] | None = None) -> None:
         """Send the held responses (in one write), then the chunks of `then`."""
+        if self._drainer is not None and self._drainer is not asyncio.current_task():
+            return  # the drainer sends, in order
         if self._held:
             held = self._held[0] if len(self._held) == 1 else b"".join(self._held)
             self._held = []
@@ -268,9 +385,25 @@ class _Outbox:
 
     async def flush_before_close(self) -> None:
         try:
-            await self.flush()
+            await self.settle()
         except (ConnectionError, OSError, ssl.SSLError):
             pass
+
+
+def _joined(chunks: list[Chunk]) -> list[Chunk]:
+    """Answers in one write when they are all in memory (file ranges go with sendfile)."""
+    if all(chunk.__class__ is bytes for chunk in chunks):
+        return [b"".join(chunks)]  # type: ignore[arg-type]
+    return chunks
+
+
+async def _finish(
+    request: Coroutine[object, None, list[Chunk] | None], waiting_on: object, timing: RequestTiming | None
+) -> list[Chunk] | None:
+    chunks = await _resume(request, waiting_on)
+    if timing is not None:
+        timing.handled = time.perf_counter()
+    return chunks
 
 
 @types.coroutine

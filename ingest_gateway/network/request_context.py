@@ -8,6 +8,7 @@ endpoints of the client's listener).
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -89,3 +90,23 @@ class CloseConnection(Exception):
     def __init__(self, reason: str, response: list[Chunk] | None = None) -> None:
         super().__init__(reason)
         self.response = response
+
+
+# Set (in the connection task's context) by a Produce handler whose appends are all done and
+# which now waits for the ISR alone: the listener may go on to the connection's next Produce
+# meanwhile, the answers still going out in order (kafka_server.py).
+_replication_only: ContextVar[bool] = ContextVar("loglake_replication_only", default=False)
+
+
+def only_replication_left() -> None:
+    """The handler's appends are done; what is left is waiting for the followers."""
+    _replication_only.set(True)
+
+
+def take_only_replication_left() -> bool:
+    """For the listener, after a handler's first step: whether it said
+    `only_replication_left` (cleared for the next request)."""
+    if _replication_only.get():
+        _replication_only.set(False)
+        return True
+    return False

@@ -60,6 +60,15 @@ class ProduceResult(NamedTuple):
     error: KafkaError | None = None
 
 
+class Appended(NamedTuple):
+    """A produce's appends (`ReplicaManager.append_to_leaders`), before any acks=all wait."""
+
+    results: dict[TopicPartition, ProduceResult]
+    # acks=all: the offset each partition's HW must reach, and the leader generation it was
+    # appended in
+    pending: dict[TopicPartition, tuple[int, int]]
+
+
 class FollowerFetchPartition(NamedTuple):
     """One partition of a follower's Fetch request (NamedTuples: one of each per session
     partition per fetch)."""
@@ -380,6 +389,19 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ProduceResult]:
         """Append each partition's batches; with acks=all wait until the ISR has them
         (`from_coordinator`: transaction markers and transactional offset commits)."""
+        appended = self.append_to_leaders(entries, required_acks, from_coordinator)
+        if appended.pending:
+            await self.await_replication(appended, timeout_ms)
+        return appended.results
+
+    def append_to_leaders(
+        self,
+        entries: Mapping[TopicPartition, bytes | bytearray | memoryview | CheckedBatches],
+        required_acks: int,
+        from_coordinator: bool = False,
+    ) -> Appended:
+        """`append_records` up to its wait: every partition appended (or failed), and with
+        acks=all what `await_replication` is to wait for."""
         if required_acks not in (-1, 0, 1):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1 (all), 0 or 1, not {required_acks}")
         results: dict[TopicPartition, ProduceResult] = {}
@@ -400,19 +422,15 @@ class ReplicaManager:
                 self._wake_log_end(key)
             if required_acks == ACKS_ALL:
                 pending[key] = (info.last_offset + 1, partition.leader_generation)
-        if pending:
-            await self._await_replication(pending, results, timeout_ms)
-        return results
+        return Appended(results, pending)
 
-    async def _await_replication(
-        self,
-        pending: dict[TopicPartition, tuple[int, int]],
-        results: dict[TopicPartition, ProduceResult],
-        timeout_ms: int,
-    ) -> None:
+    async def await_replication(self, appended: Appended, timeout_ms: int) -> None:
         """Kafka's DelayedProduce: done when the HW passes the batch (with the ISR still at
         least min.insync.replicas, else NOT_ENOUGH_REPLICAS_AFTER_APPEND); fails at once if
-        leadership is lost or the ISR shrinks below min.insync.replicas."""
+        leadership is lost or the ISR shrinks below min.insync.replicas. Fills in the
+        results of `appended`."""
+        results = appended.results
+        pending = dict(appended.pending)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while pending:
