@@ -15,7 +15,9 @@ state store); without one (a single node) they apply locally.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import inspect
+import itertools
 import logging
 import threading
 import time
@@ -135,7 +137,13 @@ class ReplicaManager:
         # Follower fetches waiting for new data wait on the LEO; kept apart so produce
         # only pays a dict lookup when no follower waits.
         self._log_end_waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        # acks=all produces waiting for a partition's HW to reach an offset: a heap per
+        # partition, so that a HW move wakes only the produces it completes (a connection
+        # can have many waiting at once, kafka_server.py).
+        self._replication_waiters: dict[TopicPartition, list[tuple[int, int, asyncio.Future[None]]]] = {}
+        self._replication_waiter_ids = itertools.count()
         self._checkpointed_hw = self._read_high_watermarks()
+        self._checkpoint_lock = threading.Lock()
         self._isr_task: asyncio.Task | None = None
         # Told (topic, partition, is_leader) whenever this broker gains or loses leadership;
         # the group coordinator loads and unloads __consumer_offsets partitions this way.
@@ -180,6 +188,10 @@ class ReplicaManager:
         return out
 
     def checkpoint_high_watermarks(self) -> None:
+        self.write_high_watermarks(self.high_watermarks_by_dir())
+
+    def high_watermarks_by_dir(self) -> dict[Path, dict[TopicPartition, int]]:
+        """What the HW checkpoint of each log dir holds now (read on the event loop)."""
         by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_manager.live_dirs}
         for key, p in self.partitions.items():
             by_dir.setdefault(p.log.dir.parent, {})[key] = p.high_watermark
@@ -188,14 +200,19 @@ class ReplicaManager:
             log_ = self.log_manager.get_log(*key)
             if log_ is not None and key not in self.partitions:
                 by_dir.setdefault(log_.dir.parent, {})[key] = hw
+        return by_dir
+
+    def write_high_watermarks(self, by_dir: dict[Path, dict[TopicPartition, int]]) -> None:
+        """Write HW checkpoints (`high_watermarks_by_dir`); on any thread, one writer at a time."""
         channel = self.log_manager.failure_channel
-        for d, offsets in by_dir.items():
-            if channel.is_offline(d):
-                continue
-            try:
-                OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(offsets)
-            except OSError as exc:
-                channel.report(d, f"writing {HIGH_WATERMARK_CHECKPOINT}", exc)
+        with self._checkpoint_lock:
+            for d, offsets in by_dir.items():
+                if channel.is_offline(d):
+                    continue
+                try:
+                    OffsetCheckpointFile(d / HIGH_WATERMARK_CHECKPOINT).write(offsets)
+                except OSError as exc:
+                    channel.report(d, f"writing {HIGH_WATERMARK_CHECKPOINT}", exc)
 
     # Controller requests --------------------------------------------------------------
 
@@ -464,7 +481,7 @@ class ReplicaManager:
                 for key in pending:
                     results[key] = ProduceResult(error=KafkaError(ErrorCode.REQUEST_TIMED_OUT))
                 return
-            await self.wait_for_change(list(pending), remaining)
+            await self._wait_for_replication(pending, remaining)
 
     # Follower fetches (on the leader) ---------------------------------------------------------
 
@@ -671,10 +688,23 @@ class ReplicaManager:
     # Waiting for new data -----------------------------------------------------------------
 
     def _on_high_watermark_change(self, partition: Partition) -> None:
-        self._wake((partition.topic, partition.partition))
+        key = (partition.topic, partition.partition)
+        for fut in self._waiters.pop(key, ()):
+            _resolve(fut)
+        waiting = self._replication_waiters.get(key)
+        if waiting:
+            hw = partition.high_watermark
+            while waiting and waiting[0][0] <= hw:
+                _resolve(heapq.heappop(waiting)[2])
+            if not waiting:
+                del self._replication_waiters[key]
 
     def _wake(self, key: TopicPartition) -> None:
+        """Everything waiting on the partition re-checks (it changed hands, its ISR
+        changed, it went away)."""
         for fut in self._waiters.pop(key, ()):
+            _resolve(fut)
+        for _, _, fut in self._replication_waiters.pop(key, ()):
             _resolve(fut)
 
     def _wake_log_end(self, key: TopicPartition) -> None:
@@ -713,6 +743,24 @@ class ReplicaManager:
                     if not waiters:
                         del registry[key]
 
+    async def _wait_for_replication(self, pending: dict[TopicPartition, tuple[int, int]], timeout_s: float) -> None:
+        """Return when a HW reaches what `pending` waits for, on any other change of one of
+        its partitions (`_wake`), or on timeout."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        for key, (required, _) in pending.items():
+            waiting = self._replication_waiters.setdefault(key, [])
+            heapq.heappush(waiting, (required, next(self._replication_waiter_ids), fut))
+        timer = loop.call_later(timeout_s, _resolve, fut)
+        started = time.perf_counter()
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            add_remote_time(time.perf_counter() - started)
+            # Entries left in other partitions' heaps (a produce to several, a timeout) are
+            # dropped as their HW passes or the partition changes: their future is done.
+
     def shutdown(self) -> None:
         task, self._isr_task = self._isr_task, None
         if task is not None:
@@ -725,6 +773,11 @@ class ReplicaManager:
                     if not fut.done():
                         fut.cancel()
             registry.clear()
+        for waiting in self._replication_waiters.values():
+            for _, _, fut in waiting:
+                if not fut.done():
+                    fut.cancel()
+        self._replication_waiters.clear()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -5,6 +5,7 @@ behind on any of its partitions."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -40,5 +41,28 @@ def test_a_wait_ends_and_leaves_nothing_behind(tmp_path: Path, how: str) -> None
         else:
             await asyncio.wait_for(waiting, 30)  # a wait woken or timed out returns
         assert registries(rm) == [{}, {}]
+
+    asyncio.run(main())
+
+
+def test_a_high_watermark_move_wakes_only_the_produces_it_completes(tmp_path: Path) -> None:
+    """acks=all produces pipelined on one partition wait for increasing offsets: a HW move
+    wakes those it reached and no other (each woken one would re-check and wait again); any
+    other change of the partition wakes them all."""
+
+    async def main() -> None:
+        rm = ReplicaManager(1, LogManager([tmp_path], LogConfig()), LogConfig())
+        key = ("a", 0)
+        waits = [asyncio.create_task(rm._wait_for_replication({key: (offset, 0)}, 60)) for offset in range(1, 11)]
+        while len(rm._replication_waiters.get(key, ())) < 10:
+            await asyncio.sleep(0)
+        # The HW of a partition view at 4: the produces waiting for offsets 1-4 are done.
+        rm._on_high_watermark_change(SimpleNamespace(topic="a", partition=0, high_watermark=4))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert [w.done() for w in waits] == [True] * 4 + [False] * 6
+        assert sorted(required for required, _, _ in rm._replication_waiters[key]) == list(range(5, 11))
+        rm._wake(key)  # e.g. the ISR shrank: every one re-checks
+        await asyncio.wait_for(asyncio.gather(*waits), 30)
+        assert key not in rm._replication_waiters
 
     asyncio.run(main())
