@@ -193,11 +193,10 @@ def produce_response_writer(version: int, generic: Writer) -> Writer:
     write_string = t.write_compact_string if flexible else t.write_string
     write_nullable_string = t.write_compact_nullable_string if flexible else t.write_nullable_string
 
-    def count(out: list, n: int) -> None:
-        if flexible:
-            write_compact_count(out, n)
-        else:
-            out.append(_INT32.pack(n))
+    def int32_count(out: list, n: int) -> None:
+        out.append(_INT32.pack(n))
+
+    count = write_compact_count if flexible else int32_count
 
     def irregular(p: dict) -> bool:
         record_errors = p.get("record_errors", ())

@@ -336,7 +336,8 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> CheckedBatch
     while pos < len(view):
         header = validate_batch(view, pos)
         batches.append((pos, header))
-        body = view[pos + HEADER_SIZE : pos + header.size]
+        size = header.size
+        body = view[pos + HEADER_SIZE : pos + size]
         # bytes, not a memoryview: indexing it is several times faster in this loop.
         data = decompress(header.compression, body) if header.compression else bytes(body)
         if not holds_records(data, 0, len(data), header.record_count):
@@ -345,5 +346,5 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> CheckedBatch
                 f"the batch at offset delta 0..{header.last_offset_delta} declares {header.record_count} records "
                 f"but its records section does not hold exactly that many",
             )
-        pos += header.size
+        pos += size
     return CheckedBatches(view, batches)

@@ -150,14 +150,15 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordB
     header = RecordBatchHeader.parse(buf, pos)
     if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch length {header.batch_length} is too small")
-    if header.size > len(buf) - pos:
+    size = header.size
+    if size > len(buf) - pos:
         raise KafkaError(
             ErrorCode.CORRUPT_MESSAGE,
             f"record batch length {header.batch_length} runs past the {len(buf) - pos} bytes given",
         )
     if header.last_offset_delta < 0 or header.record_count < 0:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch has a negative record count or offset delta")
-    actual = compute_crc(buf, pos, header.size)
+    actual = compute_crc(buf, pos, size)
     if actual != header.crc:
         raise KafkaError(
             ErrorCode.CORRUPT_MESSAGE,

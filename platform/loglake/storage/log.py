@@ -425,15 +425,16 @@ class Log:
             for position, header in batches:
                 record_count += header.record_count
                 last_offset = offset + header.last_offset_delta
+                size = header.size
                 if log_append_time:
                     data: Bytes | tuple[Bytes, ...] = _stamp_whole_batch(
-                        view, position, header.size, offset, leader_epoch, now
+                        view, position, size, offset, leader_epoch, now
                     )
                     batch_max = now
                 else:
-                    data = _stamp_header(view, position, header.size, offset, leader_epoch)
+                    data = _stamp_header(view, position, size, offset, leader_epoch)
                     batch_max = header.max_timestamp
-                self._append_batch(data, header.size, offset, last_offset, batch_max, now)
+                self._append_batch(data, size, offset, last_offset, batch_max, now)
                 if batch_max > max_timestamp:
                     max_timestamp, offset_of_max = batch_max, last_offset
                 offset = last_offset + 1
