@@ -246,3 +246,20 @@ def test_fetch_long_polls_until_data_arrives(broker: Broker) -> None:
     assert empty == [] and waited_empty >= 0.25
     assert [g["value"] for g in got] == ["late"]
     assert 0.15 <= waited < 5
+
+
+@pytest.mark.parametrize(
+    "method, path, allow",
+    [
+        ("PUT", "/topics/t", "GET"),
+        ("PUT", "/topics/t/partitions/0", "GET"),
+        ("POST", "/topics/t/partitions/0/records", "GET"),
+        ("GET", "/topics/t/partitions/0/tiered-offset", "POST"),
+    ],
+)
+def test_a_method_a_path_does_not_serve_is_405(client: TestClient, method: str, path: str, allow: str) -> None:
+    """Routes are matched in the order their routers are included (the produce routes near
+    the front): a wrong method meets the same route first whatever that order."""
+    r = client.request(method, path)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allow
