@@ -212,6 +212,8 @@ def test_the_offsets_body_refuses_a_partition_without_a_base(native: NativeEncod
         native.offsets_json(np.array([0, 3], dtype=np.int32), np.array([0, 0]), np.array([5, 6, 7]))
     with pytest.raises(ValueError):
         native.offsets_json(np.array([-1], dtype=np.int32), np.array([0]), np.array([5]))
+    with pytest.raises(ValueError):
+        native.offsets_json(np.array([0], dtype=np.int32), np.array([0, 1]), np.array([5]))
 
 
 def test_without_the_library_python_does_the_work(

@@ -281,9 +281,15 @@ static uint8_t *put_int(uint8_t *out, int64_t value) {
 
 /* A REST produce response's body, as orjson renders it: for record i, partition targets[i]
  * and offset bases[targets[i]] + index[i]. `out` holds at least 128 + n * OFFSET_ENTRY_MAX
- * bytes; returns the bytes written. */
-int64_t loglake_offsets_json(const int32_t *targets, const int64_t *index, const int64_t *bases, int64_t n,
-                             uint8_t *out) {
+ * bytes; returns the bytes written, or ENCODE_BAD_ARGUMENT if a partition is not in
+ * 0 .. base_count - 1. */
+int64_t loglake_offsets_json(const int32_t *targets, const int64_t *index, const int64_t *bases, int64_t base_count,
+                             int64_t n, uint8_t *out) {
+    for (int64_t i = 0; i < n; i++) {
+        if (targets[i] < 0 || targets[i] >= base_count) {
+            return ENCODE_BAD_ARGUMENT;
+        }
+    }
     uint8_t *w = put_text(out, "{\"offsets\":[");
     for (int64_t i = 0; i < n; i++) {
         w = put_text(w, i ? ",{\"partition\":" : "{\"partition\":");

@@ -117,13 +117,15 @@ class NativeEncode:
         """The produce response body (`{"offsets": [...], "key_schema_id": null, ...}`, as
         orjson renders it): record i at partition targets[i], offset bases[targets[i]] + index[i]."""
         n = len(targets)
-        if len(index) != n or (n and not 0 <= int(targets.min()) <= int(targets.max()) < len(bases)):
-            raise ValueError("a record's partition has no base offset")
+        if len(index) != n:
+            raise ValueError("a partition and an offset delta for every record")
         targets = np.ascontiguousarray(targets, dtype=np.int32)
         index = np.ascontiguousarray(index, dtype=np.int64)
         bases = np.ascontiguousarray(bases, dtype=np.int64)
         out = bytearray(_OFFSETS_FRAME + _OFFSET_ENTRY_MAX * n)
-        size = self.offsets(targets.ctypes.data, index.ctypes.data, bases.ctypes.data, n, _address(out))
+        size = self.offsets(targets.ctypes.data, index.ctypes.data, bases.ctypes.data, len(bases), n, _address(out))
+        if size < 0:
+            raise ValueError("a record's partition has no base offset")
         return bytes(memoryview(out)[:size])
 
 
@@ -148,7 +150,7 @@ def load_native(path: Path) -> NativeEncode | None:
     murmur2.restype = None
     encode.argtypes = [pointer, i64, pointer, i64, i64, i32, i32, pointer, i64, pointer, pointer, pointer, pointer]
     encode.restype = i64
-    offsets.argtypes = [pointer, pointer, pointer, i64, pointer]
+    offsets.argtypes = [pointer, pointer, pointer, i64, i64, pointer]
     offsets.restype = i64
     logger.debug("record encoding: native (%s)", path)
     return NativeEncode(murmur2, encode, offsets)
