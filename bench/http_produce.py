@@ -4,8 +4,9 @@
 each of `--rounds` alternating rounds (bare endpoint, then broker), records/s for both, the
 ratio broker / bare (target >= 0.8), and the CPU seconds the client (this process) and each
 server process used while measuring, per request too: on a shared machine the wall-clock
-ratio moves with the load, the CPU per request much less. With --profile, runs the broker
-under pyinstrument and writes the profile to bench/results/.
+ratio moves with the load, the CPU per request much less. With --floor, also the stack's
+floor (an endpoint that parses the body and does nothing else). With --profile, runs the
+broker under pyinstrument and writes the profile to bench/results/.
 """
 
 from __future__ import annotations
@@ -101,9 +102,9 @@ def wait_healthy(url: str) -> None:
     raise TimeoutError(url)
 
 
-def measure_bare(body: bytes, clients: int, seconds: float) -> Measured:
+def measure_bare(body: bytes, clients: int, seconds: float, *mode: str) -> Measured:
     port = free_port()
-    bare = subprocess.Popen([sys.executable, str(ROOT / "bench/bare_endpoint.py"), str(port)])
+    bare = subprocess.Popen([sys.executable, str(ROOT / "bench/bare_endpoint.py"), str(port), *mode])
     try:
         wait_healthy(f"http://127.0.0.1:{port}")
         return asyncio.run(drive(f"http://127.0.0.1:{port}", "/topics/bench", body, clients, seconds, bare.pid))
@@ -130,6 +131,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds: bare endpoint, then broker")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--floor", action="store_true", help="also measure the stack's floor: the body parsed, nothing else done"
+    )
     args = parser.parse_args()
     body = request_body()
     print(f"HTTP produce: {RECORDS_PER_REQUEST:,} records of 100 bytes a request, {args.clients} clients, acks=1")
@@ -142,6 +146,10 @@ def main() -> None:
         print("  " + bare.line("bare endpoint "))
         print("  " + broker.line("loglake broker"))
         print(f"  ratio broker/bare: {ratio:.2f} (target >= 0.8)")
+        if args.floor:
+            floor = measure_bare(body, args.clients, args.seconds, "floor")
+            print("  " + floor.line("stack floor   "))
+            print(f"  ratio broker/floor: {broker.requests_per_second / floor.requests_per_second:.2f}")
 
 
 if __name__ == "__main__":
