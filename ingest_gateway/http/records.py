@@ -126,16 +126,19 @@ def record_routes(
         now_ms = int(time.time() * 1000)
         # An unknown topic goes to the Python path: a bad record is reported before it.
         if fmt == "binary" and topic in cache.image.topics and (fields := base64_fields(records)) is not None:
-            # Every key is a string here: nothing for a compacted topic to refuse.
-            placed = encode_base64_fields(
-                fields,
-                cache.image.partition_count(topic),
-                forced_partition,
-                now_ms,
-                topic_config(topic).max_message_bytes,
-            )
-            if placed is not None:
-                return placed
+            config = topic_config(topic)
+            # Null keys on a compacted topic: the Python path refuses them.
+            if fields[0] is not None or not config.compact:
+                placed = encode_base64_fields(
+                    fields,
+                    cache.image.partition_count(topic),
+                    forced_partition,
+                    sticky,
+                    now_ms,
+                    config.max_message_bytes,
+                )
+                if placed is not None:
+                    return placed
         rows, explicit_partitions = rows_of(records, fmt)
         config = topic_config(topic)
         if config.compact and any(row[0] is None for row in rows):

@@ -126,34 +126,42 @@ def load_records(body: bytes) -> list[Any]:
     return records
 
 
-def base64_fields(records: list[Any]) -> tuple[list[Any], list[Any]] | None:
+def base64_fields(records: list[Any]) -> tuple[list[Any] | None, list[Any]] | None:
     """Every record's key and value when each record is an object of exactly those two
-    fields (their types not checked yet), else None; for `encode_base64_fields`."""
+    fields, or every record's value (keys None) when each is an object of that field alone
+    (their types not checked yet); else None. For `encode_base64_fields`."""
     try:
-        keys = [r.get("key") for r in records]
         values = [r.get("value") for r in records]
     except AttributeError:  # a record that is not an object
         return None
-    # Absent fields read as None above: two fields each means exactly "key" and "value".
-    if sum(map(len, records)) != 2 * len(records):
-        return None
-    return keys, values
+    # Absent fields read as None: one field each means exactly "value", two "key" and "value".
+    fields = sum(map(len, records))
+    if fields == len(records):
+        return None, values
+    if fields == 2 * len(records):
+        return [r.get("key") for r in records], values
+    return None
 
 
 def encode_base64_fields(
-    fields: tuple[list[Any], list[Any]],
+    fields: tuple[list[Any] | None, list[Any]],
     num_partitions: int,
     forced_partition: int | None,
+    sticky: StickyPartitioner,
     now_ms: int,
     max_batch_bytes: int,
 ) -> PartitionedRecords | None:
     """The native path of `rows_of` and `partition_records` for a binary body's keys and
-    values (`base64_fields`): the same batches and placements, or None when it does not
-    apply (no native library, a key or value that is not a string of canonical base64, a
-    partition out of range, a batch over `max_batch_bytes`): the Python path then decides."""
+    values (`base64_fields`; null keys go to `sticky`'s partition): the same batches and
+    placements, or None when it does not apply (no native library, a key or value that is
+    not a string of canonical base64, a partition out of range, a batch over
+    `max_batch_bytes`): the Python path then decides."""
     if NATIVE is None:
         return None
-    encoded = NATIVE.encode_base64_records(*fields, num_partitions, forced_partition)
+    keys, values = fields
+    if keys is None and forced_partition is None:
+        forced_partition = sticky.next_partition(num_partitions)
+    encoded = NATIVE.encode_base64_records(keys, values, num_partitions, forced_partition)
     if encoded is None:
         return None
     view = memoryview(encoded.data)

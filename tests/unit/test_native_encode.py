@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import random
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -60,9 +61,24 @@ def with_native(native: NativeEncode) -> Iterator[NativeEncode]:
         yield native
 
 
+def _sticky() -> StickyPartitioner:
+    """A sticky partitioner starting where every other one made here starts."""
+    random.seed(7)
+    return StickyPartitioner()
+
+
 def _python_path(records: list, num_partitions: int, forced: int | None) -> PartitionedRecords:
     rows, explicit = rows_of(records, "binary")
-    return partition_records(rows, explicit, "t", num_partitions, forced, StickyPartitioner(), NOW_MS, MAX_BATCH)
+    return partition_records(rows, explicit, "t", num_partitions, forced, _sticky(), NOW_MS, MAX_BATCH)
+
+
+def _native_path(
+    records: list, num_partitions: int = 3, forced: int | None = None, max_batch: int = MAX_BATCH
+) -> PartitionedRecords | None:
+    fields = base64_fields(records)
+    if fields is None:
+        return None
+    return encode_base64_fields(fields, num_partitions, forced, _sticky(), NOW_MS, max_batch)
 
 
 def _same(a: PartitionedRecords, b: PartitionedRecords) -> None:
@@ -88,31 +104,36 @@ def test_property_native_and_numpy_murmur2_agree_with_the_scalar_one(native: Nat
     assert numpy_murmur2_many(keys).tolist() == expected
 
 
-_records = st.lists(
+_keyed_records = st.lists(
     st.tuples(st.binary(max_size=40), st.binary(max_size=300)).map(
         lambda kv: {"key": base64.b64encode(kv[0]).decode(), "value": base64.b64encode(kv[1]).decode()}
     ),
     min_size=1,
     max_size=300,
 )
+_keyless_records = st.lists(
+    st.binary(max_size=300).map(lambda v: {"value": base64.b64encode(v).decode()}), min_size=1, max_size=300
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(records=_records, num_partitions=st.integers(1, 40), forced=st.none() | st.integers(0, 39))
+@given(
+    records=_keyed_records | _keyless_records, num_partitions=st.integers(1, 40), forced=st.none() | st.integers(0, 39)
+)
 def test_property_the_native_path_encodes_what_the_python_path_does(
     with_native: NativeEncode, records: list, num_partitions: int, forced: int | None
 ) -> None:
     forced = None if forced is None else forced % num_partitions
-    fields = base64_fields(records)
-    assert fields is not None
-    placed = encode_base64_fields(fields, num_partitions, forced, NOW_MS, MAX_BATCH)
+    placed = _native_path(records, num_partitions, forced)
     assert placed is not None
     _same(placed, _python_path(records, num_partitions, forced))
-    # Kafka's default partitioner: murmur2 of the decoded key.
-    if forced is None:
+    # Kafka's default partitioner: murmur2 of the decoded key; null keys stick to one partition.
+    if forced is None and "key" in records[0]:
         assert placed.targets.tolist() == [
             partition_for_key(base64.b64decode(r["key"]), num_partitions) for r in records
         ]
+    elif forced is None:
+        assert len(set(placed.targets.tolist())) == 1
 
 
 def test_records_of_a_partition_keep_request_order_and_read_back(with_native: NativeEncode) -> None:
@@ -120,7 +141,7 @@ def test_records_of_a_partition_keep_request_order_and_read_back(with_native: Na
         {"key": base64.b64encode(b"k%d" % (i % 7)).decode(), "value": base64.b64encode(bytes([i]) * i).decode()}
         for i in range(200)
     ]
-    placed = encode_base64_fields(base64_fields(records), 3, None, NOW_MS, MAX_BATCH)  # type: ignore[arg-type]
+    placed = _native_path(records)
     assert placed is not None
     for partition, batches in placed.batches.items():
         ((header, decoded),) = list(decode_batches(b"".join(batches)))
@@ -149,7 +170,7 @@ def test_property_base64_is_taken_only_where_binascii_strict_takes_it(
     """The native path declines (the Python path then answers) unless every key and value is
     base64 binascii's strict mode accepts, and decodes what it takes as binascii does."""
     records = [{"key": key, "value": value}, {"key": other, "value": "QQ=="}]
-    placed = encode_base64_fields(base64_fields(records), 3, None, NOW_MS, MAX_BATCH)  # type: ignore[arg-type]
+    placed = _native_path(records)
 
     def strict(text: str) -> bool:
         try:
@@ -168,22 +189,24 @@ def test_property_base64_is_taken_only_where_binascii_strict_takes_it(
     "records",
     [
         [{"key": "QQ==", "value": None}],  # a null value
-        [{"value": "QQ=="}],  # no key: the sticky partition
+        [{"key": None, "value": "QQ=="}],  # a null key given
+        [{"value": "QQ=="}, {"key": "QQ==", "value": "QQ=="}],  # keys and no keys
+        [{"key": "QQ=="}, {"value": "QQ=="}],  # no value
         [{"key": "QQ==", "value": "QQ==", "partition": 0}],  # other fields
+        [{"value": "QQ==", "timestamp": 5}, {}],  # other fields, two in all
         [{"key": "QQ==", "value": "QQ=="}, {"key": 1, "value": "QQ=="}],  # not a string
         [{"key": "QQ==", "value": "QQ=="}, ["QQ==", "QQ=="]],  # not an object
         [{"key": "QQ==", "value": "QQ==,QQ=="}, {"key": "QQ==", "value": "QQ=="}],  # the separator inside
     ],
 )
 def test_other_shapes_go_to_the_python_path(with_native: NativeEncode, records: list) -> None:
-    fields = base64_fields(records)
-    assert fields is None or encode_base64_fields(fields, 3, None, NOW_MS, MAX_BATCH) is None
+    assert _native_path(records) is None
 
 
 def test_a_batch_over_max_message_bytes_goes_to_the_python_path_which_splits_it(with_native: NativeEncode) -> None:
     records = [{"key": "QQ==", "value": base64.b64encode(b"v" * 1000).decode()} for _ in range(10)]
-    assert encode_base64_fields(base64_fields(records), 1, None, NOW_MS, 5000) is None  # type: ignore[arg-type]
-    assert encode_base64_fields(base64_fields(records), 1, None, NOW_MS, 20000) is not None  # type: ignore[arg-type]
+    assert _native_path(records, 1, max_batch=5000) is None
+    assert _native_path(records, 1, max_batch=20000) is not None
 
 
 def test_partitions_out_of_range_are_declined(native: NativeEncode) -> None:
@@ -192,6 +215,8 @@ def test_partitions_out_of_range_are_declined(native: NativeEncode) -> None:
     assert native.encode_base64_records(["QQ=="], ["QQ=="], 3, -1) is None
     assert native.encode_base64_records([], [], 3, None) is None
     assert native.encode_base64_records(["QQ=="], ["QQ==", "QQ=="], 3, None) is None
+    assert native.encode_base64_records(None, ["QQ=="], 3, None) is None  # null keys need a partition
+    assert native.encode_base64_records(None, ["QQ=="], 3, 2) is not None
 
 
 @settings(max_examples=100, deadline=None)
@@ -225,7 +250,7 @@ def test_without_the_library_python_does_the_work(
     monkeypatch.setattr(rest_records, "NATIVE", None)
     monkeypatch.setattr(partitioner, "NATIVE", None)
     records = [{"key": base64.b64encode(b"k%d" % i).decode(), "value": "QQ=="} for i in range(20)]
-    assert encode_base64_fields(base64_fields(records), 3, None, NOW_MS, MAX_BATCH) is None  # type: ignore[arg-type]
+    assert _native_path(records) is None
     placed = _python_path(records, 3, None)
     assert placed.targets.tolist() == [partition_for_key(b"k%d" % i, 3) for i in range(20)]
     bases = {p: 10 for p in placed.batches}

@@ -155,11 +155,19 @@ static uint8_t *put_varint(uint8_t *out, uint64_t n) {
     return out;
 }
 
+/* Record i's token of comma-separated text (see next_token), its start in *token. */
+static int64_t token_at(const uint8_t *text, int64_t *at, int64_t end, int last, const uint8_t **token) {
+    int64_t length = next_token(text, at, end, last);
+    *token = length < 0 ? text : text + *at - length - !last;
+    return length;
+}
+
 /* The `n` records whose base64 keys and values are the comma-separated tokens of
- * keys[0:keys_size] and values[0:values_size], as magic-2 records (timestamp delta 0, no
- * headers) grouped by partition: a key's partition is murmur2's, as Kafka's default
- * partitioner places it, or `forced_partition` when it is >= 0. A key or value holding a
- * comma leaves the last token with one: not base64, so the text is declined.
+ * keys[0:keys_size] and values[0:values_size] (keys NULL: every key null), as magic-2
+ * records (timestamp delta 0, no headers) grouped by partition: a key's partition is
+ * murmur2's, as Kafka's default partitioner places it, or `forced_partition` when it is >= 0
+ * (it must be, for null keys). A key or value holding a comma leaves the last token with
+ * one: not base64, so the text is declined.
  *
  * Writes each partition's records section into `out` one after another in partition order:
  * partition p's section ends at section_ends[p] (so it starts at section_ends[p - 1], or 0)
@@ -169,7 +177,7 @@ int64_t loglake_encode_base64_records(const uint8_t *keys, int64_t keys_size, co
                                       int64_t values_size, int64_t n, int32_t num_partitions,
                                       int32_t forced_partition, uint8_t *out, int64_t capacity, int32_t *targets,
                                       int64_t *index, int64_t *section_ends, int64_t *counts) {
-    if (num_partitions <= 0 || forced_partition >= num_partitions || n <= 0) {
+    if (num_partitions <= 0 || forced_partition >= num_partitions || n <= 0 || (!keys && forced_partition < 0)) {
         return ENCODE_BAD_ARGUMENT;
     }
     for (int32_t p = 0; p < num_partitions; p++) {
@@ -181,31 +189,36 @@ int64_t loglake_encode_base64_records(const uint8_t *keys, int64_t keys_size, co
      * into `out` to hash it; values are checked as they are decoded, in the second pass. */
     int64_t key_at = 0, value_at = 0;
     for (int64_t i = 0; i < n; i++) {
-        int64_t key_length = next_token(keys, &key_at, keys_size, i == n - 1);
-        int64_t value_length = next_token(values, &value_at, values_size, i == n - 1);
-        const uint8_t *k = keys + key_at - key_length - (i < n - 1);
-        const uint8_t *v = values + value_at - value_length - (i < n - 1);
-        int64_t key_size = b64_decoded_size(k, key_length);
-        int64_t value_size = b64_decoded_size(v, value_length);
-        if (key_size < 0 || value_size < 0) {
-            return ENCODE_NOT_BASE64;
-        }
-        if (key_size > capacity) {
-            return ENCODE_NO_ROOM;
-        }
-        if (b64_decode(k, key_length, b64_padding(k, key_length), out)) {
-            return ENCODE_NOT_BASE64;
-        }
+        const uint8_t *k = NULL, *v;
+        int64_t key_field = 1; /* a null key: its length, -1, in one byte */
         int32_t p = forced_partition;
-        if (p < 0) {
-            p = (int32_t)((murmur2(out, key_size) & 0x7FFFFFFFu) % (uint32_t)num_partitions);
+        if (keys) {
+            int64_t key_length = token_at(keys, &key_at, keys_size, i == n - 1, &k);
+            int64_t key_size = b64_decoded_size(k, key_length);
+            if (key_size < 0) {
+                return ENCODE_NOT_BASE64;
+            }
+            if (key_size > capacity) {
+                return ENCODE_NO_ROOM;
+            }
+            if (b64_decode(k, key_length, b64_padding(k, key_length), out)) {
+                return ENCODE_NOT_BASE64;
+            }
+            if (p < 0) {
+                p = (int32_t)((murmur2(out, key_size) & 0x7FFFFFFFu) % (uint32_t)num_partitions);
+            }
+            key_field = varint_size((uint64_t)key_size) + key_size;
+        }
+        int64_t value_length = token_at(values, &value_at, values_size, i == n - 1, &v);
+        int64_t value_size = b64_decoded_size(v, value_length);
+        if (value_size < 0) {
+            return ENCODE_NOT_BASE64;
         }
         int64_t delta = counts[p]++;
         targets[i] = p;
         index[i] = delta;
         /* attributes, timestamp delta (0) and header count (0): one byte each. */
-        int64_t body = 3 + varint_size((uint64_t)delta) + varint_size((uint64_t)key_size) + key_size +
-                       varint_size((uint64_t)value_size) + value_size;
+        int64_t body = 3 + varint_size((uint64_t)delta) + key_field + varint_size((uint64_t)value_size) + value_size;
         section_ends[p] += varint_size((uint64_t)body) + body;
     }
     int64_t total = 0;
@@ -217,31 +230,38 @@ int64_t loglake_encode_base64_records(const uint8_t *keys, int64_t keys_size, co
         return ENCODE_NO_ROOM;
     }
     /* Second pass: write each record at its partition's cursor, kept in section_ends (from
-     * the section's start, it ends at the section's end). */
+     * the section's start, it ends at the section's end). The text was split, the keys
+     * checked and every size found by the first pass. */
     for (int32_t p = num_partitions - 1; p >= 0; p--) {
         section_ends[p] = p ? section_ends[p - 1] : 0;
     }
     key_at = 0;
     value_at = 0;
     for (int64_t i = 0; i < n; i++) {
-        /* Split and sized by the first pass. */
-        int64_t key_length = next_token(keys, &key_at, keys_size, i == n - 1);
-        int64_t value_length = next_token(values, &value_at, values_size, i == n - 1);
-        const uint8_t *k = keys + key_at - key_length - (i < n - 1);
-        const uint8_t *v = values + value_at - value_length - (i < n - 1);
-        int64_t key_pad = b64_padding(k, key_length), value_pad = b64_padding(v, value_length);
-        int64_t key_size = key_length / 4 * 3 - key_pad;
+        const uint8_t *k = NULL, *v;
+        int64_t key_length = 0, key_pad = 0, key_size = -1, key_field = 1;
+        if (keys) {
+            key_length = token_at(keys, &key_at, keys_size, i == n - 1, &k);
+            key_pad = b64_padding(k, key_length);
+            key_size = key_length / 4 * 3 - key_pad;
+            key_field = varint_size((uint64_t)key_size) + key_size;
+        }
+        int64_t value_length = token_at(values, &value_at, values_size, i == n - 1, &v);
+        int64_t value_pad = b64_padding(v, value_length);
         int64_t value_size = value_length / 4 * 3 - value_pad;
-        int64_t body = 3 + varint_size((uint64_t)index[i]) + varint_size((uint64_t)key_size) + key_size +
-                       varint_size((uint64_t)value_size) + value_size;
+        int64_t body = 3 + varint_size((uint64_t)index[i]) + key_field + varint_size((uint64_t)value_size) + value_size;
         uint8_t *w = out + section_ends[targets[i]];
         w = put_varint(w, (uint64_t)body);
         *w++ = 0; /* attributes: unused in magic 2 */
         *w++ = 0; /* timestamp delta */
         w = put_varint(w, (uint64_t)index[i]);
-        w = put_varint(w, (uint64_t)key_size);
-        b64_decode(k, key_length, key_pad, w);
-        w += key_size;
+        if (keys) {
+            w = put_varint(w, (uint64_t)key_size);
+            b64_decode(k, key_length, key_pad, w);
+            w += key_size;
+        } else {
+            *w++ = 1; /* the zig-zag varint of -1: a null key */
+        }
         w = put_varint(w, (uint64_t)value_size);
         if (b64_decode(v, value_length, value_pad, w)) {
             return ENCODE_NOT_BASE64;

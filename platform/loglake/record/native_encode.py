@@ -71,32 +71,36 @@ class NativeEncode:
         return out
 
     def encode_base64_records(
-        self, keys: list[str], values: list[str], num_partitions: int, forced_partition: int | None
+        self, keys: list[str] | None, values: list[str], num_partitions: int, forced_partition: int | None
     ) -> EncodedRecords | None:
-        """The records whose keys and values are `keys[i]` and `values[i]` in base64, each in
-        its key's partition (murmur2, Kafka's default partitioner) or in `forced_partition`,
-        with timestamp delta 0 and no headers; None unless every key and value is a string
-        of canonical base64 and the partitions are in range."""
-        n = len(keys)
-        if not n or len(values) != n or not 0 < num_partitions < 2**31:
+        """The records whose keys and values are `keys[i]` and `values[i]` in base64 (keys
+        None: every key null), each in its key's partition (murmur2, Kafka's default
+        partitioner) or in `forced_partition` (required for null keys), with timestamp delta
+        0 and no headers; None unless every key and value is a string of canonical base64
+        and the partitions are in range."""
+        n = len(values)
+        if not n or (keys is not None and len(keys) != n) or not 0 < num_partitions < 2**31:
+            return None
+        if forced_partition is None and keys is None:
             return None
         if forced_partition is not None and not 0 <= forced_partition < num_partitions:
             return None
         try:
             # Comma-separated: a key or value holding a comma is not base64 and is declined.
-            key_text = ",".join(keys).encode("ascii")
+            key_text = None if keys is None else ",".join(keys).encode("ascii")
             value_text = ",".join(values).encode("ascii")
         except (TypeError, UnicodeEncodeError):  # a null or a number, or not base64 at all
             return None
+        key_size = 0 if key_text is None else len(key_text)
         # Decoded, base64 takes 3/4 of its text; the first pass decodes each key into `data`.
-        data = bytearray((len(key_text) + len(value_text)) // 4 * 3 + _RECORD_OVERHEAD * n)
+        data = bytearray((key_size + len(value_text)) // 4 * 3 + _RECORD_OVERHEAD * n)
         targets = np.empty(n, dtype=np.int32)
         index = np.empty(n, dtype=np.int64)
         section_ends = array("q", bytes(8 * num_partitions))
         counts = array("q", bytes(8 * num_partitions))
         written = self.encode(
             key_text,
-            len(key_text),
+            key_size,
             value_text,
             len(value_text),
             n,
