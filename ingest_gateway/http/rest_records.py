@@ -1,13 +1,14 @@
 """Records in the REST Proxy v2 shapes: produce bodies to batches, batches to JSON.
 
 A JSON body has to be taken apart record by record. The common binary body (every record
-a base64 key and value, nothing else) takes a native path: two list comprehensions pick
-the keys and values out of the parsed JSON and one C call (`loglake.record.native_encode`)
-decodes, partitions and encodes them into each partition's records; the response's offsets
-are written by C too. Anything else (other fields, null keys, JSON embedded format, text
-that is not canonical base64, a batch to split, no native library) takes the Python path,
-which says precisely what is wrong with a bad record: per-record decoding, keys hashed
-together (`partitions_for_keys`), each partition's records encoded once.
+a base64 key and value, or every record a value alone, nothing else) takes a native path:
+list comprehensions pick the keys and values out of the parsed JSON and one C call
+(`loglake.record.native_encode`) decodes, partitions and encodes them into each
+partition's records; the response's offsets are written by C too. Anything else (other
+fields, explicit nulls, mixed shapes, JSON embedded format, text that is not canonical
+base64, a batch to split, null keys on a compacted topic, no native library) takes the
+Python path, which says precisely what is wrong with a bad record: per-record decoding,
+keys hashed together (`partitions_for_keys`), each partition's records encoded once.
 """
 
 from __future__ import annotations
