@@ -260,17 +260,24 @@ def test_without_the_library_python_does_the_work(
     )
 
 
-def test_a_library_of_another_abi_version_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    compiler = shutil.which("cc")
-    if compiler is None:
+@pytest.mark.parametrize(
+    "source, said",
+    [
+        ("long loglake_encode_abi(void) { return 0; }", "ABI version 0"),  # an older source's
+        ("long loglake_encode_abi(void) { return 1; }", "loglake_murmur2_many"),  # a function missing
+    ],
+)
+def test_a_library_not_built_from_this_source_is_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str, said: str
+) -> None:
+    if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    source = tmp_path / "old.c"
-    source.write_text("long loglake_encode_abi(void) { return 0; }\n")
-    library = tmp_path / "libold.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    (tmp_path / "other.c").write_text(source + "\n")
+    library = tmp_path / "libother.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "other.c")], check=True)
     caplog.set_level(logging.DEBUG, logger=native_encode.__name__)
     assert load_native(library) is None
-    assert "ABI version 0" in caplog.text
+    assert "record encoding: in Python" in caplog.text and said in caplog.text
 
 
 def test_the_library_set_up_built_is_the_one_in_use_when_present() -> None:
