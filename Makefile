@@ -6,7 +6,7 @@ PY := .venv/bin/python
 setup:
 	bash scripts/setup.sh
 
-# The native record walk alone (setup builds it too); optional, see docs/operations.md.
+# The native libraries alone (the record walk, HTTP produce's encoding; setup builds them too); optional, see docs/operations.md.
 native:
 	bash scripts/build_native.sh
 

@@ -1,29 +1,37 @@
 #!/usr/bin/env bash
-# Builds loglake's native code: the record walk (platform/loglake/record/_walk.c) as a shared
-# library that loglake.record.walk loads with ctypes. Optional: without a C compiler, or if
-# the build fails, loglake walks records in Python, so this never fails set-up. Rebuilds only
-# when the source is newer than the library; writes a temporary file and renames it, so a
-# process loading the library never sees half of one. Safe to run again.
-#   bash scripts/build_native.sh [OUTPUT]   (default: next to the source, where walk.py looks)
+# Builds loglake's native code as shared libraries that loglake loads with ctypes:
+#   platform/loglake/record/_walk.c   -> libloglake_walk.so   (the record walk, loglake.record.walk)
+#   platform/loglake/record/_encode.c -> libloglake_encode.so (HTTP produce's record encoding,
+#                                                              loglake.record.native_encode)
+# Optional: without a C compiler, or if a build fails, loglake does the same work in Python,
+# so this never fails set-up. Rebuilds a library only when its source is newer; writes a
+# temporary file and renames it, so a process loading the library never sees half of one.
+# Safe to run again.
+#   bash scripts/build_native.sh [WALK_OUTPUT [ENCODE_OUTPUT]]   (default: next to the sources,
+#   where the Python modules look)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-src=platform/loglake/record/_walk.c
-out=${1:-platform/loglake/record/libloglake_walk.so}
 cc=${CC:-cc}
 
-if [ -f "$out" ] && [ "$out" -nt "$src" ]; then
-    exit 0
-fi
-if ! command -v "$cc" >/dev/null 2>&1; then
-    echo "note: no C compiler ($cc): loglake walks records in Python (slower Spark decode)" >&2
-    exit 0
-fi
-tmp="$out.tmp.$$"
-if "$cc" -O2 -Wall -Wextra -Werror -std=c11 -shared -fPIC -o "$tmp" "$src"; then
-    mv -f "$tmp" "$out"
-else
-    rm -f "$tmp"
-    echo "note: building $src failed: loglake walks records in Python (slower Spark decode)" >&2
-fi
+build() {
+    local src=$1 out=$2 what=$3
+    if [ -f "$out" ] && [ "$out" -nt "$src" ]; then
+        return
+    fi
+    if ! command -v "$cc" >/dev/null 2>&1; then
+        echo "note: no C compiler ($cc): loglake does $what in Python (slower)" >&2
+        return
+    fi
+    local tmp="$out.tmp.$$"
+    if "$cc" -O2 -Wall -Wextra -Werror -std=c11 -shared -fPIC -o "$tmp" "$src"; then
+        mv -f "$tmp" "$out"
+    else
+        rm -f "$tmp"
+        echo "note: building $src failed: loglake does $what in Python (slower)" >&2
+    fi
+}
+
+build platform/loglake/record/_walk.c "${1:-platform/loglake/record/libloglake_walk.so}" "the record walk (Spark decode, produce checks)"
+build platform/loglake/record/_encode.c "${2:-platform/loglake/record/libloglake_encode.so}" "HTTP produce's record encoding"
 exit 0

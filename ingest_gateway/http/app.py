@@ -108,6 +108,25 @@ def create_app(services: HttpServices) -> FastAPI:
     async def _bad_request(request: Request, exc: BadRequest) -> Response:
         return error_response(exc.status, exc.message, sub=exc.sub)
 
+    # Routes are matched in order, one included router after another (~5 µs each): the
+    # produce and fetch routes come first, behind only the topic routes that share their
+    # paths (so that a wrong method still meets the same route first and gets the same 405).
+    # No two routers serve the same method and path, so the order picks nothing else.
+    app.include_router(
+        topic_routes(
+            config.num_partitions,
+            config.default_replication_factor,
+            s.cache,
+            s.admin,
+            s.replica_manager,
+            s.log_cleaner.manager,
+        )
+    )
+    app.include_router(
+        record_routes(
+            config.socket_request_max_bytes, s.cache, s.log_defaults, s.replica_manager, s.metrics, s.in_background
+        )
+    )
     app.include_router(
         group_routes(
             broker_id=config.broker_id,
@@ -130,20 +149,5 @@ def create_app(services: HttpServices) -> FastAPI:
     app.include_router(acl_routes(s.acl_apis, s.authorization))
     app.include_router(console_routes(config, s.admin, s.cache, s.metrics, s.cluster_status))
     app.include_router(cluster_routes(config.broker_id, s.metrics, s.cluster_status, s.log_manager, s.replica_manager))
-    app.include_router(
-        topic_routes(
-            config.num_partitions,
-            config.default_replication_factor,
-            s.cache,
-            s.admin,
-            s.replica_manager,
-            s.log_cleaner.manager,
-        )
-    )
     app.include_router(compaction_routes(config.broker_id, s.replica_manager, s.log_cleaner))
-    app.include_router(
-        record_routes(
-            config.socket_request_max_bytes, s.cache, s.log_defaults, s.replica_manager, s.metrics, s.in_background
-        )
-    )
     return app

@@ -1,8 +1,14 @@
 """Records in the REST Proxy v2 shapes: produce bodies to batches, batches to JSON.
 
-This is the one place the HTTP path does per-record Python work (a JSON body has to be
-taken apart record by record); it is kept to a few operations per record: the keys are
-hashed together (`partitions_for_keys`) and each partition's records are encoded once.
+A JSON body has to be taken apart record by record. The common binary body (every record
+a base64 key and value, or every record a value alone, nothing else) takes a native path:
+list comprehensions pick the keys and values out of the parsed JSON and one C call
+(`loglake.record.native_encode`) decodes, partitions and encodes them into each
+partition's records; the response's offsets are written by C too. Anything else (other
+fields, explicit nulls, mixed shapes, JSON embedded format, text that is not canonical
+base64, a batch to split, null keys on a compacted topic, no native library) takes the
+Python path, which says precisely what is wrong with a bad record: per-record decoding,
+keys hashed together (`partitions_for_keys`), each partition's records encoded once.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from loglake.cluster.partition import Partition
 from loglake.errors import ErrorCode, KafkaError
 from loglake.partitioner import StickyPartitioner, partitions_for_keys
 from loglake.record.aborted import AbortedTransactionFilter
-from loglake.record.batch import Record, RecordRow, decode_batches, encode_batches
+from loglake.record.batch import Record, RecordRow, decode_batches, encode_batches, frame_batch
+from loglake.record.native_encode import NATIVE
 
 from ingest_gateway.http.errors import BadRequest
 
@@ -29,10 +36,27 @@ BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 
 @dataclass(slots=True)
 class PartitionedRecords:
-    """Batches per partition, and where each request record landed (partition, index in it)."""
+    """Batches per partition, and where each request record landed: partition `targets[i]`,
+    offset delta `index[i]` in that partition's batches."""
 
     batches: dict[int, list[bytes]]
-    placements: list[tuple[int, int]]
+    targets: np.ndarray
+    index: np.ndarray
+
+    def placements(self) -> list[tuple[int, int]]:
+        return list(zip(self.targets.tolist(), self.index.tolist()))
+
+    def offsets_body(self, bases: dict[int, int]) -> bytes:
+        """The produce response's body when every partition took its records: record i at
+        offset `bases[targets[i]] + index[i]`."""
+        if NATIVE is not None:
+            base_array = np.zeros(max(bases) + 1, dtype=np.int64)
+            base_array[list(bases)] = list(bases.values())
+            return NATIVE.offsets_json(self.targets, self.index, base_array)
+        offsets = [
+            {"partition": p, "offset": bases[p] + i, "error_code": None, "error": None} for p, i in self.placements()
+        ]
+        return orjson.dumps({"offsets": offsets, "key_schema_id": None, "value_schema_id": None})
 
 
 def embedded_format(content_type: str | None) -> str:
@@ -91,8 +115,8 @@ def _check_record(r: Any, index: int, fmt: str) -> None:
         _headers(r["headers"], index)
 
 
-def parse_records(body: bytes, fmt: str) -> tuple[list[RecordRow], list[int | None]]:
-    """The records as (key, value, headers, timestamp), and each one's explicit partition."""
+def load_records(body: bytes) -> list[Any]:
+    """The body's `records` list, each record as parsed from JSON (not checked yet)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -100,6 +124,62 @@ def parse_records(body: bytes, fmt: str) -> tuple[list[RecordRow], list[int | No
     records = doc.get("records") if isinstance(doc, dict) else None
     if not isinstance(records, list) or not records:
         raise BadRequest(422, "request body must be an object with a non-empty 'records' list", 2)
+    return records
+
+
+def base64_fields(records: list[Any]) -> tuple[list[Any] | None, list[Any]] | None:
+    """Every record's key and value when each record is an object of exactly those two
+    fields, or every record's value (keys None) when each is an object of that field alone
+    (their types not checked yet); else None. For `encode_base64_fields`."""
+    try:
+        values = [r.get("value") for r in records]
+    except AttributeError:  # a record that is not an object
+        return None
+    # Absent fields read as None: one field each means exactly "value", two "key" and "value".
+    fields = sum(map(len, records))
+    if fields == len(records):
+        return None, values
+    if fields == 2 * len(records):
+        return [r.get("key") for r in records], values
+    return None
+
+
+def encode_base64_fields(
+    fields: tuple[list[Any] | None, list[Any]],
+    num_partitions: int,
+    forced_partition: int | None,
+    sticky: StickyPartitioner,
+    now_ms: int,
+    max_batch_bytes: int,
+) -> PartitionedRecords | None:
+    """The native path of `rows_of` and `partition_records` for a binary body's keys and
+    values (`base64_fields`; null keys go to `sticky`'s partition): the same batches and
+    placements, or None when it does not apply (no native library, a key or value that is
+    not a string of canonical base64, a partition out of range, a batch over
+    `max_batch_bytes`): the Python path then decides."""
+    if NATIVE is None:
+        return None
+    keys, values = fields
+    if keys is None and forced_partition is None:
+        forced_partition = sticky.next_partition(num_partitions)
+    encoded = NATIVE.encode_base64_records(keys, values, num_partitions, forced_partition)
+    if encoded is None:
+        return None
+    view = memoryview(encoded.data)
+    batches = {}
+    start = 0
+    for partition, (end, count) in enumerate(zip(encoded.section_ends, encoded.counts)):
+        if count:
+            batch = frame_batch(view[start:end], count, now_ms, now_ms)
+            if len(batch) > max_batch_bytes:
+                return None
+            batches[partition] = [batch]
+        start = end
+    return PartitionedRecords(batches, encoded.targets, encoded.index)
+
+
+def rows_of(records: list[Any], fmt: str) -> tuple[list[RecordRow], list[int | None]]:
+    """The records as (key, value, headers, timestamp), and each one's explicit partition."""
     decode = _b64 if fmt == "binary" else orjson.dumps
     parsed: list[RecordRow] = []
     partitions: list[int | None] = []
@@ -162,13 +242,12 @@ def partition_records(
     group_sizes = np.diff(np.r_[group_starts, len(order)])
     index_in_group = np.empty(len(order), dtype=np.int64)
     index_in_group[order] = np.arange(len(order)) - np.repeat(group_starts, group_sizes)
-    placements = list(zip(targets.tolist(), index_in_group.tolist()))
     groups: dict[int, list[RecordRow]] = {}
     for start, size in zip(group_starts.tolist(), group_sizes.tolist()):
         members = order[start : start + size].tolist()
         groups[int(sorted_targets[start])] = [rows[i] for i in members]
     batches = {p: encode_batches(group, now_ms, max_batch_bytes) for p, group in groups.items()}
-    return PartitionedRecords(batches, placements)
+    return PartitionedRecords(batches, targets, index_in_group)
 
 
 def accept_format(accept: str | None) -> str:

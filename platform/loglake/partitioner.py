@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from loglake.record.native_encode import NATIVE
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -54,12 +56,21 @@ _VECTOR_MAX_KEY = 256
 
 
 def murmur2_many(keys: Sequence[bytes]) -> np.ndarray:
-    """`murmur2` of every key at once (uint32), a handful of numpy operations per key word.
+    """`murmur2` of every key at once (uint32): in C when the native library is built
+    (`loglake.record.native_encode`), else `numpy_murmur2_many`.
 
     Hashing a thousand keys one by one in Python costs milliseconds; a produce request
-    carries that many. Keys are laid out in a zero-padded matrix and each 4-byte word
-    column is mixed in only for the keys that are long enough.
+    carries that many.
     """
+    if NATIVE is not None:
+        return NATIVE.murmur2_many(keys)
+    return numpy_murmur2_many(keys)
+
+
+def numpy_murmur2_many(keys: Sequence[bytes]) -> np.ndarray:
+    """`murmur2` of every key at once (uint32), a handful of numpy operations per key word.
+    Keys are laid out in a zero-padded matrix and each 4-byte word column is mixed in only
+    for the keys that are long enough."""
     n = len(keys)
     lengths = np.fromiter((len(k) for k in keys), dtype=np.int64, count=n)
     if n == 0:

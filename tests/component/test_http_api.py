@@ -246,3 +246,58 @@ def test_fetch_long_polls_until_data_arrives(broker: Broker) -> None:
     assert empty == [] and waited_empty >= 0.25
     assert [g["value"] for g in got] == ["late"]
     assert 0.15 <= waited < 5
+
+
+@pytest.mark.parametrize(
+    "method, path, allow",
+    [
+        ("PUT", "/topics/t", "GET"),
+        ("PUT", "/topics/t/partitions/0", "GET"),
+        ("POST", "/topics/t/partitions/0/records", "GET"),
+        ("GET", "/topics/t/partitions/0/tiered-offset", "POST"),
+    ],
+)
+def test_a_method_a_path_does_not_serve_is_405(client: TestClient, method: str, path: str, allow: str) -> None:
+    """Routes are matched in the order their routers are included (the produce routes near
+    the front): a wrong method meets the same route first whatever that order."""
+    r = client.request(method, path)
+    assert r.status_code == 405, r.text
+    assert r.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("content_type", [BINARY_V2, JSON_V2])
+def test_a_request_over_max_message_bytes_is_split_into_batches_that_fit(client: TestClient, content_type) -> None:
+    """Both produce paths (binary keys and values take the native one) store every record,
+    in order, in batches within the topic's max.message.bytes."""
+    create(client, "split", 1, **{"max.message.bytes": "3000"})
+    values = [bytes([i]) * 200 for i in range(40)]
+    if content_type == BINARY_V2:
+        records = [{"key": b64(b"k"), "value": b64(v)} for v in values]
+    else:
+        records = [{"key": "k", "value": v.hex()} for v in values]
+    r = client.post("/topics/split", json={"records": records}, headers={"content-type": content_type})
+    assert r.status_code == 200, r.text
+    assert [o["offset"] for o in r.json()["offsets"]] == list(range(40))
+    got = fetch(client, "split", 0, 0)
+    expected = values if content_type == BINARY_V2 else [orjson.dumps(v.hex()) for v in values]
+    assert [base64.b64decode(g["value"]) for g in got] == expected
+    assert client.get("/topics/split/partitions/0/offsets").json()["end_offset"] == 40
+
+
+def test_binary_records_without_keys_stick_to_one_partition_and_a_compacted_topic_refuses_them(
+    client: TestClient,
+) -> None:
+    create(client, "nokeys", 4)
+    records = [{"value": b64(b"v%d" % i)} for i in range(20)]
+    r = client.post("/topics/nokeys", json={"records": records}, headers={"content-type": BINARY_V2})
+    assert r.status_code == 200, r.text
+    offsets = r.json()["offsets"]
+    (partition,) = {o["partition"] for o in offsets}
+    assert [o["offset"] for o in offsets] == list(range(20))
+    got = fetch(client, "nokeys", partition, 0)
+    assert [(g["key"], base64.b64decode(g["value"])) for g in got] == [(None, b"v%d" % i) for i in range(20)]
+    create(client, "compacted", 1, **{"cleanup.policy": "compact"})
+    r = client.post("/topics/compacted", json={"records": records}, headers={"content-type": BINARY_V2})
+    assert r.status_code == 422, r.text
+    assert r.json()["kafka_error"] == "INVALID_RECORD" and "without key" in r.json()["message"]
+    assert end_offset(client, "compacted", 0) == 0

@@ -156,16 +156,45 @@ def encode_batch(
         attributes |= TRANSACTIONAL_MASK
     if control:
         attributes |= CONTROL_MASK
+    return frame_batch(
+        records,
+        len(rows),
+        base_timestamp,
+        max(timestamps),
+        attributes=attributes,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def frame_batch(
+    records: bytes | bytearray | memoryview,
+    count: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    *,
+    attributes: int = 0,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+) -> bytes:
+    """A batch around an encoded records section of `count` records (offset deltas 0..count-1,
+    timestamps relative to `base_timestamp`): the header, its CRC32C and the records."""
     after_crc = (
         _HEADER_AFTER_CRC.pack(
             attributes,
-            len(rows) - 1,
+            count - 1,
             base_timestamp,
-            max(timestamps),
+            max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(rows),
+            count,
         )
         + records
     )
@@ -303,9 +332,10 @@ def encode_batches(
 
 
 class CheckedBatches:
-    """A client's record batches that `validate_client_records` passed, with each batch's
-    position and header: the log appends them without parsing and CRC-checking them again
-    (a small request's batch was checked twice, a few µs each time)."""
+    """A client's record batches that `validate_client_records` passed, or batches this
+    process encoded itself (`encoded_batches`), with each batch's position and header: the
+    log appends them without parsing and CRC-checking them again (a small request's batch
+    was checked twice, a few µs each time)."""
 
     __slots__ = ("batches", "view")
 
@@ -348,3 +378,16 @@ def validate_client_records(buf: bytes | bytearray | memoryview) -> CheckedBatch
             )
         pos += size
     return CheckedBatches(view, batches)
+
+
+def encoded_batches(batches: Sequence[bytes]) -> CheckedBatches:
+    """Batches just encoded here (`encode_batches`, `frame_batch`), laid end to end for
+    `Log.append_as_leader`: their headers parsed, their CRCs not checked again (they were
+    just computed over these bytes)."""
+    view = memoryview(batches[0] if len(batches) == 1 else b"".join(batches))
+    positions = []
+    pos = 0
+    for batch in batches:
+        positions.append((pos, RecordBatchHeader.parse(view, pos)))
+        pos += len(batch)
+    return CheckedBatches(view, positions)
