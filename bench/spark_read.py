@@ -17,7 +17,7 @@ Where the time goes: the CPU seconds each kind of process used during each query
 JVM, its Python workers, the broker; read from /proc, so Linux only), Fetch (wall, the
 broker's part included) and decode (CPU) measured in this process on one partition, and the
 same query over a Python data source that yields ready-made Arrow batches of the same shape
-(what Spark's Python Data Source API costs with no fetch and no decode).
+(what Spark's Python Data Source API costs with no fetch and no decode), with both schemas.
 
     python -m bench.spark_read [--records 5000000]
 """
@@ -109,10 +109,11 @@ def cpu_line(cpu: Counter[str]) -> str:
     return f"CPU {sum(cpu[k] for k in kinds):.2f} s: " + ", ".join(f"{k} {cpu[k]:.2f}" for k in kinds)
 
 
-def handoff_floor(spark, records: int) -> Timing:
+def handoff_floor(spark, records: int, two_columns: bool = False) -> Timing:
     """Seconds of the same query over a Python data source whose tasks yield ready-made
-    Arrow batches of the same shape: what Spark's Python Data Source API costs by itself
-    (the batches cross to the JVM, where they become rows), with no fetch and no decode."""
+    Arrow batches of the same shape (the Kafka schema's, or with `two_columns` those of
+    TWO_COLUMNS): what Spark's Python Data Source API costs by itself (the batches cross to
+    the JVM, where they become rows), with no fetch and no decode."""
     import pyarrow as pa
     from loglake.spark.kafka_columns import arrow_schema, default_columns
     from loglake.spark.source import kafka_schema
@@ -127,7 +128,7 @@ def handoff_floor(spark, records: int) -> Timing:
             return "ready_batches"
 
         def schema(self):
-            return kafka_schema(False)
+            return TWO_COLUMNS if two_columns else kafka_schema(False)
 
         def reader(self, schema):
             return ReadyBatchesReader()
@@ -140,6 +141,14 @@ def handoff_floor(spark, records: int) -> Timing:
             import numpy as np
 
             n = rows_per_batch
+            if two_columns:
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.repeat(pa.scalar(partition.value, pa.int32()), n), pa.array([bytes(100)] * n, pa.binary())],
+                    names=["partition", "value"],
+                )
+                for _ in range(records // PARTITIONS // n):
+                    yield batch
+                return
             batch = pa.RecordBatch.from_arrays(
                 [
                     pa.array([b"key-00000000"] * n, pa.binary()),
@@ -291,6 +300,7 @@ def main() -> None:
             assert sum(r[1] for r in sides["parquet"][-1].rows) == args.records
             breakdown = where_the_time_goes(bootstrap)
             handoff = best([handoff_floor(spark, args.records) for _ in range(args.rounds)])
+            handoff_two = best([handoff_floor(spark, args.records, two_columns=True) for _ in range(args.rounds)])
 
             tier_started = time.perf_counter()
             tiered = tier(bootstrap, str(lake))
@@ -326,6 +336,10 @@ def main() -> None:
         f"the same query over ready-made Arrow batches (Spark's Python data source alone, no fetch, no decode): "
         f"{handoff.seconds:.2f} s, ratio {parquet_best.seconds / handoff.seconds:.2f} against Parquet; "
         f"{cpu_line(handoff.cpu)}"
+    )
+    print(
+        f"the same over ready-made batches of the two columns: {handoff_two.seconds:.2f} s, ratio "
+        f"{parquet_best.seconds / handoff_two.seconds:.2f} against Parquet; {cpu_line(handoff_two.cpu)}"
     )
 
 
