@@ -199,7 +199,8 @@ class KafkaServer:
                 await outbox.add(chunks, payload, timing)
                 await _mute_if_throttled(connection, outbox)
         except ConnectionClosed:
-            pass
+            # A client that only shut its side down still reads the answers of what it sent.
+            await outbox.flush_before_close()
         except CloseConnection as exc:
             try:
                 await outbox.settle()

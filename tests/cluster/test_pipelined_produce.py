@@ -60,7 +60,12 @@ def high_watermark(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def test_a_produce_waiting_for_its_followers_does_not_hold_back_the_next(tmp_path: Path, zk_connect: str) -> None:
+@pytest.mark.parametrize("half_closed", [False, True], ids=["open", "half-closed"])
+def test_a_produce_waiting_for_its_followers_does_not_hold_back_the_next(
+    tmp_path: Path, zk_connect: str, half_closed: bool
+) -> None:
+    """Half-closed: the client shuts its side after the two produces (no ApiVersions); the
+    broker reads the end while the first still waits, and both answers still come."""
     # A paused follower stays in the ISR (and its ZooKeeper session alive) for the whole
     # test: the first produce can only be answered once it is resumed.
     overrides = {**FAST, "replica.lag.time.max.ms": "600000", "zookeeper.session.timeout.ms": "30000"}
@@ -75,11 +80,12 @@ def test_a_produce_waiting_for_its_followers_does_not_hold_back_the_next(tmp_pat
         try:
             with socket.create_connection(leader.rsplit(":", 1), timeout=60) as s:  # type: ignore[arg-type]
                 api_versions = {"client_software_name": "t", "client_software_version": "1"}
-                s.sendall(
-                    produce("slow", b"first", 1)
-                    + produce("quick", b"second", 2)
-                    + encode_request(ApiKey.API_VERSIONS, 3, 3, "raw", api_versions)
-                )
+                requests = produce("slow", b"first", 1) + produce("quick", b"second", 2)
+                if half_closed:
+                    s.sendall(requests)
+                    s.shutdown(socket.SHUT_WR)
+                else:
+                    s.sendall(requests + encode_request(ApiKey.API_VERSIONS, 3, 3, "raw", api_versions))
                 # The second produce is appended (its partition has no follower: it is
                 # committed at once) while the first still waits for the paused follower.
                 deadline = time.monotonic() + 60
@@ -92,7 +98,7 @@ def test_a_produce_waiting_for_its_followers_does_not_hold_back_the_next(tmp_pat
                 s.setblocking(True)
                 assert high_watermark(leader, "slow") == 0
                 cluster.resume(2)
-                answers = [recv_frame(s) for _ in range(3)]
+                answers = [recv_frame(s) for _ in range(2 if half_closed else 3)]
         finally:
             cluster.resume(2)
         first = decode_response(ApiKey.PRODUCE, 9, answers[0])
@@ -100,5 +106,6 @@ def test_a_produce_waiting_for_its_followers_does_not_hold_back_the_next(tmp_pat
         assert (first[0], second[0]) == (1, 2)
         for _, body in (first, second):
             assert body["responses"][0]["partition_responses"][0]["error_code"] == 0
-        assert decode_response(ApiKey.API_VERSIONS, 3, answers[2])[0] == 3
+        if not half_closed:
+            assert decode_response(ApiKey.API_VERSIONS, 3, answers[2])[0] == 3
         assert high_watermark(leader, "slow") == 1
