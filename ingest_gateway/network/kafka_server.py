@@ -191,13 +191,17 @@ class KafkaServer:
                     if take_only_replication_left() and outbox.replicating < _MAX_REPLICATING:
                         # A Produce with its records appended, waiting for the ISR: read on.
                         outbox.defer(request, waiting_on, payload, timing)
-                        await _mute_if_throttled(connection, outbox)
+                        if connection.throttle_ms > 0:
+                            await _mute(connection, outbox)
                         continue
                     chunks = await outbox.resume(request, waiting_on)
                 if timing is not None:
                     timing.handled = time.perf_counter()
-                await outbox.add(chunks, payload, timing)
-                await _mute_if_throttled(connection, outbox)
+                then = outbox.add(chunks, payload, timing)
+                if then is not None:
+                    await outbox.flush(then)
+                if connection.throttle_ms > 0:
+                    await _mute(connection, outbox)
         except ConnectionClosed:
             # A client that only shut its side down still reads the answers of what it sent.
             await outbox.flush_before_close()
@@ -228,12 +232,11 @@ class KafkaServer:
             conn.close()
 
 
-async def _mute_if_throttled(connection: ClientConnection, outbox: _Outbox) -> None:
-    if connection.throttle_ms > 0:
-        # Muted: the next request waits in the socket until the quota allows it.
-        await outbox.settle()
-        await asyncio.sleep(connection.throttle_ms / 1000)
-        connection.throttle_ms = 0
+async def _mute(connection: ClientConnection, outbox: _Outbox) -> None:
+    """A throttled connection: its next request waits in the socket until the quota allows it."""
+    await outbox.settle()
+    await asyncio.sleep(connection.throttle_ms / 1000)
+    connection.throttle_ms = 0
 
 
 class _Queued(NamedTuple):
@@ -347,26 +350,23 @@ class _Outbox:
             raise
         return await _resume(request, waiting_on)
 
-    async def add(self, chunks: list[Chunk] | None, payload: memoryview, timing: RequestTiming | None) -> None:
+    def add(self, chunks: list[Chunk] | None, payload: memoryview, timing: RequestTiming | None) -> list[Chunk] | None:
         """A request's response (None: acks=0, nothing to send): held if it is in memory
-        and the held ones are small, else sent now with them; queued while a deferred
-        Produce is ahead of it."""
+        and the held ones are small; queued while a deferred Produce is ahead of it.
+        Returns what the caller must now `flush` after the held ones ([]: only those, too
+        many bytes held; file ranges: these), or None: nothing to send yet."""
         if self._drainer is not None:
             if chunks or timing is not None:
                 self._queue.append(_Queued(None, chunks, payload, timing))
-            return
-        if chunks and (
-            chunks[0].__class__ is bytes
-            if len(chunks) == 1  # the usual response: one piece
-            else all(chunk.__class__ is bytes for chunk in chunks)  # not file ranges
-        ):
-            self._held.extend(chunks)  # type: ignore[arg-type]
-            self._held_bytes += sum(map(len, chunks))  # type: ignore[arg-type]
-            chunks = None
+            return None
         if timing is not None:
             self._sent_later.append((payload, timing))
-        if chunks or self._held_bytes >= _HOLD_BYTES:
-            await self.flush(chunks)
+        if chunks:
+            if chunks[0].__class__ is not bytes if len(chunks) == 1 else any(c.__class__ is not bytes for c in chunks):
+                return chunks  # file ranges: sent now, after the held ones
+            self._held.extend(chunks)  # type: ignore[arg-type]
+            self._held_bytes += sum(map(len, chunks))  # type: ignore[arg-type]
+        return [] if self._held_bytes >= _HOLD_BYTES else None
 
     async def flush(self, then: list[Chunk] | None = None) -> None:
         """Send the held responses (in one write), then the chunks of `then`."""
