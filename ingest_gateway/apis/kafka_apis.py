@@ -323,10 +323,11 @@ class KafkaApis:
         entries: dict[tuple[str, int], Any] = {}
         errors: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
         auth = self._auth
+        checked = auth.enabled
         # As Kafka: transactional batches need WRITE on the request's transactional id.
         transactional_id = body.get("transactional_id")
         txn_denied = (
-            auth.enabled
+            checked
             and any(first_batch_transactional(p["records"]) for t in body["topic_data"] for p in t["partition_data"])
             and (
                 transactional_id is None
@@ -339,7 +340,7 @@ class KafkaApis:
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                 if txn_denied
                 else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                if not auth.topic_allowed(context, AclOperation.WRITE, name)
+                if checked and not auth.topic_allowed(context, AclOperation.WRITE, name)
                 else None
             )
             if denied is not None:
