@@ -76,7 +76,7 @@ class MetricsConfig:
         return cls(get("metrics.enabled"), get("metrics.per.partition.enabled"), get("request.logging.enable"))
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestTiming:
     """One request's timestamps (perf_counter seconds) and the remote time inside it."""
 
