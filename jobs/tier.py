@@ -50,7 +50,15 @@ from loglake.spark.lake import (
     tier_app_id,
 )
 from loglake.spark.lake_retention import LocalLog, Retention, retention_cuts
-from loglake.spark.lake_writer import FAULT_AFTER_COMMIT, LakeConflict, LakeTable, LakeWriter, RoundPlan, TableLayout
+from loglake.spark.lake_writer import (
+    FAULT_AFTER_COMMIT,
+    LAKE_WRITER_JAVA_OPTIONS,
+    LakeConflict,
+    LakeTable,
+    LakeWriter,
+    RoundPlan,
+    TableLayout,
+)
 from loglake.spark.offset_ranges import OffsetRange
 from loglake.spark.options import parse_read_options
 
@@ -271,7 +279,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with job_session("loglake-tier") as spark:
+    with job_session("loglake-tier", LAKE_WRITER_JAVA_OPTIONS) as spark:
         run(spark, args)
 
 

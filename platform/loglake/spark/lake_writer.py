@@ -78,6 +78,11 @@ PARTITIONABLE = ("topic", "partition", DATE_COLUMN)
 FAULT_AFTER_FILES = "after-lake-files"
 FAULT_AFTER_COMMIT = "after-delta-commit"
 FAULT_EXECUTOR_MID_WRITE = "executor-mid-write"
+# The JVM options of a job whose Spark work is the lake writer's (jobs/delta_sink.py,
+# jobs/tier.py): its JVMs carry no record (the Python workers fetch, decode and write), so C2's
+# compiles never pay back, yet in a young JVM they were most of a run's JVM CPU (0.3-0.7 of
+# 0.4-0.9 CPU-s a run, measured): the JIT stops at C1, whose code is ample for scheduling tasks.
+LAKE_WRITER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DEFAULT_MAX_RECORDS_PER_TASK = 2_000_000
 # The pause before planning again after a rival committed first: random, up to this
