@@ -20,7 +20,6 @@ import argparse
 import os
 import sys
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 from bench.delta_sink import PARTITIONS, TOPIC, cpu_line, timed
@@ -29,7 +28,7 @@ from bench.kafka_common import create_topic, loglake_cluster
 from harness.standalone_cluster import DAEMON_JAVA_OPTS, EXECUTOR_MEMORY, standalone_cluster
 
 
-def sink_seconds(master: str, executors: int, bootstrap: str, tmp: str, name: str) -> tuple[float, Counter[str]]:
+def sink_seconds(master: str, executors: int, bootstrap: str, tmp: str, name: str) -> tuple[float, dict[str, float]]:
     """Warm-up, then one timed run of the sink on `executors` one-core executors."""
     from pyspark.sql import SparkSession
 

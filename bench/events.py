@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 USERS = 100_000
 BASE_TS_MS = 1_790_000_000_000
@@ -30,7 +31,9 @@ def event(n: int) -> tuple[bytes, bytes]:
 
 
 def produce_events(bootstrap: str, topic: str, records: int, partitions: int) -> float:
-    """Produce `records` events (acks=1, large batches); returns the seconds it took."""
+    """Produce `records` events (acks=1, large batches); returns the seconds it took. A record
+    the broker refuses is an error (a topic whose segment.bytes is below a producer batch
+    refuses them all with RECORD_LIST_TOO_LARGE)."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -41,16 +44,24 @@ def produce_events(bootstrap: str, topic: str, records: int, partitions: int) ->
             "compression.type": "none",
         }
     )
+    failed: Counter[str] = Counter()
+
+    def delivered(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            failed[error.name()] += 1
+
     started = time.perf_counter()
     for n in range(records):
         key, value = event(n)
         while True:
             try:
-                producer.produce(topic, value=value, key=key, partition=n % partitions)
+                producer.produce(topic, value=value, key=key, partition=n % partitions, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0
+    if failed:
+        raise RuntimeError(f"{topic}: the broker refused records: {dict(failed)}")
     return time.perf_counter() - started
 
 

@@ -8,10 +8,11 @@ fetch their ranges read_committed, decode them with the aborted flag and write P
 Delta commit, the tiered offsets told to the leaders. The baseline appends the same rows (the
 table's columns, partitioned by partition and date as the lake is), already in Arrow in this
 process, with `write_deltalake` in one commit. Ratio: tiering's records/s over the baseline's
-(target >= 0.6), after a warm-up run on another topic. CPU seconds per kind of process as in
-the other benchmarks.
+(target >= 0.6), after a warm-up run on another topic (Spark's Python workers started
+and the writer imported, as in a long-running job); a new topic each round. CPU seconds
+per kind of process as in the other benchmarks.
 
-    python -m bench.tier [--records 1000000]
+    python -m bench.tier [--records 1000000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -49,30 +50,67 @@ def tierable_rows(cluster, topic: str, layout, read) -> pa.Table:
     return pa.concat_tables(batches)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=1_000_000)
-    args = parser.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from loglake.spark.job_cluster import ClusterAccess
+def tier_round(spark, cluster, bootstrap: str, table: Path, plain: Path, records: int) -> None:
+    """One round on a topic named as its table: the baseline's append, then tiering's run."""
     from loglake.spark.options import parse_read_options
-    from pyspark.sql import SparkSession
 
     from jobs.tier import tier_table, tier_topic
 
+    topic = table.name
+    read = parse_read_options(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "includeHeaders": "true"}, streaming=False
+    )
+    layout = tier_table(str(table)).layout
+    rows = tierable_rows(cluster, topic, layout, read)
+    baseline_s, baseline_cpu = timed(
+        lambda: write_deltalake(str(plain), rows, mode="append", partition_by=list(layout.partition_by))
+    )
+    tiered: list[int] = []
+    with peak_rss() as peaks:
+        tier_s, tier_cpu = timed(lambda: tiered.append(tier_topic(spark, cluster, topic, str(table))))
+    n = rows.num_rows
+    assert tiered[0] == n, (tiered, n)
+    print(f"  {n} of {records} records tierable (rolled segments)")
+    print(f"  plain deltalake append of Arrow rows: {n / baseline_s:,.0f} records/s ({baseline_s:.2f} s)")
+    print(f"    CPU s: {cpu_line(baseline_cpu)}")
+    print(f"  tiering (fetch + decode + aborted flag + Parquet + commit): {n / tier_s:,.0f} records/s ({tier_s:.2f} s)")
+    print(f"    CPU s: {cpu_line(tier_cpu)}")
+    print(
+        f"    peak RSS: driver {peaks['driver'] / 2**20:.0f} MiB, largest Python worker {peaks['worker'] / 2**20:.0f} MiB"
+    )
+    print(f"  ratio tiering / plain append: {baseline_s / tier_s:.2f} (target >= 0.6)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from loglake.spark.class_archive import with_archive
+    from loglake.spark.job_cluster import ClusterAccess
+    from loglake.spark.lake_writer import LAKE_WRITER_JAVA_OPTIONS
+    from pyspark.sql import SparkSession
+
+    from jobs.tier import tier_topic
+
+    # One topic a round: a tier run copies what is tierable once.
+    topics = [f"{TOPIC}-{i + 1}" for i in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="bench-tier-") as tmp:
         lake = Path(tmp) / "lake"
         with loglake_broker({"rsm.config.lake.root": str(lake)}) as broker:
             from confluent_kafka.admin import AdminClient, NewTopic
 
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-            # The warm-up topic's small segments roll, so that its run starts Spark's Python workers.
-            for name, config in (("warm-up", TIERED | {"segment.bytes": "65536"}), (TOPIC, TIERED)):
+            # The warm-up topic's segments (1 MiB: a producer batch, at most 1,000,000 bytes,
+            # fits) roll, so that its run starts Spark's Python workers.
+            for name, config in [("warm-up", TIERED | {"segment.bytes": str(1 << 20)})] + [(t, TIERED) for t in topics]:
                 admin.create_topics([NewTopic(name, PARTITIONS, 1, config=config)])[name].result(30)
-            produce_events(broker.bootstrap, "warm-up", 60_000, PARTITIONS)
-            produce_events(broker.bootstrap, TOPIC, args.records, PARTITIONS)
+            produce_events(broker.bootstrap, "warm-up", 120_000, PARTITIONS)
+            for topic in topics:
+                produce_events(broker.bootstrap, topic, args.records, PARTITIONS)
             spark = (
-                SparkSession.builder.master("local[2]")
+                with_archive(SparkSession.builder.master("local[2]"), LAKE_WRITER_JAVA_OPTIONS)
                 .appName("bench-tier")
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")
@@ -80,35 +118,13 @@ def main() -> None:
             )
             spark.sparkContext.setLogLevel("ERROR")
             with ClusterAccess(broker.bootstrap).connect("bench-tier") as cluster:
-                tier_topic(spark, cluster, "warm-up", str(lake / "warm-up"))
-                read = parse_read_options(
-                    {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": TOPIC, "includeHeaders": "true"},
-                    streaming=False,
-                )
-                layout = tier_table(str(lake / TOPIC)).layout
-                rows = tierable_rows(cluster, TOPIC, layout, read)
-                baseline_s, baseline_cpu = timed(
-                    lambda: write_deltalake(
-                        str(Path(tmp) / "plain"), rows, mode="append", partition_by=list(layout.partition_by)
-                    )
-                )
-                tiered: list[int] = []
-                with peak_rss() as peaks:
-                    tier_s, tier_cpu = timed(
-                        lambda: tiered.append(tier_topic(spark, cluster, TOPIC, str(lake / TOPIC)))
-                    )
+                warm_s, warm_cpu = timed(lambda: tier_topic(spark, cluster, "warm-up", str(lake / "warm-up")))
+                assert warm_cpu["python workers"] > 0, "the warm-up run started no Python worker"
+                print(f"warm-up run (Spark's Python workers start): {warm_s:.2f} s, CPU s: {cpu_line(warm_cpu)}")
+                for i, topic in enumerate(topics):
+                    print(f"round {i + 1}:")
+                    tier_round(spark, cluster, broker.bootstrap, lake / topic, Path(tmp) / f"plain-{i}", args.records)
             spark.stop()
-    assert tiered[0] == rows.num_rows, (tiered, rows.num_rows)
-    n = rows.num_rows
-    print(f"{n} of {args.records} records tierable (rolled segments)")
-    print(f"plain deltalake append of Arrow rows: {n / baseline_s:,.0f} records/s ({baseline_s:.2f} s)")
-    print(f"  CPU s: {cpu_line(baseline_cpu)}")
-    print(f"tiering (fetch + decode + aborted flag + Parquet + commit): {n / tier_s:,.0f} records/s ({tier_s:.2f} s)")
-    print(f"  CPU s: {cpu_line(tier_cpu)}")
-    print(
-        f"  peak RSS: driver {peaks['driver'] / 2**20:.0f} MiB, largest Python worker {peaks['worker'] / 2**20:.0f} MiB"
-    )
-    print(f"ratio tiering / plain append: {baseline_s / tier_s:.2f} (target >= 0.6)")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from loglake.spark.job_cluster import add_cluster_arguments, cluster_access
 from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.lake_writer import (
     DATE_COLUMN,
+    LAKE_WRITER_JAVA_OPTIONS,
     LakeTable,
     LakeWriter,
     RoundOutcome,
@@ -242,7 +243,7 @@ def finish_round(
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with job_session("loglake-delta-sink") as spark:
+    with job_session("loglake-delta-sink", LAKE_WRITER_JAVA_OPTIONS) as spark:
         run(spark, args)
 
 

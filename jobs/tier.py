@@ -11,7 +11,7 @@ also records each partition's new end as its app transaction version. Then it te
 leaders those ends (the tiered offsets), after which the brokers may delete the copied
 segments by `local.retention.ms` / `local.retention.bytes`; finally it deletes the rows
 that the topic's retention.ms / retention.bytes expire from the table (they bound lake +
-log, see `retention_cut`).
+log, see `loglake.spark.lake_retention`; worked out by Spark tasks, no row through the driver).
 
 Exactly once: a rerun starts each partition at the end the table records, so a crash
 anywhere (before the commit: nothing was written; after it: the table says so) never
@@ -31,13 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from loglake.spark import job_session
-from loglake.spark.cluster_admin import TOPIC_RESOURCE, broker_http_url, describe_configs
+from loglake.spark.cluster_admin import broker_http_url
 from loglake.spark.delta_arrow import nullable_schema
 from loglake.spark.job_cluster import Cluster, add_cluster_arguments, cluster_access
 from loglake.spark.kafka_columns import KAFKA_COLUMNS, arrow_schema
@@ -51,7 +49,16 @@ from loglake.spark.lake import (
     table_path,
     tier_app_id,
 )
-from loglake.spark.lake_writer import FAULT_AFTER_COMMIT, LakeConflict, LakeTable, LakeWriter, RoundPlan, TableLayout
+from loglake.spark.lake_retention import LocalLog, Retention, retention_cuts
+from loglake.spark.lake_writer import (
+    FAULT_AFTER_COMMIT,
+    LAKE_WRITER_JAVA_OPTIONS,
+    LakeConflict,
+    LakeTable,
+    LakeWriter,
+    RoundPlan,
+    TableLayout,
+)
 from loglake.spark.offset_ranges import OffsetRange
 from loglake.spark.options import parse_read_options
 
@@ -224,103 +231,22 @@ def tier_topic(
     raise AssertionError("unreachable")
 
 
-@dataclass(frozen=True)
-class Retention:
-    """A topic's retention.ms and retention.bytes (-1: no limit)."""
-
-    ms: int
-    bytes: int
-
-    @classmethod
-    def of(cls, cluster: Cluster, topic: str) -> Retention:
-        configs = describe_configs(cluster.client, TOPIC_RESOURCE, topic, ["retention.ms", "retention.bytes"])
-        return cls(int(configs.get("retention.ms") or -1), int(configs.get("retention.bytes") or -1))
-
-
-def retention_cut(
-    offsets: pa.Array,
-    timestamps_ms: pa.Array,
-    sizes: pa.Array | None,
-    log_start: int,
-    log_size: int,
-    retention: Retention,
-    now_ms: int,
-) -> int | None:
-    """Where a partition's lake part may start now (rows below it expired), None if nothing
-    expired. `offsets` ascending, with the records' timestamps and (for retention.bytes)
-    stored sizes. As Kafka's retention, only a leading run goes: by time, the rows before
-    the first one not older than retention.ms; by size, the oldest rows that are only in
-    the lake (below `log_start`) while they and the local log exceed retention.bytes."""
-    n = len(offsets)
-    keep = 0  # index of the first row kept
-    if retention.ms >= 0:
-        young = pc.greater_equal(timestamps_ms, now_ms - retention.ms)
-        first_young = pc.index(young, True).as_py()
-        keep = n if first_young < 0 else first_young
-    if retention.bytes >= 0 and sizes is not None:
-        lake_only = pc.sum(pc.less(offsets, log_start)).as_py() or 0
-        cumulative = np.cumsum(sizes.slice(0, lake_only).to_numpy(zero_copy_only=False))
-        excess = (int(cumulative[-1]) if lake_only else 0) + log_size - retention.bytes
-        if excess > 0:
-            # The fewest oldest rows whose bytes cover the excess (all lake-only rows at most).
-            keep = max(keep, min(int(np.searchsorted(cumulative, excess)) + 1, lake_only))
-    if keep == 0:
-        return None
-    return offsets[keep].as_py() if keep < n else offsets[n - 1].as_py() + 1
-
-
-def record_sizes(rows: pa.Table) -> pa.Array:
-    """Each record's stored bytes in the lake: key + value + its headers' keys and values."""
-    sizes = pc.add(
-        pc.fill_null(pc.binary_length(rows["key"]), 0), pc.fill_null(pc.binary_length(rows["value"]), 0)
-    ).to_numpy(zero_copy_only=False)
-    headers = rows["headers"].combine_chunks()
-    flat = pc.list_flatten(headers)
-    if len(flat):
-        header_bytes = pc.add(
-            pc.fill_null(pc.binary_length(pc.struct_field(flat, "key")), 0),
-            pc.fill_null(pc.binary_length(pc.struct_field(flat, "value")), 0),
-        ).to_numpy(zero_copy_only=False)
-        owners = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
-        sizes = sizes + np.bincount(owners, weights=header_bytes, minlength=len(sizes)).astype(np.int64)
-    return pa.array(sizes, pa.int64())
-
-
-def expire(cluster: Cluster, topic: str, table: str, now_ms: int) -> int:
+def expire(spark: SparkSession, cluster: Cluster, topic: str, table: str, now_ms: int) -> int:
     """Delete the table's rows that the topic's retention.ms / retention.bytes expire
-    (whole history: lake + local log). Returns how many rows went. A rival job's commit
-    meanwhile makes delta-rs refuse the delete: it is worked out again."""
+    (whole history: lake + local log). Returns how many rows went. Each partition's cut is
+    worked out by a Spark task that reads that partition's files (`retention_cuts`): no row
+    passes through the driver. A rival job's commit meanwhile makes delta-rs refuse the
+    delete: it is worked out again."""
     retention = Retention.of(cluster, topic)
     if (retention.ms < 0 and retention.bytes < 0) or not DeltaTable.is_deltatable(table):
         return 0
-    # Imported here: pyarrow.dataset pulls in pandas (~0.5 CPU-s), which every Spark worker
-    # that unpickles a task of this module would pay.
-    import pyarrow.dataset as pds
-
     for attempt in range(1, _MAX_ATTEMPTS + 1):
         dt = DeltaTable(table)
-        dataset = dt.to_pyarrow_dataset()
-        columns = ["offset", "timestamp"] + (["key", "value", "headers"] if retention.bytes >= 0 else [])
-        cuts = {}
+        logs = {}
         for partition, http in leaders_http(cluster, topic).items():
             state = tiering_state(cluster, http, topic, partition)
-            rows = dataset.to_table(columns=columns, filter=pds.field("partition") == partition)
-            if not rows.num_rows:
-                continue
-            rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
-            millis = pc.divide(pc.cast(pc.cast(rows["timestamp"], pa.timestamp("us")), pa.int64()), 1000)
-            sizes = record_sizes(rows) if retention.bytes >= 0 else None
-            cut = retention_cut(
-                rows["offset"].combine_chunks(),
-                millis.combine_chunks(),
-                sizes,
-                state["log_start_offset"],
-                state["size"],
-                retention,
-                now_ms,
-            )
-            if cut is not None:
-                cuts[partition] = cut
+            logs[partition] = LocalLog(state["log_start_offset"], state["size"])
+        cuts = retention_cuts(spark, dt, table, logs, retention, now_ms)
         if not cuts:
             return 0
         where = " OR ".join(f'("partition" = {p} AND "offset" < {cut})' for p, cut in sorted(cuts.items()))
@@ -347,13 +273,13 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
                 raise SystemExit(f"topic {topic!r} does not have remote.storage.enable=true")
             table = table_path(root, topic)
             rows = tier_topic(spark, cluster, topic, table)
-            expired = expire(cluster, topic, table, int(time.time() * 1000))
+            expired = expire(spark, cluster, topic, table, int(time.time() * 1000))
             log.info("%s: %d rows tiered into %s, %d expired rows deleted", topic, rows, table, expired)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    with job_session("loglake-tier") as spark:
+    with job_session("loglake-tier", LAKE_WRITER_JAVA_OPTIONS) as spark:
         run(spark, args)
 
 

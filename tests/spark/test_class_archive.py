@@ -51,3 +51,19 @@ def test_no_archive_no_options_and_a_running_jvm_is_left_alone(monkeypatch: pyte
     builder = SparkSession.builder
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # under spark-submit: the driver JVM runs already
     assert "spark.driver.defaultJavaOptions" not in with_archive(builder)._options
+
+
+def test_a_jobs_own_java_options_follow_the_archives(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    from loglake.spark.lake_writer import LAKE_WRITER_JAVA_OPTIONS
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    monkeypatch.setattr("loglake.spark.class_archive.archive_path", lambda: Path(__file__))
+    options = with_archive(SparkSession.Builder(), LAKE_WRITER_JAVA_OPTIONS)._options
+    for side in ("driver", "executor"):
+        assert options[f"spark.{side}.defaultJavaOptions"] == f"{java_options()} {LAKE_WRITER_JAVA_OPTIONS}"
+    # Without an archive the job's options still go to the JVMs.
+    monkeypatch.setattr("loglake.spark.class_archive.archive_path", lambda: Path("/nonexistent.jsa"))
+    options = with_archive(SparkSession.Builder(), LAKE_WRITER_JAVA_OPTIONS)._options
+    assert options["spark.driver.defaultJavaOptions"] == LAKE_WRITER_JAVA_OPTIONS

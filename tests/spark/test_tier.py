@@ -163,7 +163,7 @@ def test_offsets_below_an_expired_lake_part_are_read_from_the_log(loglake_spark,
         # Copied, not yet recorded with the leader (a job between its commit and its report):
         # the broker deletes nothing, and the old rows expire from the lake only.
         assert copy(loglake_spark, cluster, topic, table, plan_topic(cluster, topic, table)) > 200
-        assert expire(cluster, topic, table, int(time.time() * 1000)) == 200
+        assert expire(loglake_spark, cluster, topic, table, int(time.time() * 1000)) == 200
     tiered = DeltaTable(table).transaction_version(tier_app_id(topic, 0))
     assert lake_offsets(lake, topic) == list(range(200, tiered))
     assert state(broker, topic)["log_start_offset"] == 0

@@ -1,11 +1,11 @@
-"""How the tier job decides which of a partition's lake rows retention expires (whole
-history: lake + local log), and how it counts a lake row's bytes."""
+"""How the tier job (loglake.spark.lake_retention) decides which of a partition's lake rows
+retention expires (whole history: lake + local log), and how it counts a lake row's bytes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from jobs.tier import Retention, record_sizes, retention_cut
+from loglake.spark.lake_retention import Retention, record_sizes, retention_cut
 
 NOW = 1_000_000
 

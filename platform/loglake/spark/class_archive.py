@@ -88,11 +88,12 @@ def java_options() -> str:
     return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def with_archive(builder: SparkSession.Builder) -> SparkSession.Builder:
-    """The builder with the archive's options for the driver and the executors, if this process
-    starts the driver JVM (not under spark-submit, whose JVM runs already). They go in the
-    `defaultJavaOptions`, which Spark prepends to the user's `extraJavaOptions`."""
-    options = java_options()
+def with_archive(builder: SparkSession.Builder, extra: str = "") -> SparkSession.Builder:
+    """The builder with the archive's options, and the JVM options `extra`, for the driver and
+    the executors, if this process starts the driver JVM (not under spark-submit, whose JVM
+    runs already). They go in the `defaultJavaOptions`, which Spark prepends to the user's
+    `extraJavaOptions` (so that the user's own options win)."""
+    options = " ".join(o for o in (java_options(), extra) if o)
     if not options or "PYSPARK_GATEWAY_PORT" in os.environ:
         return builder
     return builder.config("spark.driver.defaultJavaOptions", options).config(
