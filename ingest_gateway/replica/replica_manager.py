@@ -722,15 +722,9 @@ class ReplicaManager:
         for registry in registries:
             for key in keys:
                 registry[key].append(fut)
-        # The timeout resolves the future itself: cheaper than wait_for (every long poll and
-        # acks=all wait goes through here).
-        timer = loop.call_later(timeout_s, _resolve, fut)
-        started = time.perf_counter()
         try:
-            await fut
+            await _timed_wait(fut, timeout_s)
         finally:
-            timer.cancel()
-            add_remote_time(time.perf_counter() - started)
             for registry in registries:
                 for key in keys:
                     waiters = registry.get(key)
@@ -751,15 +745,9 @@ class ReplicaManager:
         for key, (required, _) in pending.items():
             waiting = self._replication_waiters.setdefault(key, [])
             heapq.heappush(waiting, (required, next(self._replication_waiter_ids), fut))
-        timer = loop.call_later(timeout_s, _resolve, fut)
-        started = time.perf_counter()
-        try:
-            await fut
-        finally:
-            timer.cancel()
-            add_remote_time(time.perf_counter() - started)
-            # Entries left in other partitions' heaps (a produce to several, a timeout) are
-            # dropped as their HW passes or the partition changes: their future is done.
+        # Entries left in other partitions' heaps (a produce to several, a timeout) are
+        # dropped as their HW passes or the partition changes: their future is done.
+        await _timed_wait(fut, timeout_s)
 
     def shutdown(self) -> None:
         task, self._isr_task = self._isr_task, None
@@ -783,6 +771,18 @@ class ReplicaManager:
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+async def _timed_wait(fut: asyncio.Future[None], timeout_s: float) -> None:
+    """Wait for `fut`, which a timer resolves at `timeout_s` (cheaper than wait_for: every
+    long poll and acks=all wait goes through here); the wait is the request's remote time."""
+    timer = asyncio.get_running_loop().call_later(timeout_s, _resolve, fut)
+    started = time.perf_counter()
+    try:
+        await fut
+    finally:
+        timer.cancel()
+        add_remote_time(time.perf_counter() - started)
 
 
 def _with_high_watermark(result: FollowerFetchResult, partition: Partition | None) -> FollowerFetchResult:
