@@ -197,6 +197,8 @@ class BrokerMetrics:
         # topic -> [bytes in, records in, bytes out]
         self.topics: dict[str, list[int]] = {}
         self.requests: dict[str, _RequestSeries] = {}
+        # The series of each api key's requests not relabelled (`timing.name`), found once.
+        self._by_api_key: dict[int, _RequestSeries] = {}
         self.registry.register(_TrafficCollector(self))
         for collector in collectors:
             self.registry.register(collector)
@@ -213,7 +215,7 @@ class BrokerMetrics:
         return counts
 
     def record_append(self, topic: str, size: int, records: int) -> None:
-        counts = self._topic(topic)
+        counts = self.topics.get(topic) or self._topic(topic)
         counts[0] += size
         counts[1] += records
 
@@ -232,8 +234,15 @@ class BrokerMetrics:
     def end_request(self, payload: memoryview, timing: RequestTiming, peer: str) -> None:
         """Called once the response is sent (or, acks=0, once handled)."""
         done = time.perf_counter()
-        name = timing.name or REQUEST_NAMES.get(int.from_bytes(payload[:2], "big", signed=True), "Unknown")
-        series = self._series(name)
+        name = timing.name
+        if name is None:
+            # By the payload's api key (its first two bytes; a negative one is "Unknown" either way).
+            key = payload[0] << 8 | payload[1]
+            series = self._by_api_key.get(key)
+            if series is None:
+                series = self._by_api_key[key] = self._series(REQUEST_NAMES.get(key, "Unknown"))
+        else:
+            series = self._series(name)
         total = done - timing.received
         local = timing.handled - timing.started - timing.remote
         series.requests += 1
@@ -242,6 +251,7 @@ class BrokerMetrics:
         if len(pending) >= _FOLD_AT:
             series.fold()
         if self.config.request_logging:
+            name = name or REQUEST_NAMES.get(payload[0] << 8 | payload[1], "Unknown")
             _log_request(payload, name, peer, timing, total, local)
 
     def count_errors(self, api_key: int, response: Mapping[str, Any]) -> None:

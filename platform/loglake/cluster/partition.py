@@ -256,8 +256,7 @@ class Partition:
                     ErrorCode.NOT_LEADER_OR_FOLLOWER,
                     f"broker {self.broker_id} is not the leader of {self.topic}-{self.partition}",
                 )
-            min_isr = self.log.config.min_insync_replicas
-            if required_acks == ACKS_ALL and len(self.isr) < min_isr:
+            if required_acks == ACKS_ALL and len(self.isr) < (min_isr := self.log.config.min_insync_replicas):
                 raise KafkaError(
                     ErrorCode.NOT_ENOUGH_REPLICAS,
                     f"{self.topic}-{self.partition} has {len(self.isr)} in-sync replicas; "
