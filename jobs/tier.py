@@ -27,6 +27,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -191,17 +192,23 @@ def copy(spark: SparkSession, cluster: Cluster, topic: str, table: str, plan: To
         raise TierConflict(str(exc)) from exc
 
 
-def record_tiered_offsets(cluster: Cluster, topic: str, table: str, plan: TopicPlan) -> None:
-    """Tell each leader how far its partition is in the table (also what an earlier,
-    crashed run committed but could not report)."""
-    if not DeltaTable.is_deltatable(table):
-        return
-    dt = DeltaTable(table)
+def record_tiered_offsets(cluster: Cluster, topic: str, plan: TopicPlan, copied: dict[int, int]) -> None:
+    """Tell each leader how far its partition is in the table: where this run's commit (on
+    the planned snapshot) ended it (`copied`), else where the planned snapshot ends it (an
+    earlier run may have committed that and crashed before telling). The leaders are told
+    at once: each records it durably, a store write of a few ms."""
+    posts = []
     for p in plan.partitions:
-        end = dt.transaction_version(tier_app_id(topic, p.partition))
+        end = copied.get(p.partition)
+        if end is None and plan.snapshot is not None:
+            end = plan.snapshot.transaction_version(tier_app_id(topic, p.partition))
         if end is not None:
-            url = f"{p.leader_http}/topics/{topic}/partitions/{p.partition}/tiered-offset"
-            _check(cluster.http.post(url, json={"offset": end}))
+            posts.append((f"{p.leader_http}/topics/{topic}/partitions/{p.partition}/tiered-offset", end))
+    if not posts:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(posts), 8)) as pool:
+        for response in pool.map(lambda post: cluster.http.post(post[0], json={"offset": post[1]}), posts):
+            _check(response)
 
 
 def tier_topic(
@@ -226,7 +233,7 @@ def tier_topic(
                 raise
             log.info("%s; planning again (attempt %d)", exc, attempt + 1)
             continue
-        record_tiered_offsets(cluster, topic, table, plan)
+        record_tiered_offsets(cluster, topic, plan, {p.partition: p.end for p in plan.partitions if p.end > p.start})
         return rows
     raise AssertionError("unreachable")
 
