@@ -451,11 +451,16 @@ class TlsChannel:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        # Deferred produces' answers are sent by a task of their own while the connection
+        # reads (and a read may have TLS answer, e.g. a key update): one sender at a time,
+        # so that two writes' bytes never interleave on the socket.
+        self._sending = asyncio.Lock()
 
     async def _flush(self) -> None:
-        data = self._outgoing.read()
-        if data:
-            await self._loop.sock_sendall(self._conn, data)
+        async with self._sending:
+            data = self._outgoing.read()
+            if data:
+                await self._loop.sock_sendall(self._conn, data)
 
     async def _fill(self) -> None:
         data = await self._loop.sock_recv(self._conn, _RECV_SIZE)
