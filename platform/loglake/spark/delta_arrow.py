@@ -1,4 +1,5 @@
-"""Arrow schemas of Delta tables written with delta-rs (`deltalake`) from Spark's rows.
+"""Arrow schemas of Delta tables written with delta-rs (`deltalake`) from Spark's rows, and
+a table version's add actions as Arrow gives them.
 
 Spark marks computed columns and nested fields non-null batch by batch, while a Delta
 table's schema is fixed at its first write: every field is made nullable, so that all
@@ -7,7 +8,18 @@ writes of a table agree on one schema whatever the batch held.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+
+def add_actions(table: DeltaTable) -> list[dict[str, Any]]:
+    """The add action of each file of the table's loaded version, flattened (`path`, `size`,
+    `partition.<column>`, `num_records`, `min.<column>`, `max.<column>`, `null_count.<column>`)."""
+    return pa.table(table.get_add_actions(flatten=True)).to_pylist()
 
 
 def nullable_schema(schema: pa.Schema) -> pa.Schema:

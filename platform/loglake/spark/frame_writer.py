@@ -31,7 +31,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, Transaction
 
-from loglake.spark.delta_arrow import nullable_schema
+from loglake.spark.delta_arrow import add_actions, nullable_schema
 from loglake.spark.lake import plain_parquet_refusal
 from loglake.spark.lake_writer import (
     DEFAULT_TARGET_FILE_BYTES,
@@ -208,7 +208,7 @@ def existing_keys(frame: DataFrame, snapshot: DeltaTable, partition_by: list[str
             keys.cast(pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]))
         )
     root = snapshot.table_uri.rstrip("/")
-    actions = pa.table(snapshot.get_add_actions(flatten=True)).to_pylist()
+    actions = add_actions(snapshot)
     uris = [f"{root}/{unquote(a['path'])}" for a in actions if any(r.may_hold(a) for r in ranges)]
     if not uris:
         return spark.createDataFrame([], schema).select(*KEY_COLUMNS)
@@ -228,7 +228,7 @@ def _added_since(table: str, snapshot: DeltaTable | None, ranges: list[KeyRange]
     if latest.version() == snapshot.version():
         return latest
     before = set(pa.table(snapshot.get_add_actions(flatten=True))["path"].to_pylist())
-    for action in pa.table(latest.get_add_actions(flatten=True)).to_pylist():
+    for action in add_actions(latest):
         if action["path"] not in before and any(r.may_hold(action) for r in ranges):
             raise LakeConflict(f"{table}: a rival writer added rows of the same partitions meanwhile")
     return latest

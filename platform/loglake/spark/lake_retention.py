@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from loglake.spark.cluster_admin import TOPIC_RESOURCE, describe_configs
+from loglake.spark.delta_arrow import add_actions
 from loglake.spark.lake import plain_parquet_refusal
 from loglake.spark.lake_writer import LakeTableError, table_filesystem
 
@@ -154,8 +155,8 @@ def retention_cuts(
     if refusal is not None:
         raise LakeTableError(f"{table}: cannot expire rows from a table with {refusal}")
     files: dict[int, list[str]] = defaultdict(list)
-    for action in pa.table(snapshot.get_add_actions(flatten=True)).to_pylist():
-        partition = action.get("partition.partition")
+    for action in add_actions(snapshot):
+        partition = action["partition.partition"]
         if partition in logs:
             files[partition].append(unquote(action["path"]))
     tasks = [

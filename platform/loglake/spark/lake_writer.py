@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -49,6 +50,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
 from loglake.spark.arrow_decoder import ABORTED_FLAG
+from loglake.spark.delta_arrow import add_actions
 from loglake.spark.faults import fault_point, spark_jvm_fault_point
 from loglake.spark.kafka_columns import HEADERS_TYPE
 from loglake.spark.offset_ranges import (
@@ -287,7 +289,7 @@ def ends_from_rows(table: DeltaTable, partitions: list[TopicPartition]) -> dict[
     out): from the files' statistics where a file holds one partition, else by scanning the
     files that hold several (only `topic`, `partition` and `offset` are read)."""
     wanted = set(partitions)
-    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    actions = add_actions(table)
     ends: dict[TopicPartition, int] = {}
     to_scan = []
 
@@ -310,10 +312,6 @@ def ends_from_rows(table: DeltaTable, partitions: list[TopicPartition]) -> dict[
         if tp in wanted:
             ends[tp] = max(ends.get(tp, 0), int(action["max.offset"]) + 1)
     if to_scan:
-        # Imported here: pyarrow.dataset pulls in pandas (~0.5 CPU-s), which every Spark worker
-        # that unpickles a task of this module would pay.
-        import pyarrow.dataset as pds
-
         filesystem, base = pafs.FileSystem.from_uri(table.table_uri)
         dataset = pds.dataset(
             [f"{base}/{path}" for path in to_scan],

@@ -28,10 +28,10 @@ from functools import reduce
 from typing import TYPE_CHECKING, cast
 from urllib.parse import unquote
 
-import pyarrow as pa
 from deltalake import DeltaTable
 
 from loglake.protocol import IsolationLevel
+from loglake.spark.delta_arrow import add_actions
 from loglake.spark.kafka_columns import KAFKA_COLUMNS
 from loglake.spark.lake import ABORTED_COLUMN, DATE_COLUMN, Lake, lakes_for, plain_parquet_refusal
 from loglake.spark.offset_ranges import OffsetRange, connect, plan_batch
@@ -101,7 +101,7 @@ def plan_topic_read(options: ReadOptions) -> TopicPlan:
     pinned_files = {}
     for topic, candidate in lakes.items():
         table = DeltaTable(candidate.table, version=candidate.version)
-        files = PinnedFiles(table.table_uri.rstrip("/"), pa.table(table.get_add_actions(flatten=True)).to_pylist())
+        files = PinnedFiles(table.table_uri.rstrip("/"), add_actions(table))
         refusal = _scan_refusal(table, files)
         if refusal is None:
             scannable[topic] = candidate
