@@ -362,7 +362,7 @@ class _Outbox:
         if timing is not None:
             self._sent_later.append((payload, timing))
         if chunks:
-            if chunks[0].__class__ is not bytes if len(chunks) == 1 else any(c.__class__ is not bytes for c in chunks):
+            if not _in_memory(chunks):
                 return chunks  # file ranges: sent now, after the held ones
             self._held.extend(chunks)  # type: ignore[arg-type]
             self._held_bytes += sum(map(len, chunks))  # type: ignore[arg-type]
@@ -391,11 +391,14 @@ class _Outbox:
             pass
 
 
+def _in_memory(chunks: list[Chunk]) -> bool:
+    """No file range among the chunks (those go out with sendfile)."""
+    return chunks[0].__class__ is bytes if len(chunks) == 1 else all(c.__class__ is bytes for c in chunks)
+
+
 def _joined(chunks: list[Chunk]) -> list[Chunk]:
-    """Answers in one write when they are all in memory (file ranges go with sendfile)."""
-    if all(chunk.__class__ is bytes for chunk in chunks):
-        return [b"".join(chunks)]  # type: ignore[arg-type]
-    return chunks
+    """Answers in one write when they are all in memory."""
+    return [b"".join(chunks)] if _in_memory(chunks) else chunks  # type: ignore[arg-type]
 
 
 async def _finish(
@@ -452,7 +455,7 @@ class TlsChannel:
         self._outgoing = ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         # Deferred produces' answers are sent by a task of their own while the connection
-        # reads (and a read may have TLS answer, e.g. a key update): one sender at a time,
+        # reads (and a read may have to answer, e.g. a TLS key update): one sender at a time,
         # so that two writes' bytes never interleave on the socket.
         self._sending = asyncio.Lock()
 

@@ -215,7 +215,7 @@ class BrokerMetrics:
         return counts
 
     def record_append(self, topic: str, size: int, records: int) -> None:
-        counts = self.topics.get(topic) or self._topic(topic)
+        counts = self._topic(topic)
         counts[0] += size
         counts[1] += records
 
