@@ -9,6 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Self
 
 import httpx
 import pytest
@@ -50,6 +53,17 @@ def hosts(cluster: LocalCluster, broker_id: int, topic: str, partition: int) -> 
     return (cluster.base_dir / f"broker-{broker_id}" / "logs" / f"{topic}-{partition}").exists()
 
 
+def log_bytes(partition_dir: Path) -> int:
+    """The bytes of record batches a replica holds on disk (its segments' .log files)."""
+    total = 0
+    for segment in partition_dir.glob("*.log"):
+        try:
+            total += segment.stat().st_size
+        except FileNotFoundError:  # a segment deleted between the listing and the stat
+            pass
+    return total
+
+
 def settled(cluster: LocalCluster, topic: str, partition: int, replicas: list[int], timeout: float = 60) -> None:
     """Wait until the partition's replicas and ISR are `replicas` and nothing is in progress."""
     cluster.wait_for(
@@ -68,13 +82,41 @@ def settled(cluster: LocalCluster, topic: str, partition: int, replicas: list[in
         time.sleep(0.1)
 
 
-class SteadyProducer(threading.Thread):
-    """An idempotent acks=all producer of numbered records at a steady rate, until stopped."""
+class BackgroundProducer(threading.Thread):
+    """A producer thread, run as a context manager: a test that fails while it runs stops it
+    too (a producer left running would go on producing into later tests' machine)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self) -> None:
         super().__init__(daemon=True)
-        self.topic = topic
         self.failed: list[str] = []
+        self.unflushed = 0  # records the final flush left undelivered
+        self._done = threading.Event()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self.join(90)
+
+    def finish(self) -> None:
+        """Stop, flush, and check that every record was delivered."""
+        self._done.set()
+        self.join(90)
+        assert not self.is_alive(), "the producer did not flush within 90 s"
+        assert not self.failed, self.failed[:3]
+        assert self.unflushed == 0, f"{self.unflushed} records undelivered"
+
+
+class SteadyProducer(BackgroundProducer):
+    """An idempotent acks=all producer of numbered records at a steady rate, spread over
+    `partitions` partitions in turn, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 1) -> None:
+        super().__init__()
+        self.topic = topic
+        self.partitions = partitions
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -84,37 +126,32 @@ class SteadyProducer(threading.Thread):
             }
         )
         self.sent = 0
-        self.delivered = 0
-        self._done = threading.Event()
+        self.acked: list[bytes] = []
 
     def run(self) -> None:
-        def delivered(err, _msg) -> None:
+        def delivered(err, msg) -> None:
             if err is not None:
                 self.failed.append(str(err))
             else:
-                self.delivered += 1
+                self.acked.append(msg.value())
 
         while not self._done.is_set():
             for _ in range(20):
-                self.producer.produce(self.topic, b"%08d" % self.sent, partition=0, on_delivery=delivered)
+                self.producer.produce(
+                    self.topic, b"%08d" % self.sent, partition=self.sent % self.partitions, on_delivery=delivered
+                )
                 self.sent += 1
             self.producer.poll(0)
             self._done.wait(0.01)
-        assert self.producer.flush(60) == 0
+        self.unflushed = self.producer.flush(60)
 
     def keeps_delivering(self, timeout: float = 30) -> None:
         """Wait until records produced from now on are delivered too."""
         wanted = self.sent
         deadline = time.monotonic() + timeout
-        while self.delivered < wanted:
-            assert time.monotonic() < deadline, f"producer stalled at {self.delivered} of {wanted}: {self.failed[:3]}"
+        while len(self.acked) < wanted:
+            assert time.monotonic() < deadline, f"producer stalled at {len(self.acked)} of {wanted}: {self.failed[:3]}"
             time.sleep(0.05)
-
-    def finish(self) -> int:
-        self._done.set()
-        self.join(90)
-        assert not self.failed, self.failed[:3]
-        return self.sent
 
 
 def test_a_partition_moves_and_its_replication_factor_rises_and_falls_under_load(cluster: LocalCluster) -> None:
@@ -122,24 +159,24 @@ def test_a_partition_moves_and_its_replication_factor_rises_and_falls_under_load
     create_topic(cluster, "moving", 1, 1, {"min.insync.replicas": "1"})
     (original,) = cluster.partition("moving", 0)["replicas"]
     others = [b for b in (1, 2, 3) if b != original]
-    producer = SteadyProducer(cluster.bootstrap, "moving")
-    producer.start()
-    time.sleep(0.5)  # records before the move, and the producer keeps going through it
+    with SteadyProducer(cluster.bootstrap, "moving") as producer:
+        time.sleep(0.5)  # records before the move, and the producer keeps going through it
 
-    # Move the only replica to two other brokers (RF 1 -> 2), through a broker that is not
-    # necessarily the controller (it forwards).
-    via = cluster.brokers[others[0]].bootstrap
-    assert reassign(via, {("moving", 0): others}) == {("moving", 0): 0}
-    settled(cluster, "moving", 0, others)
-    producer.keeps_delivering()
-    # Then to all three (RF 3), then back to one (RF 1), each while producing.
-    assert reassign(via, {("moving", 0): [others[1], others[0], original]}) == {("moving", 0): 0}
-    settled(cluster, "moving", 0, [others[1], others[0], original])
-    producer.keeps_delivering()
-    assert reassign(via, {("moving", 0): [original]}) == {("moving", 0): 0}
-    settled(cluster, "moving", 0, [original])
-    producer.keeps_delivering()
-    sent = producer.finish()
+        # Move the only replica to two other brokers (RF 1 -> 2), through a broker that is not
+        # necessarily the controller (it forwards).
+        via = cluster.brokers[others[0]].bootstrap
+        assert reassign(via, {("moving", 0): others}) == {("moving", 0): 0}
+        settled(cluster, "moving", 0, others)
+        producer.keeps_delivering()
+        # Then to all three (RF 3), then back to one (RF 1), each while producing.
+        assert reassign(via, {("moving", 0): [others[1], others[0], original]}) == {("moving", 0): 0}
+        settled(cluster, "moving", 0, [others[1], others[0], original])
+        producer.keeps_delivering()
+        assert reassign(via, {("moving", 0): [original]}) == {("moving", 0): 0}
+        settled(cluster, "moving", 0, [original])
+        producer.keeps_delivering()
+        producer.finish()
+    sent = producer.sent
 
     assert cluster.partition("moving", 0)["leader"] == original
     deadline = time.monotonic() + 30
@@ -323,28 +360,6 @@ def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(clust
     doubled, and the group keeps consuming."""
     topic, partitions = "loaded", 4
     create_topic(cluster, topic, partitions, 2, {"min.insync.replicas": "1"})
-    producer = Producer(
-        {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
-    )
-    acked: list[bytes] = []
-    failed: list[str] = []
-    done = threading.Event()
-
-    def produce() -> None:
-        i = 0
-        while not done.is_set():
-            for _ in range(20):
-                producer.produce(
-                    topic,
-                    b"%06d" % i,
-                    partition=i % partitions,
-                    on_delivery=lambda err, msg: failed.append(str(err)) if err else acked.append(msg.value()),
-                )
-                i += 1
-            producer.poll(0)
-            done.wait(0.02)
-        assert producer.flush(60) == 0
-
     consumed: list[bytes] = []
     consumer = Consumer(
         {
@@ -355,8 +370,6 @@ def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(clust
         }
     )
     consumer.subscribe([topic])
-    writer = threading.Thread(target=produce, daemon=True)
-    writer.start()
 
     def consume_for(seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -365,25 +378,25 @@ def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(clust
                 if msg.error() is None:
                     consumed.append(msg.value())
 
-    consume_for(2)
-    new_broker = cluster.add_broker()
-    moves = {}
-    for p in range(0, partitions, 2):
-        replicas = cluster.partition(topic, p)["replicas"]
-        moves[(topic, p)] = [new_broker, replicas[1]]  # the new broker leads them once moved
-    assert reassign(cluster.brokers[1].bootstrap, moves) == dict.fromkeys(moves, 0)
-    deadline = time.monotonic() + 90
-    while ongoing(cluster.brokers[1].bootstrap):
-        before = len(consumed)
+    with SteadyProducer(cluster.bootstrap, topic, partitions) as producer:
+        consume_for(2)
+        new_broker = cluster.add_broker()
+        moves = {}
+        for p in range(0, partitions, 2):
+            replicas = cluster.partition(topic, p)["replicas"]
+            moves[(topic, p)] = [new_broker, replicas[1]]  # the new broker leads them once moved
+        assert reassign(cluster.brokers[1].bootstrap, moves) == dict.fromkeys(moves, 0)
+        deadline = time.monotonic() + 90
+        while ongoing(cluster.brokers[1].bootstrap):
+            before = len(consumed)
+            consume_for(1)
+            assert time.monotonic() < deadline, "the reassignment did not complete"
+            assert len(consumed) > before, "the group stopped consuming during the reassignment"
+        for (t, p), target in moves.items():
+            settled(cluster, t, p, target)
         consume_for(1)
-        assert time.monotonic() < deadline, "the reassignment did not complete"
-        assert len(consumed) > before, "the group stopped consuming during the reassignment"
-    for (t, p), target in moves.items():
-        settled(cluster, t, p, target)
-    consume_for(1)
-    done.set()
-    writer.join(90)
-    assert not failed, failed[:3]
+        producer.finish()
+    acked = producer.acked
     deadline = time.monotonic() + 60
     while len(set(consumed)) < len(acked):
         assert time.monotonic() < deadline, f"consumed {len(set(consumed))} of {len(acked)}"
@@ -397,17 +410,15 @@ def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(clust
     assert all(new_broker in cluster.partition(topic, p)["replicas"] for p in range(0, partitions, 2))
 
 
-class FullSpeedProducer(threading.Thread):
+class FullSpeedProducer(BackgroundProducer):
     """Produces 10 KB records as fast as the cluster takes them (acks=all); the bytes
     delivered are sampled to measure throughput over a window."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 10})
         self.delivered_bytes = 0
-        self.failed: list[str] = []
-        self._done = threading.Event()
 
     def run(self) -> None:
         value = bytes(range(256)) * 40
@@ -424,7 +435,7 @@ class FullSpeedProducer(threading.Thread):
             except BufferError:
                 self.producer.poll(0.01)
             self.producer.poll(0)
-        self.producer.flush(60)
+        self.unflushed = self.producer.flush(60)
 
     def mark(self) -> tuple[int, float]:
         return self.delivered_bytes, time.monotonic()
@@ -437,20 +448,37 @@ class FullSpeedProducer(threading.Thread):
         time.sleep(seconds)
         return self.rate_since(mark)
 
-    def finish(self) -> None:
-        self._done.set()
-        self.join(90)
-        assert not self.failed, self.failed[:3]
+
+@pytest.fixture
+def trimming_cluster(tmp_path: Path, zk_connect: str) -> Iterator[LocalCluster]:
+    """The cluster fixture's three brokers, checking retention every second: a producer at
+    full speed writes gigabytes a minute, and only its topic's retention.bytes stay on disk."""
+    overrides = {**FAST, "log.retention.check.interval.ms": "1000"}
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        yield cluster
 
 
-def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(cluster: LocalCluster, tmp_path) -> None:
-    """200 MB move onto a new replica at a 16 MB/s throttle: the copy takes as long as the
-    throttle says (within 20 %), a producer on the same brokers keeps >= 0.7 of its
+def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(
+    trimming_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """200 MB move onto a new replica at a 16 MB/s throttle: the new replica copies at the
+    throttle's rate (within 20 %), a producer on the same brokers keeps >= 0.7 of its
     throughput (before and after the move), and `verify` removes the throttles afterwards."""
+    cluster = trimming_cluster
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topics = [
         NewTopic("heavy", 1, replica_assignment=[[1]], config={"min.insync.replicas": "1"}),
-        NewTopic("busy", 2, replica_assignment=[[1, 2], [2, 1]], config={"min.insync.replicas": "1"}),
+        NewTopic(
+            "busy",
+            2,
+            replica_assignment=[[1, 2], [2, 1]],
+            config={
+                "min.insync.replicas": "1",
+                "retention.bytes": "64000000",
+                "segment.bytes": "16000000",
+                "file.delete.delay.ms": "0",
+            },
+        ),
     ]
     for future in admin.create_topics(topics).values():
         future.result(30)
@@ -468,36 +496,41 @@ def test_a_throttled_reassignment_keeps_to_the_throttle_and_spares_producers(clu
     size = httpx.get(f"{cluster.http_url(1)}/topics/heavy", timeout=10).json()["partitions"][0]["size"]
     assert size >= 200_000_000
 
-    busy = FullSpeedProducer(cluster.bootstrap, "busy")
-    busy.start()
-    busy.rate_over(1)  # warmed up
-    before = busy.rate_over(4)
-
     throttle = 16_000_000
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "heavy", "partition": 0, "replicas": [1, 2]}]}))
-    started = time.monotonic()
-    executed = loglake(cluster, "reassign", "execute", "--plan", str(plan), "--throttle", str(throttle))
-    assert executed.returncode == 0, executed.stderr
-    assert "Throttling replication" in executed.stdout
-    # In progress: topics describe and cluster status show the step (the copy is not missing).
-    described = loglake(cluster, "topics", "describe", "--topic", "heavy")
-    assert "Replicas: 1,2\tIsr: 1\tAdding Replicas: 2\tRemoving Replicas: " in described.stdout, described.stdout
-    status = loglake(cluster, "cluster", "status").stdout
-    (row,) = [line.split() for line in status.splitlines() if line.startswith("heavy")]
-    assert row[4:] == ["1,2", "1", "ok,reassigning"], status
-    mark = busy.mark()  # from here on only the move competes with the producer
-    while ongoing(cluster.brokers[1].bootstrap):
-        assert time.monotonic() - started < 60, "the throttled reassignment did not complete"
-        time.sleep(0.05)
-    took = time.monotonic() - started
-    during = busy.rate_since(mark)
-    after = busy.rate_over(4)
-    busy.finish()
+    new_replica = cluster.base_dir / "broker-2" / "logs" / "heavy-0"
+    copied: list[tuple[float, int]] = []  # (when, bytes the new replica held) while it caught up
+    with FullSpeedProducer(cluster.bootstrap, "busy") as busy:
+        busy.rate_over(1)  # warmed up
+        before = busy.rate_over(4)
+        started = time.monotonic()
+        executed = loglake(cluster, "reassign", "execute", "--plan", str(plan), "--throttle", str(throttle))
+        assert executed.returncode == 0, executed.stderr
+        assert "Throttling replication" in executed.stdout
+        # In progress: topics describe and cluster status show the step (the copy is not missing).
+        described = loglake(cluster, "topics", "describe", "--topic", "heavy")
+        assert "Replicas: 1,2\tIsr: 1\tAdding Replicas: 2\tRemoving Replicas: " in described.stdout, described.stdout
+        status = loglake(cluster, "cluster", "status").stdout
+        (row,) = [line.split() for line in status.splitlines() if line.startswith("heavy")]
+        assert row[4:] == ["1,2", "1", "ok,reassigning"], status
+        mark = busy.mark()  # from here on only the move competes with the producer
+        while ongoing(cluster.brokers[1].bootstrap):
+            assert time.monotonic() - started < 60, "the throttled reassignment did not complete"
+            copied.append((time.monotonic(), log_bytes(new_replica)))
+            time.sleep(0.05)
+        during = busy.rate_since(mark)
+        after = busy.rate_over(4)
+        busy.finish()
     settled(cluster, "heavy", 0, [1, 2])
 
-    rate = size / took
-    assert 0.8 * throttle <= rate <= 1.2 * throttle, f"moved {size} B in {took:.1f} s: {rate / 1e6:.1f} MB/s"
+    # The copy's rate between a tenth and nine tenths of the way, from the new replica's own
+    # log: the command's start-up and the completion's detection are not part of it.
+    middle = [(when, held) for when, held in copied if 0.1 * size <= held <= 0.9 * size]
+    assert len(middle) >= 2, copied
+    (t0, b0), (t1, b1) = middle[0], middle[-1]
+    rate = (b1 - b0) / (t1 - t0)
+    assert 0.8 * throttle <= rate <= 1.2 * throttle, f"copied {b1 - b0} B in {t1 - t0:.1f} s: {rate / 1e6:.1f} MB/s"
     # The baseline: the lower of the two windows around the move, so that a machine whose
     # load moves from one level to another while the test runs does not count as starvation.
     baseline = min(before, after)
