@@ -744,9 +744,13 @@ class ReplicaManager:
         fut: asyncio.Future[None] = loop.create_future()
         for key, (required, _) in pending.items():
             waiting = self._replication_waiters.setdefault(key, [])
+            if len(waiting) >= _COMPACT_WAITERS_FROM and len(waiting) & (len(waiting) - 1) == 0:
+                # Entries of waits that ended otherwise (a timeout, another partition's HW)
+                # stay until this HW passes them; on a stalled partition they would pile up
+                # with every retry. Dropped whenever the heap reaches a power of two.
+                waiting[:] = [entry for entry in waiting if not entry[2].done()]
+                heapq.heapify(waiting)
             heapq.heappush(waiting, (required, next(self._replication_waiter_ids), fut))
-        # Entries left in other partitions' heaps (a produce to several, a timeout) are
-        # dropped as their HW passes or the partition changes: their future is done.
         await _timed_wait(fut, timeout_s)
 
     def shutdown(self) -> None:
@@ -766,6 +770,10 @@ class ReplicaManager:
                 if not fut.done():
                     fut.cancel()
         self._replication_waiters.clear()
+
+
+# A partition's acks=all waits are compacted from this many entries on (see _wait_for_replication).
+_COMPACT_WAITERS_FROM = 64
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

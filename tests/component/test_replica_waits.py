@@ -66,3 +66,24 @@ def test_a_high_watermark_move_wakes_only_the_produces_it_completes(tmp_path: Pa
         assert key not in rm._replication_waiters
 
     asyncio.run(main())
+
+
+def test_timed_out_produces_on_a_stalled_partition_do_not_pile_up(tmp_path: Path) -> None:
+    """acks=all produces that time out on a partition whose HW does not move leave their
+    entries behind (only a HW move or a change of the partition pops them), but a heap that
+    reaches a power of two drops those of finished waits: its size stays near the live ones."""
+
+    async def main() -> None:
+        rm = ReplicaManager(1, LogManager([tmp_path], LogConfig()), LogConfig())
+        key = ("a", 0)
+        live = asyncio.create_task(rm._wait_for_replication({key: (1_000_000, 0)}, 60))
+        for offset in range(1, 1_001):  # retries, each timing out at once
+            await rm._wait_for_replication({key: (offset, 0)}, 0.0001)
+        assert len(rm._replication_waiters[key]) <= 128
+        rm._on_high_watermark_change(SimpleNamespace(topic="a", partition=0, high_watermark=1_000))  # type: ignore[arg-type]
+        assert [entry[0] for entry in rm._replication_waiters[key]] == [1_000_000]  # the live wait is kept
+        assert not live.done()
+        rm._wake(key)
+        await asyncio.wait_for(live, 30)
+
+    asyncio.run(main())
