@@ -3,9 +3,19 @@ retention expires (whole history: lake + local log), and how it counts a lake ro
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+from hypothesis import given
+from hypothesis import strategies as st
 
-from loglake.spark.lake_retention import Retention, record_sizes, retention_cut
+from loglake.spark.lake_retention import (
+    Retention,
+    RowSpan,
+    file_groups,
+    record_sizes,
+    retention_cut,
+    streamed_retention_cut,
+)
 
 NOW = 1_000_000
 
@@ -67,3 +77,56 @@ def test_a_rows_bytes_are_its_key_value_and_headers() -> None:
         }
     )
     assert record_sizes(rows).to_pylist() == [2 + 5 + 1 + 2 + 2, 3, 0]
+
+
+@given(
+    rows=st.lists(st.tuples(st.booleans(), st.integers(0, 50), st.integers(1, 3)), min_size=1, max_size=30),
+    cuts=st.sets(st.integers(1, 29)),
+    log_start=st.integers(0, 120),
+    log_size=st.integers(0, 200),
+    ms=st.sampled_from([-1, 1000]),
+    size=st.integers(-1, 600),
+)
+def test_rows_read_a_span_at_a_time_cut_where_all_at_once_do(
+    rows: list[tuple[bool, int, int]], cuts: set[int], log_start: int, log_size: int, ms: int, size: int
+) -> None:
+    """The retention task reads a partition's rows a file (group) at a time and stops at the
+    cut: any split of the rows into spans gives the cut of the rows taken together. Offsets
+    ascend with gaps (compaction, transaction markers)."""
+    offsets = np.cumsum([gap for _, _, gap in rows]) + 9
+    millis = np.array([NOW - 5000 if old else NOW for old, _, _ in rows])
+    sizes = np.array([n for _, n, _ in rows])
+    whole = cut_of([(0, len(rows))], offsets, millis, sizes, log_start, log_size, ms, size)
+    bounds = [0, *sorted(c for c in cuts if c < len(rows)), len(rows)]
+    split = cut_of(list(zip(bounds, bounds[1:])), offsets, millis, sizes, log_start, log_size, ms, size)
+    assert split == whole
+    assert whole == retention_cut(
+        pa.array(offsets), pa.array(millis), pa.array(sizes), log_start, log_size, Retention(ms, size), NOW
+    )
+
+
+def cut_of(
+    parts: list[tuple[int, int]],
+    offsets: np.ndarray,
+    millis: np.ndarray,
+    sizes: np.ndarray,
+    log_start: int,
+    log_size: int,
+    ms: int,
+    size: int,
+) -> int | None:
+    def spans():
+        for a, b in parts:
+            yield RowSpan(offsets[a:b], millis[a:b], sizes[a:b])
+
+    return streamed_retention_cut(spans, log_start, log_size, Retention(ms, size), NOW)
+
+
+def test_files_whose_offsets_interleave_are_read_together() -> None:
+    """Rows of one range split between two dates (timestamps back across midnight) interleave
+    in offsets: those files are one group, sorted together; the others go one by one, in
+    offset order."""
+    files = [(300, 399, "c"), (0, 99, "a"), (100, 250, "b1"), (150, 180, "b2"), (251, 260, "b3")]
+    assert file_groups(files) == (("a",), ("b1", "b2"), ("b3",), ("c",))
+    assert file_groups([(0, 9, "a"), (None, None, "x")]) == (("a", "x"),)
+    assert file_groups([]) == ()

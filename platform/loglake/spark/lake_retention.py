@@ -3,13 +3,14 @@ retention.ms / retention.bytes (whole history: lake + local log) expire older ro
 
 The cut of each partition is worked out in a Spark task of its own, which reads that
 partition's files of a pinned table version (only the columns the rule needs) on the
-executor; the driver receives one (partition, cut) pair per partition, never a row.
+executor, in offset order and a file (or a group of interleaved files) at a time, stopping
+at the cut; the driver receives one (partition, cut) pair per partition, never a row.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -52,6 +53,16 @@ class LocalLog:
     size: int
 
 
+@dataclass(frozen=True)
+class RowSpan:
+    """A run of a partition's lake rows, offsets ascending: their offsets, timestamps (ms)
+    and, for retention.bytes, stored sizes."""
+
+    offsets: np.ndarray
+    millis: np.ndarray
+    sizes: np.ndarray | None
+
+
 def retention_cut(
     offsets: pa.Array,
     timestamps_ms: pa.Array,
@@ -61,27 +72,69 @@ def retention_cut(
     retention: Retention,
     now_ms: int,
 ) -> int | None:
+    """`streamed_retention_cut` of rows held as arrays."""
+    span = RowSpan(
+        offsets.to_numpy(zero_copy_only=False),
+        timestamps_ms.to_numpy(zero_copy_only=False),
+        None if sizes is None else sizes.to_numpy(zero_copy_only=False),
+    )
+    return streamed_retention_cut(lambda: iter((span,)), log_start, log_size, retention, now_ms)
+
+
+def streamed_retention_cut(
+    spans: Callable[[], Iterator[RowSpan]], log_start: int, log_size: int, retention: Retention, now_ms: int
+) -> int | None:
     """Where a partition's lake part may start now (rows below it expired), None if nothing
-    expired. `offsets` ascending, with the records' timestamps and (for retention.bytes)
-    stored sizes. As Kafka's retention, only a leading run goes: by time, the rows before
-    the first one not older than retention.ms; by size, the oldest rows that are only in
-    the lake (below `log_start`) while they and the local log exceed retention.bytes."""
-    n = len(offsets)
-    keep = 0  # index of the first row kept
-    if retention.ms >= 0:
-        young = pc.greater_equal(timestamps_ms, now_ms - retention.ms)
-        first_young = pc.index(young, True).as_py()
-        keep = n if first_young < 0 else first_young
-    if retention.bytes >= 0 and sizes is not None:
-        lake_only = pc.sum(pc.less(offsets, log_start)).as_py() or 0
-        cumulative = np.cumsum(sizes.slice(0, lake_only).to_numpy(zero_copy_only=False))
-        excess = (int(cumulative[-1]) if lake_only else 0) + log_size - retention.bytes
-        if excess > 0:
-            # The fewest oldest rows whose bytes cover the excess (all lake-only rows at most).
-            keep = max(keep, min(int(np.searchsorted(cumulative, excess)) + 1, lake_only))
-    if keep == 0:
+    expired. `spans()` yields the rows in ascending offsets, a run at a time: it is called
+    twice for retention.bytes (the lake-only bytes first), and the second walk stops at the
+    cut. As Kafka's retention, only a leading run goes: by time, the rows before the first
+    one not older than retention.ms; by size, the oldest rows that are only in the lake
+    (below `log_start`) while they and the local log exceed retention.bytes."""
+    excess = 0
+    if retention.bytes >= 0:
+        lake_only = sum(int(s.sizes[s.offsets < log_start].sum()) for s in spans() if s.sizes is not None)
+        excess = lake_only + log_size - retention.bytes
+    by_time = by_size = None  # each rule's first kept offset, once found
+    time_open, size_open = retention.ms >= 0, excess > 0
+    size_next = False  # the size rule keeps from the row after the last one seen
+    first = last = None
+    covered = 0  # bytes of the lake-only rows walked so far
+    for span in spans():
+        if not len(span.offsets):
+            continue
+        if first is None:
+            first = int(span.offsets[0])
+        if size_next:
+            by_size, size_next = int(span.offsets[0]), False
+        if time_open:
+            young = np.flatnonzero(span.millis >= now_ms - retention.ms)
+            if len(young):
+                by_time, time_open = int(span.offsets[young[0]]), False
+        if size_open and span.sizes is not None:
+            lake = int(np.count_nonzero(span.offsets < log_start))  # a leading run: offsets ascend
+            cumulative = covered + np.cumsum(span.sizes[:lake])
+            done = int(np.searchsorted(cumulative, excess))  # the row that covers the excess
+            if done < lake:
+                size_open = False
+                if done + 1 < len(span.offsets):
+                    by_size = int(span.offsets[done + 1])
+                else:
+                    size_next = True
+            elif lake < len(span.offsets):  # every lake-only row goes, and no more
+                by_size, size_open = int(span.offsets[lake]), False
+            elif lake:
+                covered = int(cumulative[-1])
+        last = int(span.offsets[-1])
+        if not (time_open or size_open or size_next):
+            break
+    if first is None or last is None:
         return None
-    return offsets[keep].as_py() if keep < n else offsets[n - 1].as_py() + 1
+    if time_open:  # every row is older than retention.ms
+        by_time = last + 1
+    if size_open or size_next:
+        by_size = last + 1
+    cut = max((c for c in (by_time, by_size) if c is not None), default=first)
+    return cut if cut > first else None
 
 
 def record_sizes(rows: pa.Table) -> pa.Array:
@@ -103,41 +156,61 @@ def record_sizes(rows: pa.Table) -> pa.Array:
 
 @dataclass(frozen=True)
 class CutTask:
-    """One partition's lake rows to judge (pickled to an executor): its files (paths relative
-    to `table`) in the pinned version, its local log, the topic's retention."""
+    """One partition's lake rows to judge (pickled to an executor): its files in the pinned
+    version (paths relative to `table`, in `file_groups`), its local log, the topic's retention."""
 
     table: str
     partition: int
-    files: tuple[str, ...]
+    file_groups: tuple[tuple[str, ...], ...]
     log: LocalLog
     retention: Retention
     now_ms: int
 
 
 def partition_cut(task: CutTask) -> tuple[int, int | None]:
-    """(partition, cut) of one partition, from its files read in the task that runs this."""
+    """(partition, cut) of one partition, from its files read in the task that runs this, a
+    group of files at a time: a partition's lake part may be far larger than a task's memory."""
     filesystem, base = table_filesystem(task.table)
-    columns = ["offset", "timestamp"] + (["key", "value", "headers"] if task.retention.bytes >= 0 else [])
-    parts = []
-    for path in task.files:
-        with filesystem.open_input_file(f"{base}/{path}") as f:
-            parts.append(pq.ParquetFile(f).read(columns=columns))
-    rows = pa.concat_tables(parts)
-    if not rows.num_rows:
-        return task.partition, None
-    rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
-    millis = pc.divide(pc.cast(pc.cast(rows["timestamp"], pa.timestamp("us")), pa.int64()), 1000)
-    sizes = record_sizes(rows) if task.retention.bytes >= 0 else None
-    cut = retention_cut(
-        rows["offset"].combine_chunks(),
-        millis.combine_chunks(),
-        sizes,
-        task.log.start,
-        task.log.size,
-        task.retention,
-        task.now_ms,
-    )
-    return task.partition, cut
+    with_sizes = task.retention.bytes >= 0
+    columns = ["offset", "timestamp"] + (["key", "value", "headers"] if with_sizes else [])
+
+    def spans() -> Iterator[RowSpan]:
+        for group in task.file_groups:
+            parts = []
+            for path in group:
+                with filesystem.open_input_file(f"{base}/{path}") as f:
+                    parts.append(pq.ParquetFile(f).read(columns=columns))
+            rows = pa.concat_tables(parts)
+            rows = rows.take(pc.sort_indices(rows, [("offset", "ascending")]))
+            millis = pc.divide(pc.cast(pc.cast(rows["timestamp"], pa.timestamp("us")), pa.int64()), 1000)
+            yield RowSpan(
+                rows["offset"].to_numpy(),
+                millis.to_numpy(),
+                record_sizes(rows).to_numpy(zero_copy_only=False) if with_sizes else None,
+            )
+
+    return task.partition, streamed_retention_cut(spans, task.log.start, task.log.size, task.retention, task.now_ms)
+
+
+def file_groups(files: list[tuple[int | None, int | None, str]]) -> tuple[tuple[str, ...], ...]:
+    """A partition's files (min offset, max offset, path) in offset order, grouped where their
+    offsets interleave (the rows of one range split between two dates, timestamps going back
+    across midnight): each group's rows sorted together come before the next group's. A file
+    without offset statistics makes one group of all."""
+    known: list[tuple[int, int, str]] = []
+    for low, high, path in files:
+        if low is None or high is None:
+            return (tuple(sorted(path for _, _, path in files)),)
+        known.append((low, high, path))
+    groups: list[list[str]] = []
+    end = -1
+    for low, high, path in sorted(known):
+        if groups and low <= end:
+            groups[-1].append(path)
+        else:
+            groups.append([path])
+        end = max(end, high)
+    return tuple(tuple(group) for group in groups)
 
 
 def retention_cuts(
@@ -154,13 +227,13 @@ def retention_cuts(
     refusal = plain_parquet_refusal(snapshot)
     if refusal is not None:
         raise LakeTableError(f"{table}: cannot expire rows from a table with {refusal}")
-    files: dict[int, list[str]] = defaultdict(list)
+    files: dict[int, list[tuple[int | None, int | None, str]]] = defaultdict(list)
     for action in add_actions(snapshot):
         partition = action["partition.partition"]
         if partition in logs:
-            files[partition].append(unquote(action["path"]))
+            files[partition].append((action.get("min.offset"), action.get("max.offset"), unquote(action["path"])))
     tasks = [
-        CutTask(table, partition, tuple(paths), logs[partition], retention, now_ms)
+        CutTask(table, partition, file_groups(paths), logs[partition], retention, now_ms)
         for partition, paths in sorted(files.items())
     ]
     if not tasks:
