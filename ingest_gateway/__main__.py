@@ -13,8 +13,7 @@ from pathlib import Path
 
 import uvloop
 from loglake.broker_configs import BROKER_CONFIG_KEYS
-from loglake.cli import LOG_LEVELS
-from loglake.config import BrokerConfig, parse_overrides
+from loglake.config import LOG_LEVELS, BrokerConfig, parse_overrides
 from loglake.storage.meta_properties import InconsistentMetaPropertiesError
 
 from ingest_gateway.observability.broker_logging import configure_logging

@@ -37,6 +37,9 @@ def _parse_bool(value: str) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+# A broker process's --log-level choices (`python -m ingest_gateway`, `loglake broker start`).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 HOUR_MS = 3600_000
 MINUTE_MS = 60_000
 _ZSTD_MIN_LEVEL, _ZSTD_MAX_LEVEL = -131072, 22

@@ -15,10 +15,9 @@ import sys
 import httpx
 
 from loglake.cli import acls, broker, cluster, groups, quotas, reassign, records, topics, transactions, users
-from loglake.cli.broker import LOG_LEVELS
 from loglake.cli.common import CliError
 
-__all__ = ["LOG_LEVELS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,8 +7,7 @@ import os
 import sys
 
 from loglake.cli.common import command_group
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+from loglake.config import LOG_LEVELS
 
 
 def cmd_broker_start(args: argparse.Namespace) -> int:
