@@ -166,6 +166,10 @@ class ReplicaManager:
         }
         # Told the partitions that went offline (on the event loop): the broker tells the controller.
         self.log_dir_failure_listeners: list[Callable[[list[TopicPartition]], None]] = []
+        # The offline partitions told in a controller epoch: a new controller hears of them
+        # again at its first LeaderAndIsr naming them (Kafka's controller learns them from
+        # that response's KAFKA_STORAGE_ERROR), or an unclean election could pick them.
+        self._told_offline: tuple[int, set[TopicPartition]] = (-1, set())
         # The event loop, once `start` ran; dirs that went offline before wait for it.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._offline_before_start: list[tuple[Path, list[TopicPartition]]] = []
@@ -249,8 +253,9 @@ class ReplicaManager:
                         raise
                     # The other partitions go on; the controller hears of this one below.
                     log.warning("broker %d: not hosting %s-%d: %s", self.broker_id, *key, exc.message)
-                    if key not in self.offline_partitions:
-                        self.offline_partitions[key] = exc.message
+                    self.offline_partitions.setdefault(key, exc.message)
+                    epoch, told = self._told_offline
+                    if epoch != controller_epoch or key not in told:
                         storage_errors.append(key)
                     continue
                 partition = Partition(
@@ -360,6 +365,10 @@ class ReplicaManager:
         self._tell_offline(partitions)
 
     def _tell_offline(self, partitions: list[TopicPartition]) -> None:
+        epoch, told = self._told_offline
+        if epoch != self.controller_epoch:
+            self._told_offline = epoch, told = self.controller_epoch, set()
+        told.update(partitions)
         for listener in self.log_dir_failure_listeners:
             listener(partitions)
 

@@ -1,5 +1,5 @@
 """The replica manager when a log dir fails: the partitions on it answer
-KAFKA_STORAGE_ERROR, are no longer hosted and are reported once (to tell the controller);
+KAFKA_STORAGE_ERROR, are no longer hosted and are reported once to each controller;
 a replica that existed is not created again elsewhere while a dir is offline."""
 
 from __future__ import annotations
@@ -73,6 +73,12 @@ def test_a_replica_of_an_offline_dir_found_at_start_up_is_reported(tmp_path: Pat
     replicas.log_dir_failure_listeners.append(reported.append)
     replicas.become_leader_or_follower(1, [entry("old", 3), entry("new", 0)])
     assert reported == [[("old", 0)]] and ("new", 0) in replicas.partitions
+    replicas.become_leader_or_follower(1, [entry("old", 4)])
+    assert reported == [[("old", 0)]]  # this controller knows
+    # A new controller (a failover) learns it again at its first LeaderAndIsr, once.
+    replicas.become_leader_or_follower(2, [entry("old", 5), entry("new", 1)])
+    replicas.become_leader_or_follower(2, [entry("old", 6)])
+    assert reported == [[("old", 0)], [("old", 0)]]
     try:
         replicas.hosted_partition("old", 0)
     except KafkaError as exc:
