@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -34,6 +35,19 @@ def call(cluster: LocalCluster, broker_id: int, api_key: ApiKey, version: int, b
 
 def partition(status: dict, topic: str, p: int = 0) -> dict:
     return next(x for x in status["partitions"] if x["topic"] == topic and x["partition"] == p)
+
+
+def known_leader(cluster: LocalCluster, broker_id: int, topic: str) -> tuple[int, int]:
+    """(leader, leader epoch) of the topic's partition 0 in `broker_id`'s metadata."""
+    body = {
+        "topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+        "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    }
+    (answer,) = call(cluster, broker_id, ApiKey.METADATA, 12, body)["topics"]
+    if answer["error_code"] or not answer["partitions"]:
+        return -1, -1
+    return answer["partitions"][0]["leader_id"], answer["partitions"][0]["leader_epoch"]
 
 
 def roles(cluster: LocalCluster) -> tuple[int, int, int]:
@@ -141,6 +155,13 @@ def test_produce_to_a_follower_names_the_current_leader(cluster: LocalCluster) -
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("moved", 1, replica_assignment=[[a, b]])])["moved"].result(timeout=60)
     state = partition(cluster.wait_for(lambda s: partition(s, "moved")["leader"] == a), "moved")
+    # As Kafka's tests: the leader a names is what b's metadata says. A LeaderAndIsr can
+    # reach b before the UpdateMetadata does; until then b answers NOT_LEADER_OR_FOLLOWER
+    # with no leader to name (Kafka's getCurrentLeader reads the metadata cache too).
+    deadline = time.monotonic() + 30
+    while known_leader(cluster, b, "moved") != (a, state["leader_epoch"]):
+        assert time.monotonic() < deadline, f"broker {b} never learned the leader: {known_leader(cluster, b, 'moved')}"
+        time.sleep(0.1)
     records = encode_batch([(None, b"x", (), None)], int(time.time() * 1000))
     body = {
         "acks": 1,
