@@ -57,6 +57,7 @@ from loglake.spark.offset_ranges import (
     OffsetRange,
     discover_partitions,
     list_offsets,
+    pack_ranges,
     report_data_loss,
     split_ranges,
     starting_offsets,
@@ -648,7 +649,11 @@ class LakeWriter:
         """Write the planned ranges and commit them on the planned snapshot (LakeConflict
         if a rival committed any of the planned partitions since)."""
         ranges = split_ranges(planned.ranges, None, self.max_records_per_task)
-        tasks = [WriteTask(self.table.path, self.table.layout, self.read, (r,), self.target_file_bytes) for r in ranges]
+        slots = self.spark.sparkContext.defaultParallelism
+        tasks = [
+            WriteTask(self.table.path, self.table.layout, self.read, packed, self.target_file_bytes)
+            for packed in pack_ranges(ranges, slots, self.max_records_per_task)
+        ]
         written: list[WrittenFile] = []
         if tasks:
             self._check_not_overtaken(planned)

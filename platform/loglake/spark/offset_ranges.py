@@ -215,6 +215,32 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None, max_reco
     return out
 
 
+def pack_ranges(ranges: list[OffsetRange], slots: int, max_records: int) -> list[tuple[OffsetRange, ...]]:
+    """Ranges (each at most `max_records`, as `split_ranges` leaves them) grouped into tasks:
+    as many tasks as `slots` (the cores that run them at once) or as `max_records` a task
+    calls for, whichever is more, and never more than the ranges. Largest first, each range
+    goes to the task with the fewest records so far, or to a task of its own where that one
+    would pass `max_records`. Few small partitions on few cores then run in one wave of
+    tasks instead of several: a Spark task costs its scheduling and a Python worker's
+    round trip whatever it reads."""
+    ranges = [r for r in ranges if r.size > 0]
+    if not ranges:
+        return []
+    total = sum(r.size for r in ranges)
+    wanted = min(len(ranges), max(slots, -(-total // max_records)))
+    tasks: list[list[OffsetRange]] = [[] for _ in range(wanted)]
+    sizes = [0] * wanted
+    for r in sorted(ranges, key=lambda r: r.size, reverse=True):
+        i = min(range(len(tasks)), key=sizes.__getitem__)
+        if sizes[i] and sizes[i] + r.size > max_records:
+            tasks.append([])
+            sizes.append(0)
+            i = len(tasks) - 1
+        tasks[i].append(r)
+        sizes[i] += r.size
+    return sorted(tuple(sorted(task)) for task in tasks if task)
+
+
 def starting_offsets(
     client: ProtocolClient, partitions: list[TopicPartition], options: ReadOptions, *, from_group: bool
 ) -> dict[TopicPartition, int]:
