@@ -115,9 +115,9 @@ def cut_of(
     ms: int,
     size: int,
 ) -> int | None:
-    def spans():
-        for a, b in parts:
-            yield RowSpan(offsets[a:b], millis[a:b], sizes[a:b])
+    def spans(sized):
+        for i, (a, b) in enumerate(parts):
+            yield RowSpan(offsets[a:b], millis[a:b], sizes[a:b] if sized(i) else None)
 
     return streamed_retention_cut(spans, log_start, log_size, Retention(ms, size), NOW)
 

@@ -78,28 +78,40 @@ def retention_cut(
         timestamps_ms.to_numpy(zero_copy_only=False),
         None if sizes is None else sizes.to_numpy(zero_copy_only=False),
     )
-    return streamed_retention_cut(lambda: iter((span,)), log_start, log_size, retention, now_ms)
+    return streamed_retention_cut(lambda _: iter((span,)), log_start, log_size, retention, now_ms)
+
+
+# A partition's rows, a run at a time, with sizes where asked (see streamed_retention_cut).
+Spans = Callable[[Callable[[int], bool]], Iterator[RowSpan]]
 
 
 def streamed_retention_cut(
-    spans: Callable[[], Iterator[RowSpan]], log_start: int, log_size: int, retention: Retention, now_ms: int
+    spans: Spans, log_start: int, log_size: int, retention: Retention, now_ms: int
 ) -> int | None:
     """Where a partition's lake part may start now (rows below it expired), None if nothing
-    expired. `spans()` yields the rows in ascending offsets, a run at a time: it is called
-    twice for retention.bytes (the lake-only bytes first), and the second walk stops at the
-    cut. As Kafka's retention, only a leading run goes: by time, the rows before the first
-    one not older than retention.ms; by size, the oldest rows that are only in the lake
-    (below `log_start`) while they and the local log exceed retention.bytes."""
+    expired. `spans(sized)` yields the rows in ascending offsets, a run at a time, with their
+    stored sizes in the runs `sized(i)` picks (the i-th run). For retention.bytes they are
+    walked twice: every run's lake-only bytes first, then the walk to the cut, which needs
+    the sizes of one run only (where the excess is covered); it stops at the cut. As Kafka's
+    retention, only a leading run goes: by time, the rows before the first one not older
+    than retention.ms; by size, the oldest rows that are only in the lake (below
+    `log_start`) while they and the local log exceed retention.bytes."""
     excess = 0
+    crossing = covered = -1  # the run where the excess is covered, and the bytes before it
     if retention.bytes >= 0:
-        lake_only = sum(int(s.sizes[s.offsets < log_start].sum()) for s in spans() if s.sizes is not None)
-        excess = lake_only + log_size - retention.bytes
+        lake_bytes = [int(s.sizes[s.offsets < log_start].sum()) for s in spans(lambda _: True) if s.sizes is not None]
+        excess = sum(lake_bytes) + log_size - retention.bytes
+        before = 0
+        for i, run_bytes in enumerate(lake_bytes):
+            if before + run_bytes >= excess > 0:
+                crossing, covered = i, before
+                break
+            before += run_bytes
     by_time = by_size = None  # each rule's first kept offset, once found
     time_open, size_open = retention.ms >= 0, excess > 0
     size_next = False  # the size rule keeps from the row after the last one seen
     first = last = None
-    covered = 0  # bytes of the lake-only rows walked so far
-    for span in spans():
+    for i, span in enumerate(spans(lambda i: i == crossing)):
         if not len(span.offsets):
             continue
         if first is None:
@@ -110,20 +122,18 @@ def streamed_retention_cut(
             young = np.flatnonzero(span.millis >= now_ms - retention.ms)
             if len(young):
                 by_time, time_open = int(span.offsets[young[0]]), False
-        if size_open and span.sizes is not None:
+        if size_open:
             lake = int(np.count_nonzero(span.offsets < log_start))  # a leading run: offsets ascend
-            cumulative = covered + np.cumsum(span.sizes[:lake])
-            done = int(np.searchsorted(cumulative, excess))  # the row that covers the excess
-            if done < lake:
+            if i == crossing and span.sizes is not None:
+                # The row that covers the excess goes too; the cut is the next one's offset.
+                done = int(np.searchsorted(covered + np.cumsum(span.sizes[:lake]), excess))
                 size_open = False
                 if done + 1 < len(span.offsets):
                     by_size = int(span.offsets[done + 1])
                 else:
                     size_next = True
-            elif lake < len(span.offsets):  # every lake-only row goes, and no more
+            elif crossing < 0 and lake < len(span.offsets):  # every lake-only row goes, and no more
                 by_size, size_open = int(span.offsets[lake]), False
-            elif lake:
-                covered = int(cumulative[-1])
         last = int(span.offsets[-1])
         if not (time_open or size_open or size_next):
             break
@@ -171,11 +181,11 @@ def partition_cut(task: CutTask) -> tuple[int, int | None]:
     """(partition, cut) of one partition, from its files read in the task that runs this, a
     group of files at a time: a partition's lake part may be far larger than a task's memory."""
     filesystem, base = table_filesystem(task.table)
-    with_sizes = task.retention.bytes >= 0
-    columns = ["offset", "timestamp"] + (["key", "value", "headers"] if with_sizes else [])
 
-    def spans() -> Iterator[RowSpan]:
-        for group in task.file_groups:
+    def spans(sized: Callable[[int], bool]) -> Iterator[RowSpan]:
+        for i, group in enumerate(task.file_groups):
+            with_sizes = task.retention.bytes >= 0 and sized(i)
+            columns = ["offset", "timestamp"] + (["key", "value", "headers"] if with_sizes else [])
             parts = []
             for path in group:
                 with filesystem.open_input_file(f"{base}/{path}") as f:
