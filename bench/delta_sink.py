@@ -21,18 +21,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 
 import pyarrow as pa
 from deltalake import write_deltalake
 
 from bench.events import peak_rss, produce_events
 from bench.kafka_common import create_topic, loglake_cluster
-from bench.process_cpu import cpu_by_kind
+from bench.process_cpu import cpu_by_kind, jit_seconds
 
 PARTITIONS = 6
 TOPIC = "lake-bench"
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_line(cpu: Mapping[str, float]) -> str:
@@ -53,29 +51,6 @@ def arrow_rows(bootstrap: str, topic: str, layout, read) -> pa.Table:
         for decoded in read_range(read, OffsetRange(tp.topic, tp.partition, 0, end))
     ]
     return pa.concat_tables(batches)
-
-
-def jit_seconds() -> float:
-    """CPU seconds so far of the JIT compiler threads (C1, C2) of the JVMs this process started:
-    a young JVM keeps compiling for a while, and that is not the lake writer's work."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            if (
-                stat[stat.index("(") + 1 : stat.rindex(")")] != "java"
-                or int(stat.split(")")[1].split()[1]) != os.getpid()
-            ):
-                continue
-            for thread in (entry / "task").iterdir():
-                fields = (thread / "stat").read_text()
-                if "CompilerThre" in fields[fields.index("(") : fields.rindex(")")]:
-                    total += sum(int(f) for f in fields[fields.rindex(")") + 2 :].split()[11:13]) / _TICKS
-        except (OSError, ValueError):
-            continue
-    return total
 
 
 def timed(run) -> tuple[float, dict[str, float]]:

@@ -14,18 +14,22 @@ from pathlib import Path
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _parsed(stat: Path) -> tuple[str, list[str]]:
+    """A /proc stat file's command name and the fields after it: fields[0] is field 3 of
+    proc(5), so ppid is fields[1] and utime, stime, cutime, cstime are fields[11:15]."""
+    raw = stat.read_text()
+    return raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
+
+
 def _stat(pid: int) -> tuple[int, str, float] | None:
     """(parent pid, what the process is, CPU seconds of the process and its reaped children)."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        name, fields = _parsed(Path(f"/proc/{pid}/stat"))
         command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    name = raw[raw.index("(") + 1 : raw.rindex(")")]
     if b"ingest_gateway" in command:
         name = "broker"
-    fields = raw[raw.rindex(")") + 2 :].split()
-    # fields[0] is field 3 of proc(5): ppid is field 4, utime..cstime fields 14-17.
     return int(fields[1]), name, sum(int(f) for f in fields[11:15]) / _TICKS
 
 
@@ -63,3 +67,23 @@ def cpu_by_kind() -> Counter[str]:
         else:
             totals["other"] += seconds
     return Counter(totals)  # a Counter, for subtract()
+
+
+def jit_seconds() -> float:
+    """CPU seconds so far of the JIT compiler threads (C1, C2) of the JVMs this process started:
+    a young JVM keeps compiling for a while, and that is not the work being measured."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            name, fields = _parsed(entry / "stat")
+            if name != "java" or int(fields[1]) != os.getpid():
+                continue
+            for thread in (entry / "task").iterdir():
+                thread_name, thread_fields = _parsed(thread / "stat")
+                if "CompilerThre" in thread_name:
+                    total += sum(int(f) for f in thread_fields[11:13]) / _TICKS  # utime, stime
+        except (OSError, ValueError):
+            continue
+    return total
