@@ -9,8 +9,6 @@ import base64
 import binascii
 import logging
 import random
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from loglake.partitioner import StickyPartitioner, murmur2, numpy_murmur2_many, 
 from loglake.record import native_encode
 from loglake.record.batch import decode_batches
 from loglake.record.native_encode import NativeEncode, load_native
+from native_helpers import build_native, build_other
 
 from ingest_gateway.http import rest_records
 from ingest_gateway.http.rest_records import (
@@ -34,20 +33,13 @@ from ingest_gateway.http.rest_records import (
     rows_of,
 )
 
-BUILD = Path(__file__).resolve().parents[2] / "scripts" / "build_native.sh"
 NOW_MS = 1_700_000_000_000
 MAX_BATCH = 1_048_588
 
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> NativeEncode:
-    """The library built from the current source by set-up's script, into the test's
-    directory: a library left from an older source cannot make these pass."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler: the native encoding cannot be built (Python does the work)")
-    out = tmp_path_factory.mktemp("native")
-    subprocess.run(["bash", str(BUILD), str(out / "libloglake_walk.so"), str(out / "libloglake_encode.so")], check=True)
-    loaded = load_native(out / "libloglake_encode.so")
+    loaded = load_native(build_native(tmp_path_factory.mktemp("native")).encode)
     assert loaded is not None
     return loaded
 
@@ -270,11 +262,7 @@ def test_without_the_library_python_does_the_work(
 def test_a_library_not_built_from_this_source_is_not_used(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str, said: str
 ) -> None:
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    (tmp_path / "other.c").write_text(source + "\n")
-    library = tmp_path / "libother.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "other.c")], check=True)
+    library = build_other(tmp_path, source + "\n")
     caplog.set_level(logging.DEBUG, logger=native_encode.__name__)
     assert load_native(library) is None
     assert "record encoding: in Python" in caplog.text and said in caplog.text

@@ -5,9 +5,6 @@ exactly what a record-by-record walk finds, and refuse what it refuses; the nati
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +22,7 @@ from loglake.record.walk import (
     record_starts,
     sections_record_starts,
 )
+from native_helpers import build_native, build_other
 
 
 def _section(lengths: list[int]) -> tuple[bytes, list[int]]:
@@ -134,24 +132,11 @@ def test_property_one_record_check_agrees_with_the_walk(data, start, end) -> Non
 # source next to walk.py cannot make these pass.
 
 
-def _compiler() -> str:
-    compiler = shutil.which(os.environ.get("CC", "cc"))
-    if compiler is None:
-        pytest.skip("no C compiler: the native walk cannot be built (loglake walks in Python)")
-    return compiler
-
-
 @pytest.fixture(scope="module")
 def native(tmp_path_factory: pytest.TempPathFactory) -> NativeWalk:
-    _compiler()
-    library = tmp_path_factory.mktemp("native") / "libloglake_walk.so"
-    subprocess.run(["bash", str(BUILD), str(library)], check=True)
-    loaded = load_native(library)
+    loaded = load_native(build_native(tmp_path_factory.mktemp("native")).walk)
     assert loaded is not None
     return loaded
-
-
-BUILD = Path(__file__).resolve().parents[2] / "scripts" / "build_native.sh"
 
 
 def _overlong(value: int, size: int) -> bytes:
@@ -317,15 +302,20 @@ def test_without_the_library_records_are_walked_in_python(
     assert joined.tolist() == starts + [len(data) + s for s in starts]
 
 
-def test_a_library_of_another_abi_version_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    compiler = _compiler()
-    source = tmp_path / "old.c"
-    source.write_text("long loglake_walk_abi(void) { return 0; }\nlong loglake_walk(void) { return 0; }\n")
-    library = tmp_path / "libold.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("long loglake_walk_abi(void) { return 0; }", "ABI version 0"),  # an older source's
+        ("long loglake_walk_abi(void) { return 2; }", "loglake_record_columns"),  # a function missing
+    ],
+)
+def test_a_library_not_built_from_this_source_is_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str, said: str
+) -> None:
+    library = build_other(tmp_path, source + "\nlong loglake_walk(void) { return 0; }\n")
     caplog.set_level(logging.DEBUG, logger=walk.__name__)
     assert load_native(library) is None
-    assert "ABI version 0" in caplog.text
+    assert "record walk: in Python" in caplog.text and said in caplog.text
 
 
 def test_the_library_set_up_built_is_the_one_in_use_when_present() -> None:

@@ -1,11 +1,14 @@
 """The fields of many records at once: numpy arrays over joined records sections.
 
-Where a record starts depends on where the one before it ended, so the starts come from
-the walk over the records' length varints (`loglake.record.walk`, the one the broker runs
-to check produced batches); every other field of every record is
-then read with numpy over the whole buffer. Used by the Spark decoder (records to Arrow),
-the log cleaner (keys and offsets of whole segments) and the check that a compacted
-topic gets keyed records only.
+Where a record starts depends on where the one before it ended. With loglake's native
+library (`_walk.c`, loaded by `loglake.record.walk`), one C pass over the joined sections
+walks the records and reads every field up to the headers on the way, a few nanoseconds a
+record. Without it, the starts come from the walk over the records' length varints (the
+one the broker runs to check produced batches) and every other field of every record is
+then read with numpy over the whole buffer, one pass a field. Both give the same columns
+and refuse corrupt records with the same error. Used by the Spark decoder (records to
+Arrow), the log cleaner (keys and offsets of whole segments) and the check that a
+compacted topic gets keyed records only.
 """
 
 from __future__ import annotations
@@ -18,18 +21,29 @@ import pyarrow as pa
 from loglake.errors import ErrorCode, KafkaError, RecordError, RecordValidationError
 from loglake.record.compression import decompress
 from loglake.record.header import HEADER_SIZE, RecordBatchHeader
-from loglake.record.walk import sections_record_starts
+from loglake.record.walk import (
+    COLUMNS_LONG_VARINT,
+    COLUMNS_NOT_RECORDS,
+    COLUMNS_PAST_RECORD,
+    NativeWalk,
+    native,
+    sections_record_starts,
+)
 
 # Varints are read up to 10 bytes past a position; a joined buffer ends with this padding so
 # that a read near its end stays inside it (lengths are checked against record ends after).
 PADDING = bytes(16)
+
+_NOT_RECORDS = "a batch's records do not match its record count"
+_LONG_VARINT = "varint longer than 10 bytes"
+_PAST_RECORD = "a record's fields run past its length"
 
 
 def _record_starts(data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray:
     """Where each record starts in `data`, checking each section holds exactly its count."""
     starts = sections_record_starts(data, section_ends, counts)
     if starts is None:
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a batch's records do not match its record count")
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, _NOT_RECORDS)
     return starts
 
 
@@ -45,7 +59,7 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     shift = 7
     while more.size:
         if shift > 63:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "varint longer than 10 bytes")
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, _LONG_VARINT)
         byte = buf.take(pos.take(more) + size.take(more))
         # int64 holds the 64 bits; bit 63 wraps to the sign, undone by the masked shift below.
         value[more] |= (byte & 0x7F).astype(np.int64) << shift
@@ -55,9 +69,12 @@ def read_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ((value >> 1) & 0x7FFF_FFFF_FFFF_FFFF) ^ -(value & 1), pos + size
 
 
-def check_within(pos: np.ndarray, record_ends: np.ndarray) -> None:
-    if (pos > record_ends).any():
-        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record's fields run past its length")
+def check_within(pos: np.ndarray, lengths: np.ndarray, record_ends: np.ndarray) -> None:
+    """CORRUPT_MESSAGE unless each field of `lengths[i]` bytes (none if negative: a null) at
+    `pos[i]` ends by `record_ends[i]`. Compared as lengths, not as end positions: a corrupt
+    length near 2**63 would overflow int64 and pass."""
+    if (np.maximum(lengths, 0) > record_ends - pos).any():
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, _PAST_RECORD)
 
 
 def byte_ranges(kind: pa.DataType, data: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
@@ -101,6 +118,33 @@ def read_record_columns(data: bytes, section_ends: list[int], counts: list[int])
     """Every record's fields up to its headers. `data` is records sections joined (each
     decompressed), ending with PADDING; `section_ends[i]` is where section i ends and
     `counts[i]` how many records its batch declares. Raises CORRUPT_MESSAGE."""
+    walk = native()
+    if walk is None:
+        return numpy_record_columns(data, section_ends, counts)
+    return native_record_columns(walk, data, section_ends, counts)
+
+
+_NATIVE_ERRORS = {
+    COLUMNS_NOT_RECORDS: _NOT_RECORDS,
+    COLUMNS_LONG_VARINT: _LONG_VARINT,
+    COLUMNS_PAST_RECORD: _PAST_RECORD,
+}
+
+
+def native_record_columns(walk: NativeWalk, data: bytes, section_ends: list[int], counts: list[int]) -> RecordColumns:
+    """`read_record_columns` in one C pass."""
+    columns = walk.record_columns(data, section_ends, counts)
+    if isinstance(columns, int):
+        if columns in _NATIVE_ERRORS:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, _NATIVE_ERRORS[columns])
+        # COLUMNS_OUT_OF_DATA: `data` lacks its PADDING (a caller's bug, not corrupt records):
+        # the numpy path fails as it does on it.
+        return numpy_record_columns(data, section_ends, counts)
+    return RecordColumns(*columns)
+
+
+def numpy_record_columns(data: bytes, section_ends: list[int], counts: list[int]) -> RecordColumns:
+    """`read_record_columns` without the native library: the walk, then numpy passes."""
     starts = _record_starts(data, section_ends, counts)
     buf = np.frombuffer(data, dtype=np.uint8)
     length, pos = read_varints(buf, starts)
@@ -111,12 +155,10 @@ def read_record_columns(data: bytes, section_ends: list[int], counts: list[int])
     timestamp_delta, pos = read_varints(buf, pos)
     offset_delta, pos = read_varints(buf, pos)
     key_len, key_pos = read_varints(buf, pos)
-    pos = key_pos + np.maximum(key_len, 0)
-    check_within(pos, ends)
-    value_len, value_pos = read_varints(buf, pos)
-    pos = value_pos + np.maximum(value_len, 0)
-    check_within(pos, ends)
-    header_count, header_pos = read_varints(buf, pos)
+    check_within(key_pos, key_len, ends)
+    value_len, value_pos = read_varints(buf, key_pos + np.maximum(key_len, 0))
+    check_within(value_pos, value_len, ends)
+    header_count, header_pos = read_varints(buf, value_pos + np.maximum(value_len, 0))
     return RecordColumns(
         starts, ends, timestamp_delta, offset_delta, key_pos, key_len, value_pos, value_len, header_count, header_pos
     )

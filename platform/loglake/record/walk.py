@@ -35,8 +35,16 @@ logger = logging.getLogger(__name__)
 
 LIBRARY = Path(__file__).with_name("libloglake_walk.so")
 # _walk.c's LOGLAKE_WALK_ABI: a library built from another version of the source is not used.
-_ABI = 1
+_ABI = 2
 _ZERO = array("q", [0])
+
+# loglake_record_columns' errors (_walk.c's COLUMNS_*).
+COLUMNS_NOT_RECORDS = -1  # a section's walk failed, or a section is outside the data
+COLUMNS_LONG_VARINT = -2  # a field's varint is longer than 10 bytes
+COLUMNS_PAST_RECORD = -3  # a key or a value runs past its record's end
+COLUMNS_OUT_OF_DATA = -4  # a field's varint runs past the data (the caller left out the padding)
+# The arrays of loglake_record_columns' output, in order (RecordColumns' fields).
+COLUMNS_FIELDS = 10
 
 # A run is taken only when at least this many records have the same length; the first
 # _PROBE of them are checked before all of them, so a failed try costs little.
@@ -51,9 +59,12 @@ _MAX_SINGLES = 4096
 class NativeWalk:
     """The C walk: `walk(data, start, end, count, starts address or None)` is 0 when
     `data[start:end]` holds exactly `count` records (writing their starts), else negative.
-    The C code trusts its bounds: every method checks them first."""
+    `columns(data, size, section ends address, counts address, sections, out address)`
+    reads every record's fields (`record_columns`). The C code trusts its bounds: every
+    method checks them first."""
 
     walk: Callable[[bytes, int, int, int, int | None], int]
+    columns: Callable[[bytes, int, int, int, int, int], int]
 
     def record_starts(self, data: bytes, start: int, end: int, count: int) -> np.ndarray | None:
         if not _plausible(data, start, end, count):
@@ -83,6 +94,23 @@ class NativeWalk:
     def holds_records(self, data: bytes, start: int, end: int, count: int) -> bool:
         return _plausible(data, start, end, count) and self.walk(data, start, end, count, None) == 0
 
+    def record_columns(self, data: bytes, section_ends: list[int], counts: list[int]) -> np.ndarray | int:
+        """The sections of `sections_record_starts` walked once, every record's fields read on
+        the way: an array of COLUMNS_FIELDS rows (start, end, timestamp delta, offset delta,
+        key position and length, value position and length, header count and position) with
+        one column per record, or a negative COLUMNS_* code."""
+        at = 0
+        for end, count in zip(section_ends, counts, strict=True):
+            if not _plausible(data, at, end, count):
+                return COLUMNS_NOT_RECORDS  # before the array is sized by the counts
+            at = end
+        out = np.empty((COLUMNS_FIELDS, sum(counts)), dtype=np.int64)
+        ends, sizes = array("q", section_ends), array("q", counts)
+        code = self.columns(
+            data, len(data), ends.buffer_info()[0], sizes.buffer_info()[0], len(counts), out.ctypes.data
+        )
+        return out if code == 0 else code
+
 
 def load_native(path: Path) -> NativeWalk | None:
     """The C walk of the library at `path`, or None (the walk in Python) if it is missing,
@@ -94,17 +122,34 @@ def load_native(path: Path) -> NativeWalk | None:
         if abi() != _ABI:
             raise OSError(f"ABI version {abi()}, this loglake needs {_ABI}: rebuild with scripts/build_native.sh")
         walk = library.loglake_walk
+        columns = library.loglake_record_columns
     except (OSError, AttributeError) as exc:
         logger.debug("record walk: in Python (native walk %s not loaded: %s)", path, exc)
         return None
     # c_void_p takes bytes as a pointer to their contents (no copy) and an int as an address.
     walk.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     walk.restype = ctypes.c_int64
+    columns.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+    ]
+    columns.restype = ctypes.c_int64
     logger.debug("record walk: native (%s)", path)
-    return NativeWalk(walk)
+    return NativeWalk(walk, columns)
 
 
 _NATIVE = load_native(LIBRARY)
+
+
+def native() -> NativeWalk | None:
+    """The C walk in use, or None when records are walked in Python."""
+    return _NATIVE
+
+
 # A ctypes call costs about what walking one record in Python does (~0.6 µs, measured):
 # a single record (a linger.ms=0 producer's request) is checked in Python.
 _NATIVE_MIN_COUNT = 2

@@ -108,13 +108,13 @@ def _headers(
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a record header has a null key")
         key_starts.append(p)
         key_lengths.append(key_len)
-        p = p + key_len
-        check_within(p, record_ends[active])
-        value_len, p = read_varints(buf, p)
+        ends = record_ends[active]
+        check_within(p, key_len, ends)
+        value_len, p = read_varints(buf, p + key_len)
         value_starts.append(p)
         value_lengths.append(value_len)
+        check_within(p, value_len, ends)
         p = p + np.maximum(value_len, 0)
-        check_within(p, record_ends[active])
         pos[active] = p
         k += 1
         active = active[counts[active] > k]
