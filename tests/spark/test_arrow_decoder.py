@@ -6,6 +6,7 @@ import random
 
 import pytest
 from loglake.errors import KafkaError
+from loglake.record import walk
 from loglake.record.batch import decode_batches, encode_batch
 from loglake.record.compression import CompressionType
 from loglake.spark.arrow_decoder import decode_fetch
@@ -100,3 +101,18 @@ def test_corrupt_batches_are_refused() -> None:
     batch[-3] ^= 0xFF  # inside the value: the CRC no longer matches
     with pytest.raises(KafkaError, match="CRC"):
         decode_fetch(memoryview(bytes(batch)), "t", 0, 0, 10, default_columns(False))
+
+
+def test_the_same_batch_with_and_without_the_native_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column, valid as Arrow sees it, equal whether the records were read and the bytes
+    copied by loglake's C library or by numpy and Arrow (a long topic name as well)."""
+    buf, end = random_batches(11)
+    native = decode_fetch(memoryview(buf), "orders.eu-west-1", 7, 2, end - 3, default_columns(True)).batch
+    native.validate(full=True)
+    monkeypatch.setattr(walk, "_NATIVE", None)
+    without = decode_fetch(memoryview(buf), "orders.eu-west-1", 7, 2, end - 3, default_columns(True)).batch
+    without.validate(full=True)
+    assert native.equals(without)
+    assert set(native.column("topic").to_pylist()) == {"orders.eu-west-1"}
+    assert set(native.column("partition").to_pylist()) == {7}
+    assert native.column("offset").to_pylist() == list(range(2, end - 3))

@@ -6,8 +6,11 @@ past their record, varints too long, wrong counts, the padding left out) the sam
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 
+import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +19,7 @@ from loglake.record import walk
 from loglake.record.columns import (
     PADDING,
     RecordColumns,
+    byte_ranges,
     native_record_columns,
     numpy_record_columns,
     read_record_columns,
@@ -211,3 +215,36 @@ def test_read_record_columns_uses_the_library_when_loaded_and_numpy_without(monk
     monkeypatch.setattr(walk, "_NATIVE", None)
     without = read_record_columns(data, [len(records)], [3])
     assert _outcome(lambda: without) == _outcome(lambda: loaded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=300), cuts=st.lists(st.integers(0, 300), max_size=40), nulls=st.lists(st.booleans()))
+def test_property_byte_ranges_copied_natively_or_by_arrow_are_the_bytes(
+    native: NativeWalk, data: bytes, cuts: list[int], nulls: list[bool]
+) -> None:
+    points = sorted(cut % (len(data) + 1) for cut in cuts)
+    starts = points[0:-1:2]
+    lengths = [-1 if null else end - start for start, end, null in zip(starts, points[1::2], nulls + [False] * 20)]
+    expected = [None if length < 0 else data[start : start + length] for start, length in zip(starts, lengths)]
+    buffer = pa.py_buffer(data)
+    gathered = native.gather_ranges(
+        buffer.address, buffer.size, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)
+    )
+    assert gathered is not None
+    offsets, values = gathered
+    assert [values[a:b].tobytes() for a, b in itertools.pairwise(offsets)] == [v or b"" for v in expected]
+    for library in (native, None):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(walk, "_NATIVE", library)
+            ranges = byte_ranges(
+                pa.binary(), buffer, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)
+            )
+        ranges.validate(full=True)
+        assert ranges.to_pylist() == expected
+
+
+def test_byte_ranges_outside_the_data_are_not_copied(native: NativeWalk) -> None:
+    buffer = pa.py_buffer(b"0123456789")
+    for starts, lengths in (([8], [3]), ([-1], [2]), ([0, 5], [5, 2**62])):
+        assert native.gather_ranges(buffer.address, 10, np.array(starts), np.array(lengths)) is None
+    assert native.gather_ranges(buffer.address, 10, np.array([10, 0]), np.array([0, -1])) is not None

@@ -16,6 +16,7 @@
  * byte outside the data it is given, whatever the bytes. */
 
 #include <stdint.h>
+#include <string.h>
 
 /* Raised whenever the signature or the meaning of the results changes, so that a library
  * left from an older source is not used (walk.py checks it). */
@@ -249,4 +250,30 @@ int64_t loglake_record_columns(
         }
     }
     return worst_code;
+}
+
+/* Copies the byte ranges data[pos[i] : pos[i] + len[i]] (none where len[i] < 0: a null) one
+ * after the other into `out`, and writes where range i starts there to offsets[i] and their
+ * total to offsets[n]: an Arrow binary array's buffers. Returns 0, or -1 as soon as a range
+ * lies outside data[0:size] or past out[0:capacity] (nothing is read or written outside
+ * them; what was written is garbage then). `capacity` is at most INT32_MAX. */
+int64_t loglake_gather(
+    const uint8_t *data, int64_t size, const int64_t *pos, const int64_t *len, int64_t n, int32_t *offsets,
+    uint8_t *out, int64_t capacity
+) {
+    int64_t o = 0;
+    for (int64_t i = 0; i < n; i++) {
+        offsets[i] = (int32_t)o;
+        int64_t p = pos[i], l = len[i];
+        if (l <= 0) {
+            continue;
+        }
+        if (p < 0 || p > size || l > size - p || l > capacity - o) {
+            return -1;
+        }
+        memcpy(out + o, data + p, (size_t)l);
+        o += l;
+    }
+    offsets[n] = (int32_t)o;
+    return 0;
 }

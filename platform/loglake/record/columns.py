@@ -84,17 +84,31 @@ def byte_ranges(kind: pa.DataType, data: pa.Buffer, starts: np.ndarray, lengths:
     if n == 0:
         return pa.array([], type=kind)
     valid = lengths >= 0
+    walk = native()
+    gathered = None if walk is None else walk.gather_ranges(data.address, data.size, starts, lengths)
+    if gathered is None:
+        offsets, values = _take_ranges(kind, data, starts, np.where(valid, lengths, 0))
+    else:
+        offsets, values = pa.py_buffer(gathered[0]), pa.py_buffer(gathered[1])
+    if valid.all():
+        return pa.Array.from_buffers(kind, n, [None, offsets, values])
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(kind, n, [bitmap, offsets, values], null_count=int(n - valid.sum()))
+
+
+def _take_ranges(
+    kind: pa.DataType, data: pa.Buffer, starts: np.ndarray, sizes: np.ndarray
+) -> tuple[pa.Buffer, pa.Buffer]:
+    """`byte_ranges`' offsets and values buffers without the native library: Arrow's `take`
+    (C++) over the ranges and the gaps between them."""
+    n = len(starts)
     bounds = np.empty(2 * n, dtype=np.int32)
     bounds[0::2] = starts
-    bounds[1::2] = starts + np.where(valid, lengths, 0)
+    bounds[1::2] = starts + sizes
     # Element 2i is range i, element 2i+1 the bytes between range i and range i+1.
     spans = pa.Array.from_buffers(kind, 2 * n - 1, [None, pa.py_buffer(bounds), data])
-    taken = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32)))
-    if valid.all():
-        return taken
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    _, offsets, values = taken.buffers()
-    return pa.Array.from_buffers(kind, n, [bitmap, offsets, values], null_count=int(n - valid.sum()))
+    _, offsets, values = spans.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int32))).buffers()
+    return offsets, values
 
 
 @dataclass(slots=True)

@@ -45,6 +45,7 @@ COLUMNS_PAST_RECORD = -3  # a key or a value runs past its record's end
 COLUMNS_OUT_OF_DATA = -4  # a field's varint runs past the data (the caller left out the padding)
 # The arrays of loglake_record_columns' output, in order (RecordColumns' fields).
 COLUMNS_FIELDS = 10
+_INT32_MAX = 2**31 - 1
 
 # A run is taken only when at least this many records have the same length; the first
 # _PROBE of them are checked before all of them, so a failed try costs little.
@@ -60,11 +61,12 @@ class NativeWalk:
     """The C walk: `walk(data, start, end, count, starts address or None)` is 0 when
     `data[start:end]` holds exactly `count` records (writing their starts), else negative.
     `columns(data, size, section ends address, counts address, sections, out address)`
-    reads every record's fields (`record_columns`). The C code trusts its bounds: every
-    method checks them first."""
+    reads every record's fields (`record_columns`); `gather(...)` copies byte ranges out
+    (`gather_ranges`). The C code trusts its bounds: every method checks them first."""
 
     walk: Callable[[bytes, int, int, int, int | None], int]
     columns: Callable[[bytes, int, int, int, int, int], int]
+    gather: Callable[[int, int, int, int, int, int, int, int], int]
 
     def record_starts(self, data: bytes, start: int, end: int, count: int) -> np.ndarray | None:
         if not _plausible(data, start, end, count):
@@ -111,6 +113,26 @@ class NativeWalk:
         )
         return out if code == 0 else code
 
+    def gather_ranges(
+        self, address: int, size: int, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The byte ranges [starts[i], starts[i] + lengths[i]) of the `size` bytes at
+        `address` (none for a negative length) copied one after the other: an Arrow binary
+        array's offsets (int32) and values; None if a range lies outside the bytes or they
+        would not fit int32 offsets."""
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        total = int(np.maximum(lengths, 0).sum())
+        if not 0 <= total <= min(size, _INT32_MAX):
+            return None
+        offsets = np.empty(len(starts) + 1, dtype=np.int32)
+        values = np.empty(total, dtype=np.uint8)
+        code = self.gather(
+            address, size, starts.ctypes.data, lengths.ctypes.data, len(starts), offsets.ctypes.data,
+            values.ctypes.data, total,
+        )  # fmt: skip
+        return None if code else (offsets, values)
+
 
 def load_native(path: Path) -> NativeWalk | None:
     """The C walk of the library at `path`, or None (the walk in Python) if it is missing,
@@ -123,23 +145,19 @@ def load_native(path: Path) -> NativeWalk | None:
             raise OSError(f"ABI version {abi()}, this loglake needs {_ABI}: rebuild with scripts/build_native.sh")
         walk = library.loglake_walk
         columns = library.loglake_record_columns
+        gather = library.loglake_gather
     except (OSError, AttributeError) as exc:
         logger.debug("record walk: in Python (native walk %s not loaded: %s)", path, exc)
         return None
     # c_void_p takes bytes as a pointer to their contents (no copy) and an int as an address.
-    walk.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    walk.restype = ctypes.c_int64
-    columns.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-    ]
-    columns.restype = ctypes.c_int64
+    pointer, number = ctypes.c_void_p, ctypes.c_int64
+    walk.argtypes = [pointer, number, number, number, pointer]
+    columns.argtypes = [pointer, number, pointer, pointer, number, pointer]
+    gather.argtypes = [pointer, number, pointer, pointer, number, pointer, pointer, number]
+    for function in (walk, columns, gather):
+        function.restype = number
     logger.debug("record walk: native (%s)", path)
-    return NativeWalk(walk, columns)
+    return NativeWalk(walk, columns, gather)
 
 
 _NATIVE = load_native(LIBRARY)
