@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds loglake's native code as shared libraries that loglake loads with ctypes:
-#   platform/loglake/record/_walk.c   -> libloglake_walk.so   (the record walk, loglake.record.walk)
+#   platform/loglake/record/_walk.c   -> libloglake_walk.so   (the record walk and record fields,
+#                                                            loglake.record.walk and .columns)
 #   platform/loglake/record/_encode.c -> libloglake_encode.so (HTTP produce's record encoding,
 #                                                              loglake.record.native_encode)
 # Optional: without a C compiler, or if a build fails, loglake does the same work in Python,

@@ -1,5 +1,5 @@
-/* The record walk of loglake/record/walk.py and the record fields of
- * loglake/record/columns.py in C.
+/* The record walk of loglake/record/walk.py, and the record fields and byte ranges of
+ * loglake/record/columns.py, in C.
  *
  * The walk: where each record of a Kafka v2 records section starts. Each record begins with
  * its length as a zig-zag varint, so a record's start depends on the previous record's
@@ -9,6 +9,9 @@
  * The columns: in the same single pass over joined records sections, every record's fields
  * up to its headers (timestamp and offset deltas, key and value positions and lengths, header
  * count and position), which numpy otherwise reads with several passes over the whole buffer.
+ *
+ * The byte ranges: keys and values copied out of the joined sections one after the other
+ * into an Arrow binary array's buffers (Arrow's take over the ranges costs ~3 times more).
  *
  * Built as a plain shared library (scripts/build_native.sh) and called with ctypes; when it
  * is absent, walk.py walks in Python and columns.py reads the fields with numpy. Both accept

@@ -15,6 +15,11 @@ The same walk in C (`_walk.c`, a shared library that set-up builds next to this 
 scripts/build_native.sh) takes a few nanoseconds a record whatever the lengths; it is
 loaded with ctypes at import and used when present, else the walk above runs (one debug
 log line says which). Both accept and refuse exactly the same sections.
+
+The library also holds what `loglake.record.columns` does fastest in C, bound here with the
+walk (`NativeWalk`): every record's fields read in the walk's one pass over joined sections
+(`record_columns`), and byte ranges copied out into an Arrow binary array's buffers
+(`gather_ranges`).
 """
 
 from __future__ import annotations

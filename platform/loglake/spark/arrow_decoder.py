@@ -2,10 +2,12 @@
 
 Decoding is per batch, not per record: the batch headers are parsed one by one (a few
 per megabyte), the records sections are inflated and joined into one buffer, and every
-field of every record is then read with numpy over that buffer (`loglake.record.columns`).
-Where each record starts comes from the record walk the broker also uses to check produced
-batches (`loglake.record.walk`): runs of equal-length records are found with numpy, other
-records one by one. Keys, values and header fields are cut out of the joined buffer by Arrow's `take` over (start, end) pairs, in C++.
+field of every record up to its headers is read over that buffer at once
+(`loglake.record.columns`: one C pass with the record walk the broker also uses to check
+produced batches; numpy passes without the native library). Keys, values and header fields
+are copied out of the joined buffer into Arrow arrays by `byte_ranges` (C; Arrow's `take`
+without the library); the other columns are built from per-batch values with numpy, no
+per-record Python.
 
 This is the one place that sees batch attributes, so it is where control batches are
 skipped and, for read_committed, the batches of aborted transactions (the Fetch answer
