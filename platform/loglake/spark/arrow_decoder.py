@@ -208,7 +208,7 @@ def decode_fetch(
 
 
 def _repeated_string(value: str, n: int) -> pa.Array:
-    """`value` n times (a string array built from its buffers: pa.repeat takes ~20 ns an item)."""
+    """`value` n times, built from its buffers (~0.5 ns an item; pa.repeat of a scalar ~2.5)."""
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
