@@ -40,18 +40,29 @@ def _bytes_field(value: bytes | None) -> bytes:
     return encode_varint(-1) if value is None else encode_varint(len(value)) + value
 
 
-@st.composite
-def _record_body(draw: st.DrawFn) -> bytes:
-    """A valid record after its length: attributes, deltas, key, value, headers."""
-    delta = st.one_of(st.integers(-3, 300), st.integers(-(2**63), 2**63 - 1))
-    body = b"\x00" + encode_varint(draw(delta)) + encode_varint(draw(delta))
-    body += _bytes_field(draw(st.none() | st.binary(max_size=20)))
-    body += _bytes_field(draw(st.none() | st.binary(max_size=150)))
-    headers = draw(st.lists(st.tuples(st.binary(max_size=4), st.none() | st.binary(max_size=4)), max_size=3))
-    body += encode_varint(len(headers))
-    for name, value in headers:
-        body += encode_varint(len(name)) + name + _bytes_field(value)
+_delta = st.one_of(st.integers(-3, 300), st.integers(-(2**63), 2**63 - 1))
+_header = st.tuples(st.binary(max_size=4), st.none() | st.binary(max_size=4))
+# A valid record's fields: timestamp delta, offset delta, key, value, headers.
+_record_fields = st.tuples(
+    _delta,
+    _delta,
+    st.none() | st.binary(max_size=20),
+    st.none() | st.binary(max_size=150),
+    st.lists(_header, max_size=3),
+)
+
+
+def _encode_body(fields: tuple) -> bytes:
+    """A record after its length: attributes, deltas, key, value, headers."""
+    timestamp_delta, offset_delta, key, value, headers = fields
+    body = b"\x00" + encode_varint(timestamp_delta) + encode_varint(offset_delta)
+    body += _bytes_field(key) + _bytes_field(value) + encode_varint(len(headers))
+    for name, header_value in headers:
+        body += encode_varint(len(name)) + name + _bytes_field(header_value)
     return body
+
+
+_record_body = _record_fields.map(_encode_body)
 
 
 # Varint bytes as a field may hold them: any value in its shortest form, or any run of
@@ -97,7 +108,7 @@ _data_mutation = st.one_of(
     st.tuples(st.just("padding"), st.integers(0, len(PADDING) - 1)),
 )
 
-_sections = st.lists(st.lists(st.tuples(_record_body(), _body_mutation), max_size=12), max_size=4)
+_sections = st.lists(st.lists(st.tuples(_record_body, _body_mutation), max_size=12), max_size=4)
 
 
 def _joined(sections: list[list[tuple[bytes, tuple]]], mutation: tuple) -> tuple[bytes, list[int], list[int]]:
@@ -154,13 +165,19 @@ def test_property_native_columns_are_the_numpy_columns_or_the_same_error(
 
 
 @settings(max_examples=300, deadline=None)
-@given(sections=_sections)
+@given(sections=st.lists(st.lists(_record_fields, max_size=12), max_size=4))
 def test_property_valid_records_read_natively_as_written(native: NativeWalk, sections) -> None:
-    """Records that are not corrupt always read (their fields in the columns, not an error)."""
-    valid = [[(body, ("none",)) for body, _ in section] for section in sections]
-    data, ends, counts = _joined(valid, ("none",))
+    """Records that are not corrupt read as they were written."""
+    data, ends, counts = _joined([[(_encode_body(fields), ("none",)) for fields in s] for s in sections], ("none",))
     columns = native_record_columns(native, data, ends, counts)
-    assert len(columns.starts) == sum(counts)
+    written = [fields for section in sections for fields in section]
+    assert columns.timestamp_delta.tolist() == [fields[0] for fields in written]
+    assert columns.offset_delta.tolist() == [fields[1] for fields in written]
+    for pos, length, index in ((columns.key_pos, columns.key_len, 2), (columns.value_pos, columns.value_len, 3)):
+        found = [None if n < 0 else data[p : p + n] for p, n in zip(pos.tolist(), length.tolist(), strict=True)]
+        assert found == [fields[index] for fields in written]
+    assert columns.header_count.tolist() == [len(fields[4]) for fields in written]
+    assert columns.starts.tolist()[1:] == columns.ends.tolist()[:-1]  # records tile the sections
     assert _outcome(native_record_columns, native, data, ends, counts) == _outcome(
         numpy_record_columns, data, ends, counts
     )
