@@ -228,6 +228,27 @@ def test_reads_after_a_truncation_never_use_the_old_tail_positions(tmp_path: Pat
         assert bounded is None if i == 0 else bounded.next_offset == m.offset
 
 
+def test_a_boundary_found_before_a_truncation_and_stored_after_it_is_not_used(tmp_path: Path) -> None:
+    """A reader on another thread can find a boundary, lose the processor to a truncation
+    and new appends, and store it then."""
+    segment = open_segment(tmp_path, interval=10_000)
+    written = fill(segment, 10)
+    generation = segment._generation
+    stale = (written[7].offset, written[7].position)
+    segment.truncate_to(written[5].offset)
+    more, offset = [], written[5].offset
+    for i in range(4):  # four records each, bigger: the old offset and position fall inside them
+        data = stamped(make_batch(4, timestamp=90_000 + i, value_size=60, tag=200 + i), offset)
+        header = RecordBatchHeader.parse(data)
+        position = segment.append(data, header.last_offset, header.max_timestamp, header.last_offset)
+        more.append(Written(offset, header.last_offset, position, data))
+        offset = header.next_offset
+    at = next(i for i, m in enumerate(more) if m.offset < stale[0] <= m.last_offset)
+    assert all(m.position != stale[1] for m in more) and more[-1].position > stale[1]
+    segment._remember_boundary(*stale, generation)
+    assert segment.read(stale[0], 10**6).read_bytes() == b"".join(m.data for m in more[at:])
+
+
 def fill_from(segment: LogSegment, offset: int, count: int) -> list[Written]:
     written = []
     for i in range(count):

@@ -37,7 +37,7 @@ DELETED_FILE_SUFFIX = ".deleted"
 RECOVERY_CHUNK = 8 * 1024 * 1024
 # How many recent batch boundaries a segment remembers (see LogSegment._boundaries).
 RECENT_BOUNDARIES = 32
-_NO_BOUNDARY = (-1, -1)
+_NO_BOUNDARY = (-1, -1, -1)
 
 
 def filename_prefix(offset: int) -> str:
@@ -78,14 +78,16 @@ class LogSegment:
         # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
         self._rolling_based_timestamp: int | None = None
         self._bytes_since_last_index_entry = 0
-        # (offset, position) pairs: the batch at `position` (or the end of the file there) is
-        # the first whose last offset reaches `offset`. Taken from appends and from reads'
-        # ends, where the next fetch of a follower or consumer starts; a fetch starting at
-        # one skips the scan from the index entry, which with one-record batches reads
+        # (offset, position, generation): the batch at `position` (or the end of the file
+        # there) is the first whose last offset reaches `offset`. Taken from appends and from
+        # reads' ends, where the next fetch of a follower or consumer starts; a fetch starting
+        # at one skips the scan from the index entry, which with one-record batches reads
         # dozens of headers. A ring of slots, each replaced whole: safe to read while the
-        # loop thread appends.
+        # loop thread appends. A truncation starts a new generation, so a boundary a reader
+        # on another thread found before it and stores after it is never used.
         self._boundaries = [_NO_BOUNDARY] * RECENT_BOUNDARIES
         self._next_boundary = 0
+        self._generation = 0
 
     @classmethod
     def open(
@@ -172,11 +174,11 @@ class LogSegment:
         position = self.log.append(buffers, size)
         end = self.log.size
         self._account(position, end - position, largest_offset, max_timestamp, offset_of_max_timestamp)
-        self._remember_boundary(largest_offset + 1, end)
+        self._remember_boundary(largest_offset + 1, end, self._generation)
         return position
 
-    def _remember_boundary(self, offset: int, position: int) -> None:
-        boundary = (offset, position)
+    def _remember_boundary(self, offset: int, position: int, generation: int) -> None:
+        boundary = (offset, position, generation)
         if boundary in self._boundaries:
             return  # readers at the log end find the same one again and again
         slot = self._next_boundary
@@ -185,6 +187,7 @@ class LogSegment:
 
     def _forget_boundaries(self) -> None:
         """The file's tail changed (truncation, recovery): positions past it mean nothing."""
+        self._generation += 1
         self._boundaries[:] = [_NO_BOUNDARY] * RECENT_BOUNDARIES
 
     def _account(
@@ -212,9 +215,12 @@ class LogSegment:
         """The first batch whose last offset is >= `offset`, if it lies wholly below
         `max_position` (default: the end of the file)."""
         limit = self.log.size if max_position is None else max_position
+        return self._translate(offset, limit, self._generation)
+
+    def _translate(self, offset: int, limit: int, generation: int) -> BatchLocation | None:
         start = -1
-        for known_offset, position in self._boundaries:
-            if known_offset == offset:
+        for known_offset, position, known_generation in self._boundaries:
+            if known_offset == offset and known_generation == generation:
                 start = position
                 break
         if not 0 <= start <= limit:
@@ -232,8 +238,9 @@ class LogSegment:
         `max_position`. None when no batch below `max_position` holds `start_offset` or a
         later offset; an empty slice when the first batch is too big and not `min_one_message`.
         """
+        generation = self._generation
         limit = self.log.size if max_position is None else max_position
-        first = self.translate_offset(start_offset, limit)
+        first = self._translate(start_offset, limit, generation)
         if first is None:
             return None
         if first.size > max_size:
@@ -241,15 +248,15 @@ class LogSegment:
                 return LogSlice.empty(start_offset)
             end, next_offset = first.end, first.next_offset
         else:
-            end, next_offset = self._last_whole_batch(first, min(limit, first.position + max_size))
-        self._remember_boundary(next_offset, end)
+            end, next_offset = self._last_whole_batch(first, min(limit, first.position + max_size), generation)
+        self._remember_boundary(next_offset, end, generation)
         return LogSlice(self.log, first.position, end - first.position, first.base_offset, next_offset)
 
-    def _last_whole_batch(self, first: BatchLocation, limit: int) -> tuple[int, int]:
+    def _last_whole_batch(self, first: BatchLocation, limit: int, generation: int) -> tuple[int, int]:
         """(end, next offset) of the last batch from `first` on that ends at or below
         `limit` (`first` does)."""
-        for known_offset, position in self._boundaries:
-            if position == limit and known_offset > first.last_offset:
+        for known_offset, position, known_generation in self._boundaries:
+            if position == limit and known_offset > first.last_offset and known_generation == generation:
                 return limit, known_offset  # a boundary known to be there: nothing to scan
         last = self._last_batch_within(first, limit)
         return last.end, last.next_offset
