@@ -7,7 +7,9 @@ end-to-end p50/p99 latency on the cluster with acks=all: at 10,000 records/s wit
 linger.ms=5 (target p99 <= 10 ms), and at 5,000 records/s with linger.ms=0, a request per
 record or two (target: keeps up, every record received, p99 <= 20 ms), with the CPU the
 three brokers used per record received (less at the mercy of the machine's load than
-latency). `--latency-only` skips the throughput runs.
+latency). `--latency-only` skips the throughput runs. `--linger0-rates 2000,3000,4000,5000`
+runs the linger.ms=0 case at each rate: how p99 grows as the brokers' CPU nears the
+machine's cores.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--latency-seconds", type=float, default=10)
     parser.add_argument("--latency-only", action="store_true")
+    parser.add_argument("--linger0-rates", default="5000", help="records/s of the linger.ms=0 runs, comma-separated")
     args = parser.parse_args()
+    runs = [(10_000, 5)] + [(int(rate), 0) for rate in args.linger0_rates.split(",")]
     if not args.latency_only:
         with loglake_cluster() as bootstrap:
             single = throughput(bootstrap, "bench-rf1", args.records, "1", 1)
@@ -44,7 +48,7 @@ def main() -> None:
             if not args.latency_only:
                 rf3_acks1 = throughput(cluster.bootstrap, "bench-rf3-acks1", args.records, "1", 3)
                 rf3_all = throughput(cluster.bootstrap, "bench-rf3-acksall", args.records, "all", 3)
-            for rate, linger_ms in ((10_000, 5), (5_000, 0)):
+            for rate, linger_ms in runs:
                 topic = f"bench-rf3-latency-{rate}-{linger_ms}"
                 create_topic(cluster.bootstrap, topic, PARTITIONS, replication=3)
                 cpu = brokers_cpu_seconds(cluster)
@@ -61,7 +65,8 @@ def main() -> None:
             f"RF=3 acks=all latency at {rate:,} records/s, linger.ms={linger_ms}: "
             f"p50 {percentile(latencies, 0.5):.2f} ms, p99 {percentile(latencies, 0.99):.2f} ms, "
             f"max {max(latencies):.2f} ms ({len(latencies)} of {sent} received); "
-            f"the 3 brokers' CPU {cpu:.2f} s, {cpu / max(len(latencies), 1) * 1e6:.0f} µs per record received"
+            f"the 3 brokers' CPU {cpu:.2f} s ({cpu / args.latency_seconds:.2f} cores), "
+            f"{cpu / max(len(latencies), 1) * 1e6:.0f} µs per record received"
         )
 
 

@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 _RECV_SIZE = 256 * 1024
 # Held responses are sent once they add up to this, even if more requests are in.
 _HOLD_BYTES = 64 * 1024
+# A response whose file ranges add up to at most this is read into memory and sent in one
+# write. A fetch of a few small batches (what followers and consumers of a linger.ms=0
+# producer get) otherwise costs three writes (head, sendfile, tail), each of which can wake
+# the reader for part of a frame; the copy costs less than those system calls.
+_INLINE_RECORDS_BYTES = 64 * 1024
 # Produce requests of one connection waiting for their followers at once; the next one is
 # served after them (as every request is, Kafka's way).
 _MAX_REPLICATING = 64
@@ -355,6 +360,8 @@ class _Outbox:
         and the held ones are small; queued while a deferred Produce is ahead of it.
         Returns what the caller must now `flush` after the held ones ([]: only those, too
         many bytes held; file ranges: these), or None: nothing to send yet."""
+        if chunks and not _in_memory(chunks):
+            chunks = _inlined(chunks)
         if self._drainer is not None:
             if chunks or timing is not None:
                 self._queue.append(_Queued(None, chunks, payload, timing))
@@ -394,6 +401,22 @@ class _Outbox:
 def _in_memory(chunks: list[Chunk]) -> bool:
     """No file range among the chunks (those go out with sendfile)."""
     return chunks[0].__class__ is bytes if len(chunks) == 1 else all(c.__class__ is bytes for c in chunks)
+
+
+def _inlined(chunks: list[Chunk]) -> list[Chunk]:
+    """A response with file ranges as one bytes object if those are small, else as it is."""
+    if sum(c.size for c in chunks if not isinstance(c, bytes)) > _INLINE_RECORDS_BYTES:
+        return chunks
+    pieces: list[bytes] = []
+    for c in chunks:
+        if isinstance(c, bytes):
+            pieces.append(c)
+            continue
+        data = os.pread(c.fd, c.size, c.position)
+        if len(data) != c.size:
+            return chunks  # the file was cut under us: sendfile finds out and closes the connection
+        pieces.append(data)
+    return [b"".join(pieces)]
 
 
 def _joined(chunks: list[Chunk]) -> list[Chunk]:

@@ -48,6 +48,9 @@ class LogModel(RuleBasedStateMachine):
         self.log_start = 0
         self.epoch = 0
         self.log: Log
+        # Where reads ended (rule read_on reads on from there).
+        self.read_to = 0
+        self.read_ends: set[int] = {0}
 
     @initialize(segment_bytes=st.integers(150, 1500), interval=st.integers(0, 300))
     def open_log(self, segment_bytes: int, interval: int) -> None:
@@ -137,7 +140,20 @@ class LogModel(RuleBasedStateMachine):
     def read(self, data: st.DataObject, max_bytes: int, min_one: bool) -> None:
         offset = data.draw(st.integers(self.log_start, self.leo))
         max_offset = data.draw(st.none() | st.integers(self.log_start, self.leo + 2))
+        self._check_read(offset, max_offset, max_bytes, min_one)
+
+    @rule(data=st.data(), max_bytes=st.integers(1, 1500))
+    def read_on(self, data: st.DataObject, max_bytes: int) -> None:
+        """Where the last read ended, as followers and consumers fetch (the segments remember
+        those offsets' positions), up to the end or to where an earlier read ended."""
+        offset = min(max(self.read_to, self.log_start), self.leo)
+        max_offset = data.draw(st.none() | st.sampled_from(sorted(self.read_ends)))
+        self._check_read(offset, max_offset, max_bytes, True)
+
+    def _check_read(self, offset: int, max_offset: int | None, max_bytes: int, min_one: bool) -> None:
         piece = self.log.read(offset, max_bytes, max_offset=max_offset, min_one_message=min_one)
+        self.read_to = piece.next_offset
+        self.read_ends.add(piece.next_offset)
         got = split_batches(piece.read_bytes())
         bound = self.leo if max_offset is None else min(max_offset, self.leo)
         if offset >= bound:

@@ -208,6 +208,47 @@ def test_truncate_to_keeps_indexes_consistent_with_a_rebuild(tmp_path: Path) -> 
     assert segment.truncate_to(10**9) == 0
 
 
+def test_reads_after_a_truncation_never_use_the_old_tail_positions(tmp_path: Path) -> None:
+    """Reads and appends leave (offset, position) boundaries the segment remembers; after a
+    truncation the same offsets sit elsewhere in batches of other sizes."""
+    segment = open_segment(tmp_path, interval=10_000)  # one index entry: every lookup would scan
+    written = fill(segment, 30)
+    for w in written:
+        assert segment.read(w.offset, 10**6).read_bytes() == b"".join(x.data for x in written[written.index(w) :])
+        assert segment.read(w.offset, len(w.data)).next_offset == w.last_offset + 1
+    segment.truncate_to(written[17].offset)
+    more = fill_from(segment, written[17].offset, 12)
+    assert more[0].position == written[17].position
+    for i, m in enumerate(more):
+        for offset in range(m.offset, m.last_offset + 1):
+            piece = segment.read(offset, 10**6)
+            assert piece.read_bytes() == b"".join(x.data for x in more[i:])
+            assert (piece.first_offset, piece.next_offset) == (m.offset, more[-1].last_offset + 1)
+        bounded = segment.read(more[0].offset, 10**6, max_position=m.position)
+        assert bounded is None if i == 0 else bounded.next_offset == m.offset
+
+
+def test_a_boundary_found_before_a_truncation_and_stored_after_it_is_not_used(tmp_path: Path) -> None:
+    """A reader on another thread can find a boundary, lose the processor to a truncation
+    and new appends, and store it then."""
+    segment = open_segment(tmp_path, interval=10_000)
+    written = fill(segment, 10)
+    generation = segment._generation
+    stale = (written[7].offset, written[7].position)
+    segment.truncate_to(written[5].offset)
+    more, offset = [], written[5].offset
+    for i in range(4):  # four records each, bigger: the old offset and position fall inside them
+        data = stamped(make_batch(4, timestamp=90_000 + i, value_size=60, tag=200 + i), offset)
+        header = RecordBatchHeader.parse(data)
+        position = segment.append(data, header.last_offset, header.max_timestamp, header.last_offset)
+        more.append(Written(offset, header.last_offset, position, data))
+        offset = header.next_offset
+    at = next(i for i, m in enumerate(more) if m.offset < stale[0] <= m.last_offset)
+    assert all(m.position != stale[1] for m in more) and more[-1].position > stale[1]
+    segment._remember_boundary(*stale, generation)
+    assert segment.read(stale[0], 10**6).read_bytes() == b"".join(m.data for m in more[at:])
+
+
 def fill_from(segment: LogSegment, offset: int, count: int) -> list[Written]:
     written = []
     for i in range(count):

@@ -35,6 +35,9 @@ DELETED_FILE_SUFFIX = ".deleted"
 
 # Recovery reads the .log this much at a time (more when a single batch is bigger).
 RECOVERY_CHUNK = 8 * 1024 * 1024
+# How many recent batch boundaries a segment remembers (see LogSegment._boundaries).
+RECENT_BOUNDARIES = 32
+_NO_BOUNDARY = (-1, -1, -1)
 
 
 def filename_prefix(offset: int) -> str:
@@ -75,6 +78,16 @@ class LogSegment:
         # Time-based rolling counts from the first batch's timestamp (Kafka's rule).
         self._rolling_based_timestamp: int | None = None
         self._bytes_since_last_index_entry = 0
+        # (offset, position, generation): the batch at `position` (or the end of the file
+        # there) is the first whose last offset reaches `offset`. Taken from appends and from
+        # reads' ends, where the next fetch of a follower or consumer starts; a fetch starting
+        # at one skips the scan from the index entry, which with one-record batches reads
+        # dozens of headers. A ring of slots, each replaced whole: safe to read while the
+        # loop thread appends. A truncation starts a new generation, so a boundary a reader
+        # on another thread found before it and stores after it is never used.
+        self._boundaries = [_NO_BOUNDARY] * RECENT_BOUNDARIES
+        self._next_boundary = 0
+        self._generation = 0
 
     @classmethod
     def open(
@@ -159,8 +172,23 @@ class LogSegment:
             raise ValueError(f"offset {largest_offset} does not fit segment {self.base_offset}")
         buffers = (records,) if isinstance(records, (bytes, bytearray, memoryview)) else records
         position = self.log.append(buffers, size)
-        self._account(position, self.log.size - position, largest_offset, max_timestamp, offset_of_max_timestamp)
+        end = self.log.size
+        self._account(position, end - position, largest_offset, max_timestamp, offset_of_max_timestamp)
+        self._remember_boundary(largest_offset + 1, end, self._generation)
         return position
+
+    def _remember_boundary(self, offset: int, position: int, generation: int) -> None:
+        boundary = (offset, position, generation)
+        if boundary in self._boundaries:
+            return  # readers at the log end find the same one again and again
+        slot = self._next_boundary
+        self._boundaries[slot] = boundary
+        self._next_boundary = (slot + 1) % RECENT_BOUNDARIES
+
+    def _forget_boundaries(self) -> None:
+        """The file's tail changed (truncation, recovery): positions past it mean nothing."""
+        self._generation += 1
+        self._boundaries[:] = [_NO_BOUNDARY] * RECENT_BOUNDARIES
 
     def _account(
         self, position: int, size: int, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int
@@ -187,7 +215,16 @@ class LogSegment:
         """The first batch whose last offset is >= `offset`, if it lies wholly below
         `max_position` (default: the end of the file)."""
         limit = self.log.size if max_position is None else max_position
-        start = self.offset_index.lookup(offset).position
+        return self._translate(offset, limit, self._generation)
+
+    def _translate(self, offset: int, limit: int, generation: int) -> BatchLocation | None:
+        start = -1
+        for known_offset, position, known_generation in self._boundaries:
+            if known_offset == offset and known_generation == generation:
+                start = position
+                break
+        if not 0 <= start <= limit:
+            start = self.offset_index.lookup(offset).position
         for batch in self.log.batches(start, limit):
             if batch.last_offset >= offset:
                 return batch if batch.end <= limit else None
@@ -201,19 +238,30 @@ class LogSegment:
         `max_position`. None when no batch below `max_position` holds `start_offset` or a
         later offset; an empty slice when the first batch is too big and not `min_one_message`.
         """
+        generation = self._generation
         limit = self.log.size if max_position is None else max_position
-        first = self.translate_offset(start_offset, limit)
+        first = self._translate(start_offset, limit, generation)
         if first is None:
             return None
         if first.size > max_size:
             if not min_one_message:
                 return LogSlice.empty(start_offset)
-            last = first
+            end, next_offset = first.end, first.next_offset
         else:
-            last = self._last_whole_batch(first, min(limit, first.position + max_size))
-        return LogSlice(self.log, first.position, last.end - first.position, first.base_offset, last.next_offset)
+            end, next_offset = self._last_whole_batch(first, min(limit, first.position + max_size), generation)
+        self._remember_boundary(next_offset, end, generation)
+        return LogSlice(self.log, first.position, end - first.position, first.base_offset, next_offset)
 
-    def _last_whole_batch(self, first: BatchLocation, limit: int) -> BatchLocation:
+    def _last_whole_batch(self, first: BatchLocation, limit: int, generation: int) -> tuple[int, int]:
+        """(end, next offset) of the last batch from `first` on that ends at or below
+        `limit` (`first` does)."""
+        for known_offset, position, known_generation in self._boundaries:
+            if position == limit and known_offset > first.last_offset and known_generation == generation:
+                return limit, known_offset  # a boundary known to be there: nothing to scan
+        last = self._last_batch_within(first, limit)
+        return last.end, last.next_offset
+
+    def _last_batch_within(self, first: BatchLocation, limit: int) -> BatchLocation:
         """The last batch from `first` on that ends at or below `limit` (`first` does). The
         index bounds the scan to about two index intervals."""
         start = max(first.position, self.offset_index.position_of_batch_ending_before(limit))
@@ -289,6 +337,7 @@ class LogSegment:
         if position == size:
             return 0
         logger.warning("%s: truncating %d bytes after position %d", self.log.path, size - position, position)
+        self._forget_boundaries()
         return self.log.truncate_to(position)
 
     def truncate_to(self, offset: int) -> int:
@@ -299,6 +348,7 @@ class LogSegment:
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
+        self._forget_boundaries()
         removed = self.log.truncate_to(found.position)
         self._load_state()
         return removed
