@@ -252,6 +252,23 @@ def tier(bootstrap: str, lake_root: str) -> int:
     return written
 
 
+def read_tiered(
+    spark, bootstrap: str, lake: str, records: int, rounds: int, sides: dict[str, list[Timing]], parquet_df
+) -> None:
+    """Tier TIERED_SHARE of the topic, then time `read_topic` over it, alternating with Parquet."""
+    import loglake.spark
+
+    tier_started = time.perf_counter()
+    tiered = tier(bootstrap, lake)
+    print(f"tiered {tiered:,} records ({tiered / records:.0%}) in {time.perf_counter() - tier_started:.1f} s")
+    topic_df = loglake.spark.read_topic(spark, TOPIC, **{"kafka.bootstrap.servers": bootstrap})
+    sides["read_topic, 80 % tiered"] = []
+    for _ in range(rounds):
+        sides["read_topic, 80 % tiered"].append(timed_query(topic_df))
+        sides["parquet"].append(timed_query(parquet_df))
+        assert sides["read_topic, 80 % tiered"][-1].rows == sides["parquet"][-1].rows
+
+
 def best(timings: list[Timing]) -> Timing:
     return min(timings, key=lambda t: t.seconds)
 
@@ -261,6 +278,11 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument(
         "--rounds", type=int, default=3, help="query rounds of each side, best kept (the JVM warms up over the first)"
+    )
+    parser.add_argument(
+        "--untiered-only",
+        action="store_true",
+        help="skip the tiering and read_topic (quicker loops on the source's own read path)",
     )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -302,17 +324,8 @@ def main() -> None:
             handoff = best([handoff_floor(spark, args.records) for _ in range(args.rounds)])
             handoff_two = best([handoff_floor(spark, args.records, two_columns=True) for _ in range(args.rounds)])
 
-            tier_started = time.perf_counter()
-            tiered = tier(bootstrap, str(lake))
-            print(
-                f"tiered {tiered:,} records ({tiered / args.records:.0%}) in {time.perf_counter() - tier_started:.1f} s"
-            )
-            topic_df = loglake.spark.read_topic(spark, TOPIC, **{"kafka.bootstrap.servers": bootstrap})
-            sides["read_topic, 80 % tiered"] = []
-            for _ in range(args.rounds):
-                sides["read_topic, 80 % tiered"].append(timed_query(topic_df))
-                sides["parquet"].append(timed_query(parquet_df))
-                assert sides["read_topic, 80 % tiered"][-1].rows == sides["parquet"][-1].rows
+            if not args.untiered_only:
+                read_tiered(spark, bootstrap, str(lake), args.records, args.rounds, sides, parquet_df)
             spark.stop()
 
     parquet_best = best(sides["parquet"])
@@ -323,6 +336,8 @@ def main() -> None:
             f"({', '.join(f'{t.seconds:.2f}' for t in timings)} s); best round {cpu_line(b.cpu)}"
         )
     for name, target in TARGETS.items():
+        if name not in sides:
+            continue
         ratio = parquet_best.seconds / best(sides[name]).seconds
         print(f"ratio {name} / parquet (records/s): {ratio:.2f}  (target >= {target})")
     per_m = {k: v * args.records / 1e6 for k, v in breakdown.items()}
