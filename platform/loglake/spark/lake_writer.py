@@ -27,7 +27,6 @@ A round:
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -65,6 +64,7 @@ from loglake.spark.offset_ranges import (
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProtocolClient, TopicPartition
 from loglake.spark.range_reader import read_range
+from loglake.spark.worker_heap import freeze_worker_heap
 
 if TYPE_CHECKING:
     from deltalake.transaction import RemoveAction
@@ -528,26 +528,9 @@ def _executor_fault() -> None:
 
 
 def _run_tasks(tasks: Iterable[WriteTask]) -> Iterator[WrittenFile]:
-    _freeze_worker_heap()
+    freeze_worker_heap()
     for task in tasks:
         yield from write_task(task)
-
-
-_worker_heap_frozen = False
-
-
-def _freeze_worker_heap() -> None:
-    """Once per Python worker: move the objects alive now (the modules the worker imported)
-    out of the cyclic collector's sight. PySpark's daemon runs `gc.collect()` after every task
-    of a reused worker, which walked those ~95,000 objects each time: 0.05 CPU-s a task, a
-    quarter of the workers' time in a tier run. They live as long as the worker; the tasks'
-    own objects are still collected. pyarrow imports pandas (if installed) at its first
-    `pa.array`, which every task makes: made here first, so that pandas is frozen too."""
-    global _worker_heap_frozen
-    if not _worker_heap_frozen:
-        pa.array([], pa.int8())
-        gc.freeze()
-        _worker_heap_frozen = True
 
 
 # --- a round (driver) --------------------------------------------------------------------
