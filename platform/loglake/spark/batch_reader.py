@@ -14,7 +14,7 @@ from loglake.spark.lake import LakeRangePartition, lake_part_at, read_lake_range
 from loglake.spark.offset_ranges import DataLossError, OffsetRange, connect, plan_batch
 from loglake.spark.options import ReadOptions
 from loglake.spark.range_reader import read_range
-from loglake.spark.worker_heap import freeze_worker_heap
+from loglake.spark.worker_heap import prepare_worker_heap
 
 
 class OffsetRangePartition(InputPartition):
@@ -26,7 +26,7 @@ class OffsetRangePartition(InputPartition):
 
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    freeze_worker_heap()
+    prepare_worker_heap()
     if isinstance(partition, LakeRangePartition):
         return read_lake_range(partition, options.columns, _read_committed(options))
     if not isinstance(partition, OffsetRangePartition):

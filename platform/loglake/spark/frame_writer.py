@@ -43,7 +43,7 @@ from loglake.spark.lake_writer import (
     commit_files,
     remove_files,
 )
-from loglake.spark.worker_heap import freeze_worker_heap
+from loglake.spark.worker_heap import prepare_worker_heap
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -82,7 +82,7 @@ def write_files(
     schema = layout.schema
 
     def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        freeze_worker_heap()
+        prepare_worker_heap()
         roller = FileRoller(table, layout, target_file_bytes)
         for batch in batches:
             if batch.num_rows:

@@ -64,7 +64,7 @@ from loglake.spark.offset_ranges import (
 from loglake.spark.options import ReadOptions
 from loglake.spark.protocol_client import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ProtocolClient, TopicPartition
 from loglake.spark.range_reader import read_range
-from loglake.spark.worker_heap import freeze_worker_heap
+from loglake.spark.worker_heap import prepare_worker_heap
 
 if TYPE_CHECKING:
     from deltalake.transaction import RemoveAction
@@ -528,7 +528,7 @@ def _executor_fault() -> None:
 
 
 def _run_tasks(tasks: Iterable[WriteTask]) -> Iterator[WrittenFile]:
-    freeze_worker_heap()
+    prepare_worker_heap()
     for task in tasks:
         yield from write_task(task)
 

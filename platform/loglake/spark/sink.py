@@ -49,7 +49,7 @@ from loglake.spark.transactional_producer import (
     TransactionError,
     end_transaction,
 )
-from loglake.spark.worker_heap import freeze_worker_heap
+from loglake.spark.worker_heap import prepare_worker_heap
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +423,7 @@ def end_transactions(options: WriteOptions, messages: list[WriterCommitMessage |
 
 
 def write_rows(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-    freeze_worker_heap()
+    prepare_worker_heap()
     if options.transactional is None:
         return produce_batches(options, batches)
     return produce_in_transaction(options, batches)
