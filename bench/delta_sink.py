@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from loglake.spark.class_archive import with_archive
     from loglake.spark.lake_writer import LAKE_WRITER_JAVA_OPTIONS
+    from loglake.spark.session_settings import loglake_builder
     from pyspark.sql import SparkSession
 
     from jobs.delta_sink import parse_args, read_options, run, table_layout
@@ -82,7 +82,7 @@ def main() -> None:
         produced_s = produce_events(bootstrap, TOPIC, args.records, PARTITIONS)
         print(f"produced {args.records} records in {produced_s:.1f} s")
         spark = (
-            with_archive(SparkSession.builder.master("local[2]"), LAKE_WRITER_JAVA_OPTIONS)
+            loglake_builder(SparkSession.builder.master("local[2]"), LAKE_WRITER_JAVA_OPTIONS)
             .appName("bench-delta-sink")
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")

@@ -30,15 +30,15 @@ from harness.standalone_cluster import DAEMON_JAVA_OPTS, EXECUTOR_MEMORY, standa
 
 def sink_seconds(master: str, executors: int, bootstrap: str, tmp: str, name: str) -> tuple[float, dict[str, float]]:
     """Warm-up, then one timed run of the sink on `executors` one-core executors."""
-    from loglake.spark.class_archive import with_archive
     from loglake.spark.lake_writer import LAKE_WRITER_JAVA_OPTIONS
+    from loglake.spark.session_settings import loglake_builder
     from pyspark.sql import SparkSession
 
     from jobs.delta_sink import parse_args, run
 
     # The JVM options jobs/delta_sink.py runs with (job_session), on this cluster's master.
     spark = (
-        with_archive(SparkSession.builder.master(master), LAKE_WRITER_JAVA_OPTIONS)
+        loglake_builder(SparkSession.builder.master(master), LAKE_WRITER_JAVA_OPTIONS)
         .appName(f"bench-delta-sink-{executors}")
         .config("spark.cores.max", str(executors))
         .config("spark.executor.cores", "1")

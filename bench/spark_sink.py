@@ -45,13 +45,16 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import loglake.spark
+    from loglake.spark.session_settings import loglake_builder
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     with loglake_cluster() as bootstrap:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic("sink-bench", PARTITIONS, 1)])["sink-bench"].result(30)
-        spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+        spark = (
+            loglake_builder(SparkSession.builder.master("local[2]")).config("spark.ui.enabled", "false").getOrCreate()
+        )
         spark.sparkContext.setLogLevel("WARN")
         loglake.spark.register(spark)
         df = (

@@ -87,9 +87,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from loglake.spark.class_archive import with_archive
     from loglake.spark.job_cluster import ClusterAccess
     from loglake.spark.lake_writer import LAKE_WRITER_JAVA_OPTIONS
+    from loglake.spark.session_settings import loglake_builder
     from pyspark.sql import SparkSession
 
     from jobs.tier import tier_topic
@@ -110,7 +110,7 @@ def main() -> None:
             for topic in topics:
                 produce_events(broker.bootstrap, topic, args.records, PARTITIONS)
             spark = (
-                with_archive(SparkSession.builder.master("local[2]"), LAKE_WRITER_JAVA_OPTIONS)
+                loglake_builder(SparkSession.builder.master("local[2]"), LAKE_WRITER_JAVA_OPTIONS)
                 .appName("bench-tier")
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")

@@ -31,10 +31,10 @@ def log_dir(tmp_path: Path) -> Path:
 def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
-    from loglake.spark.class_archive import with_archive
+    from loglake.spark.session_settings import loglake_builder
 
     session = (
-        with_archive(SparkSession.builder.master("local[2]"))
+        loglake_builder(SparkSession.builder.master("local[2]"))
         .appName("loglake-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
