@@ -8,9 +8,9 @@ benchmarks'. Two things:
 Why the sockets: PySpark's TCP connection between an executor and its Python workers sets no
 TCP_NODELAY. At the start of every task, a reused worker got its input (the data source's
 partition) after a stall of ~40 ms: the JVM's second small write waited for the acknowledgement
-of its first (Nagle's algorithm), which the worker's kernel delayed (delayed ACKs). A task of a
-few thousand records took 60-110 ms instead of ~15 ms; a query over six such tasks on two cores
-0.36-0.47 s instead of 0.20-0.25 s (docs/benchmarks.md). Unix domain sockets have neither
+of its first (Nagle's algorithm), which the worker's kernel delayed (delayed ACKs). A read task
+of 1,000 records ran 72 ms (median) instead of 32; a query over six such tasks on two cores took
+0.30-0.46 s instead of 0.19-0.25 s (docs/benchmarks.md). Unix domain sockets have neither
 mechanism. Every Python data source task, every streaming micro-batch of the `loglake` source
 and every `foreachBatch`/`mapInArrow` writer pays the stall without them.
 """
