@@ -5,6 +5,7 @@ tables a plain Parquet scan cannot read fall back to the source."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from deltalake import DeltaTable, TableFeatures
@@ -30,6 +31,16 @@ def scans_parquet(df) -> bool:
     return "FileScan parquet" in df._jdf.queryExecution().executedPlan().toString()
 
 
+def union_is_fused(df) -> bool:
+    """Whether an aggregation over `df` compiles its union into one whole-stage stage with the
+    scans and the aggregation (`*(n) Union` in the executed plan; without fusion the union has no
+    codegen id and each child copies its rows out of its own stage)."""
+    query = df.groupBy("partition").count()
+    query.collect()  # the adaptive plan's final form exists once it ran
+    plan = query._jdf.queryExecution().executedPlan().toString()
+    return re.search(r"\*\(\d+\) Union", plan) is not None
+
+
 def rows_of(df) -> list[tuple[int, bytes, bytes]]:
     return sorted((r.offset, bytes(r.key), bytes(r.value)) for r in df.select("offset", "key", "value").collect())
 
@@ -41,6 +52,7 @@ def test_the_tiered_part_is_scanned_as_parquet_and_meets_the_log_without_gap_or_
     assert 0 < tiered_end < len(records)
     df = read_topic(loglake_spark, topic, **{"kafka.bootstrap.servers": tiering_broker.bootstrap})
     assert scans_parquet(df)
+    assert union_is_fused(df)  # loglake's session settings (session_settings.UNION_CODEGEN)
     assert df.schema.simpleString().startswith("struct<key:binary,value:binary,topic:string,partition:int,")
     assert rows_of(df) == records
     assert {(r.topic, r.partition) for r in df.select("topic", "partition").distinct().collect()} == {(topic, 0)}

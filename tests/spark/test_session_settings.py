@@ -1,6 +1,6 @@
 """The settings loglake starts its Spark sessions with (loglake/spark/session_settings.py): the
-class archive's options, and Python workers on Unix domain sockets, which the tests' own session
-(tests/conftest.py) is started with too."""
+class archive's options, Python workers on Unix domain sockets and unions fused into whole-stage
+code, which the tests' own session (tests/conftest.py) is started with too."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from loglake.spark.class_archive import java_options
-from loglake.spark.session_settings import WORKER_UNIX_SOCKETS, loglake_builder
+from loglake.spark.session_settings import UNION_CODEGEN, WORKER_UNIX_SOCKETS, loglake_builder
 
 
-def test_the_builder_gets_unix_sockets_and_keeps_the_archives_options(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_builder_gets_unix_sockets_and_union_codegen_and_keeps_the_archives_options(monkeypatch: pytest.MonkeyPatch) -> None:
     from pyspark.sql import SparkSession
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     monkeypatch.setattr("loglake.spark.class_archive.archive_path", lambda: Path(__file__))
     options = loglake_builder(SparkSession.Builder(), "-Dloglake.check=1")._options
     assert options[WORKER_UNIX_SOCKETS] == "true"
+    assert options[UNION_CODEGEN] == "true"
     assert options["spark.executor.defaultJavaOptions"] == f"{java_options()} -Dloglake.check=1"
 
 
