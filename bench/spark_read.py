@@ -304,7 +304,7 @@ def main() -> None:
             admin.create_topics([new])[TOPIC].result(30)
             produce_s = produce(bootstrap, args.records)
             print(f"produced {args.records:,} records in {produce_s:.1f} s")
-            # The session loglake's jobs start (session_settings): Python workers on Unix sockets.
+            # The session loglake's jobs start (session_settings): Python workers on Unix sockets, fused unions.
             spark = (
                 loglake_builder(SparkSession.builder.master("local[2]"))
                 .config("spark.ui.enabled", "false")

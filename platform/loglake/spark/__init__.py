@@ -42,7 +42,7 @@ def job_session(app_name: str, java_options: str = "") -> Iterator[SparkSession]
     """The session of a job started by `python -m jobs.<name>` or `spark-submit`: INFO logs on
     stdout, Spark's Python workers running this interpreter, the `loglake` format registered,
     the JVMs started with `java_options` (where this process starts them), loglake's session
-    settings (`session_settings`: Python workers on Unix sockets); stopped at the end."""
+    settings (`session_settings`: Python workers on Unix sockets, fused unions); stopped at the end."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
     # Set before the JVM starts, so the workers run this interpreter (it has pyarrow and loglake).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
