@@ -16,7 +16,9 @@ from loglake.spark.class_archive import java_options
 from loglake.spark.session_settings import UNION_CODEGEN, WORKER_UNIX_SOCKETS, loglake_builder
 
 
-def test_the_builder_gets_unix_sockets_and_union_codegen_and_keeps_the_archives_options(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_builder_gets_unix_sockets_and_union_codegen_and_keeps_the_archives_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from pyspark.sql import SparkSession
 
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
