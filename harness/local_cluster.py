@@ -56,8 +56,12 @@ class LocalCluster:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()
+            # Spawned together, waited for after: a broker's start is mostly its imports, and
+            # the first to reach ZooKeeper becomes the controller, whichever it is.
             for broker_id in range(1, self.size + 1):
-                self._start_broker(broker_id, timeout)
+                self._spawn_broker(broker_id)
+            for broker in self.brokers.values():
+                broker.wait_ready(timeout)
             self.wait_for(
                 lambda s: len(s["brokers"]) == self.size and s["controller"]["broker_id"] is not None, timeout
             )
@@ -70,11 +74,16 @@ class LocalCluster:
         """Start one more broker (conf/cluster has up to four); returns its id once the
         cluster lists it."""
         self.size += 1
-        self._start_broker(self.size, timeout)
+        broker = self._spawn_broker(self.size)
+        try:
+            broker.wait_ready(timeout)
+        except BaseException:
+            broker.kill()  # a broker that did not come up is not left running
+            raise
         self.wait_for(lambda s: self.size in [b["broker_id"] for b in s["brokers"]], timeout)
         return self.size
 
-    def _start_broker(self, broker_id: int, timeout: float) -> None:
+    def _spawn_broker(self, broker_id: int) -> BrokerProcess:
         logs = self.base_dir / f"broker-{broker_id}" / "logs"
         log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
         broker = BrokerProcess(
@@ -92,7 +101,8 @@ class LocalCluster:
             port = self.listener_ports[(broker_id, name)] = free_port()
             broker.overrides["listeners"] += f",{name}://127.0.0.1:{port}"
         self.brokers[broker_id] = broker
-        broker.start(timeout)
+        broker.spawn()
+        return broker
 
     def stop(self) -> None:
         """A clean shutdown: SIGTERM every broker (resumed first if paused), then ZooKeeper."""

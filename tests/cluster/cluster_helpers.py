@@ -47,7 +47,14 @@ def create_topic(
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for future in admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})]).values():
         future.result(30)
-    cluster.wait_for(lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions)
+    status = cluster.wait_for(
+        lambda s: sum(p["topic"] == name and len(p["isr"]) == rf for p in s["partitions"]) == partitions
+    )
+    # /cluster is ZooKeeper's view; each leader serves once its LeaderAndIsr has arrived.
+    for p in status["partitions"]:
+        if p["topic"] == name:
+            url = f"{cluster.http_url(p['leader'])}/topics/{name}/partitions/{p['partition']}/offsets"
+            serving("GET", url).raise_for_status()
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> dict[int, list[bytes]]:
