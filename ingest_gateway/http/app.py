@@ -138,13 +138,13 @@ def create_app(services: HttpServices) -> FastAPI:
             replica_manager=s.replica_manager,
         )
     )
-    app.include_router(tiering_routes(s.replica_manager, s.store))
+    app.include_router(tiering_routes(s.replica_manager, s.store, s.metadata_thread))
     app.include_router(
         transaction_routes(config.broker_id, s.transaction_coordinator, s.replica_manager, s.marker_writer)
     )
     app.include_router(reassignment_routes(s.admin))
     app.include_router(replication_throttle_routes(s.replica_manager, s.cache))
-    app.include_router(broker_config_routes(s.dynamic_config, s.cache, s.store))
+    app.include_router(broker_config_routes(s.dynamic_config, s.cache, s.store, s.metadata_thread))
     app.include_router(user_routes(s.store, s.metadata_thread))
     app.include_router(acl_routes(s.acl_apis, s.authorization))
     app.include_router(console_routes(config, s.admin, s.cache, s.metrics, s.cluster_status))

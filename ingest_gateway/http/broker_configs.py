@@ -2,27 +2,36 @@
 each broker's document under /config/brokers/<id>, or the cluster-wide default
 (`<default>`). Any broker writes any entity: the document lives in the metadata store and
 each broker applies its own on the store's notification. `loglake reassign` sets the
-replication throttle rates this way.
+replication throttle rates this way. The documents are read on the broker's metadata thread; a
+store that does not answer within `timeout_ms` is answered 504 (REQUEST_TIMED_OUT).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from loglake.broker_configs import DEFAULT_ENTITY, sensitive_broker_config
 
 from ingest_gateway.http.errors import BadRequest, json_object
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
+from ingest_gateway.metadata.metadata_thread import Deadline
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
     from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
     from ingest_gateway.metadata.metadata_cache import MetadataCache
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
 
 
-def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCache, store: MetadataStore) -> APIRouter:
+def broker_config_routes(
+    dynamic_config: DynamicConfigManager,
+    cache: MetadataCache,
+    store: MetadataStore,
+    metadata_thread: MetadataThread,
+    timeout_ms: int = ADMIN_TIMEOUT_MS,
+) -> APIRouter:
     router = APIRouter()
 
     def entity_of(name: str) -> str:
@@ -41,7 +50,10 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
         """The dynamic configs stored for one broker (or the cluster-wide default); the values
         of sensitive ones are null."""
         entity = entity_of(name)
-        return {"broker": name, "configs": shown((await asyncio.to_thread(store.broker_configs)).get(entity, {}))}
+        return {
+            "broker": name,
+            "configs": shown((await metadata_thread.run(store.broker_configs, timeout_ms=timeout_ms)).get(entity, {})),
+        }
 
     @router.patch("/brokers/{name}/configs")
     async def alter(name: str, request: Request) -> dict[str, Any]:
@@ -50,10 +62,14 @@ def broker_config_routes(dynamic_config: DynamicConfigManager, cache: MetadataCa
         changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
-        stored = dict((await asyncio.to_thread(store.broker_configs)).get(entity, {}))
+        # One deadline for the read and the write: the answer comes within `timeout_ms`.
+        deadline = Deadline.after_ms(timeout_ms)
+        stored = dict(
+            (await metadata_thread.run(store.broker_configs, timeout_ms=deadline.remaining_ms())).get(entity, {})
+        )
         wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
         dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""}, entity != DEFAULT_ENTITY)
-        await dynamic_config.write(entity, wanted)
+        await dynamic_config.write(entity, wanted, deadline.remaining_ms())
         return {"broker": name, "configs": shown(wanted)}
 
     return router

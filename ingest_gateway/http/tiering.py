@@ -2,26 +2,34 @@
 before copying, and where it records the tiered offset once its Delta commit is done.
 
 The tiered offset goes to the metadata store, so every replica (and any later leader)
-reads the same value when its retention decides what may go locally.
+reads the same value when its retention decides what may go locally. Its reads and writes run
+on the broker's metadata thread; a store that does not answer within `timeout_ms` is answered
+504 (REQUEST_TIMED_OUT).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from loglake.errors import ErrorCode, KafkaError
 
 from ingest_gateway.http.errors import BadRequest
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
 
+    from ingest_gateway.metadata.metadata_thread import MetadataThread
     from ingest_gateway.replica.replica_manager import ReplicaManager
 
 
-def tiering_routes(replica_manager: ReplicaManager, store: MetadataStore) -> APIRouter:
+def tiering_routes(
+    replica_manager: ReplicaManager,
+    store: MetadataStore,
+    metadata_thread: MetadataThread,
+    timeout_ms: int = ADMIN_TIMEOUT_MS,
+) -> APIRouter:
     router = APIRouter()
 
     def leader_with_remote_storage(topic: str, partition: int):
@@ -38,7 +46,7 @@ def tiering_routes(replica_manager: ReplicaManager, store: MetadataStore) -> API
         log's bytes, is the log's part of the history that retention.bytes bounds."""
         p = leader_with_remote_storage(topic, partition)
         log = p.log
-        tiered = await asyncio.to_thread(store.tiered_offset, topic, partition)
+        tiered = await metadata_thread.run(store.tiered_offset, topic, partition, timeout_ms=timeout_ms)
         log_start, size = log.start_and_size()
         return {
             "log_start_offset": log_start,
@@ -63,7 +71,7 @@ def tiering_routes(replica_manager: ReplicaManager, store: MetadataStore) -> API
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"tiered offset {offset} of {topic}-{partition} is outside [0, {p.high_watermark}] (the high watermark)",
             )
-        stored = await asyncio.to_thread(store.record_tiered_offset, topic, partition, offset)
+        stored = await metadata_thread.run(store.record_tiered_offset, topic, partition, offset, timeout_ms=timeout_ms)
         return {"tiered_offset": stored}
 
     return router

@@ -69,11 +69,11 @@ class DynamicConfigManager:
         on_loop(self._apply_throttles)  # server.properties may set them too
         on_loop(self.apply, self._store.broker_configs())
 
-    async def write(self, entity: str, config: dict[str, str], timeout_ms: int = 0) -> None:
+    async def write(self, entity: str, config: dict[str, str], timeout_ms: int = ADMIN_TIMEOUT_MS) -> None:
         """Store one entity's document ("" is the cluster-wide default) and apply it here (no
         wait for the watch); REQUEST_TIMED_OUT if the store does not answer within `timeout_ms`."""
         stored = await self._metadata_thread.run(
-            self._store_and_read, entity or DEFAULT_ENTITY, config, timeout_ms=timeout_ms or ADMIN_TIMEOUT_MS
+            self._store_and_read, entity or DEFAULT_ENTITY, config, timeout_ms=timeout_ms
         )
         self.apply(stored)
 

@@ -1,6 +1,6 @@
 """A slow metadata store (ZooKeeper) delays what needs it, not the broker's answers: ACL,
 SCRAM and quota requests are answered REQUEST_TIMED_OUT once their time is up (however many
-store calls they make); a Metadata request that auto-creates a topic is answered
+store calls they make), and so are the HTTP tiering and broker-config routes (504); a Metadata request that auto-creates a topic is answered
 LEADER_NOT_AVAILABLE at once and the topic comes once the store answers; a stopping broker
 closes the store off its event loop."""
 
@@ -11,17 +11,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from fastapi import FastAPI, Request, Response
 from protocol_helpers import plaintext_connection
 
 from harness.process import free_port
 from ingest_gateway.apis.acl_apis import AclApis
 from ingest_gateway.apis.client_entity_apis import ClientEntityApis
 from ingest_gateway.apis.request_router import RequestRouter
+from ingest_gateway.http.broker_configs import broker_config_routes
+from ingest_gateway.http.errors import kafka_error_response
+from ingest_gateway.http.tiering import tiering_routes
 from ingest_gateway.server.broker import Broker
 from loglake.config import BrokerConfig
 from loglake.coordination.store import LOOP_GUARD_ENV
-from loglake.errors import ErrorCode
+from loglake.errors import ErrorCode, KafkaError
 from loglake.faults import STORE_DELAY_ENV
 from loglake.protocol import ApiKey, decode_response, encode_request
 
@@ -97,23 +102,72 @@ def test_acl_scram_and_quota_requests_time_out_on_a_slow_store(broker: Broker, t
         assert [r["error_code"] for r in created["results"]] == [ErrorCode.REQUEST_TIMED_OUT, ErrorCode.INVALID_REQUEST]
         # Three users, one deadline: all time out together, not one timeout after another.
         users = [{"name": u, **SCRAM} for u in ("a", "b", "c")]
-        altered = await _timed(
-            router, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": users}
-        )
+        altered = await _timed(router, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": users})
         assert [(r["user"], r["error_code"]) for r in altered["results"]] == [
             (u, ErrorCode.REQUEST_TIMED_OUT) for u in ("a", "b", "c")
         ]
         described = await _timed(router, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
         assert described["error_code"] == ErrorCode.REQUEST_TIMED_OUT
-        quotas = await _timed(
-            router, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False}
-        )
+        quotas = await _timed(router, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
         assert quotas["error_code"] == ErrorCode.REQUEST_TIMED_OUT
         # Once the store answers again, so do the requests.
         delay.unlink()
         await thread.run(lambda: None)  # the slow calls queued before have ended
         listed = await _call(router, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [], "strict": False})
         assert listed["error_code"] == ErrorCode.NONE
+
+    asyncio.run(main())
+
+
+def test_tiering_and_broker_config_routes_time_out_on_a_slow_store(broker: Broker, tmp_path: Path) -> None:
+    thread = broker.metadata_thread
+    app = FastAPI()
+    app.include_router(tiering_routes(broker.replica_manager, broker.store, thread, STORE_TIMEOUT_MS))
+    app.include_router(
+        broker_config_routes(broker.dynamic_config, broker.metadata_cache, broker.store, thread, STORE_TIMEOUT_MS)
+    )
+
+    @app.exception_handler(KafkaError)
+    async def _kafka_error(request: Request, exc: KafkaError) -> Response:
+        return kafka_error_response(exc)
+
+    topic = {"name": "tiered", "num_partitions": 1, "replication_factor": 1, "assignments": [], "timeout_ms": 5000}
+    topic["configs"] = [{"name": "remote.storage.enable", "value": "true"}]
+    tiering = "/topics/tiered/partitions/0/tiering"
+    config = "/brokers/<default>/configs"
+
+    async def main() -> None:
+        await broker.start()
+        created = await _call(broker.requests, ApiKey.CREATE_TOPICS, 5, {"topics": [topic], "timeout_ms": 5000})
+        assert created["topics"][0]["error_code"] == ErrorCode.NONE
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://broker") as client:
+            while (await client.get(tiering)).status_code != 200:  # the broker becomes its leader
+                await asyncio.sleep(0.05)
+
+            async def timed(method: str, path: str, **kwargs: object) -> httpx.Response:
+                started = time.monotonic()
+                answer = await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+                assert time.monotonic() - started < ANSWERED_WITHIN_S, (method, path, answer.text)
+                return answer
+
+            delay = _slow(broker, tmp_path, STORE_DELAY_MS)
+            answers = [
+                await timed("GET", tiering),
+                await timed("POST", "/topics/tiered/partitions/0/tiered-offset", json={"offset": 0}),
+                await timed("GET", config),
+                await timed("PATCH", config, json={"configs": {"log.retention.ms": "60000"}}),
+            ]
+            assert [(a.status_code, a.json()["kafka_error"]) for a in answers] == [(504, "REQUEST_TIMED_OUT")] * 4
+            # Once the store answers again, so do the routes.
+            delay.unlink()
+            await thread.run(lambda: None)  # the slow calls queued before have ended
+            assert (await client.get(tiering)).json()["tiered_offset"] == 0
+            # The PATCH timed out reading the stored configs, so it wrote nothing.
+            assert (await client.get(config)).json()["configs"] == {}
+            patched = await client.patch(config, json={"configs": {"log.retention.ms": "60000"}})
+            assert patched.status_code == 200, patched.text
+            assert (await client.get(config)).json()["configs"] == {"log.retention.ms": "60000"}
+        await broker.stop()
 
     asyncio.run(main())
 
