@@ -1,8 +1,8 @@
 """A slow metadata store (ZooKeeper) delays what needs it, not the broker's answers: ACL,
 SCRAM and quota requests are answered REQUEST_TIMED_OUT once their time is up (however many
-store calls they make), and so are the HTTP tiering and broker-config routes (504); a Metadata request that auto-creates a topic is answered
-LEADER_NOT_AVAILABLE at once and the topic comes once the store answers; a stopping broker
-closes the store off its event loop."""
+store calls they make), and so are the HTTP tiering and broker-config routes (504); a
+Metadata request that auto-creates a topic is answered LEADER_NOT_AVAILABLE at once and the
+topic comes once the store answers; a stopping broker closes the store off its event loop."""
 
 from __future__ import annotations
 
