@@ -56,9 +56,11 @@ class LocalCluster:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()
-            # Spawned together, waited for after: a broker's start is mostly its imports, and
-            # the first to reach ZooKeeper becomes the controller, whichever it is.
-            for broker_id in range(1, self.size + 1):
+            # Broker 1 first, so that it is the first controller (tests pause or kill the
+            # others); then the rest together: a broker's start is mostly its imports.
+            self._spawn_broker(1).wait_ready(timeout)
+            self.wait_for(lambda s: s["controller"]["broker_id"] == 1, timeout)
+            for broker_id in range(2, self.size + 1):
                 self._spawn_broker(broker_id)
             for broker in self.brokers.values():
                 broker.wait_ready(timeout)
