@@ -56,14 +56,8 @@ class LocalCluster:
         try:
             if self.zookeeper is not None:
                 self.zookeeper.start()
-            # Broker 1 first, so that it is the first controller (tests pause or kill the
-            # others); then the rest together: a broker's start is mostly its imports.
-            self._spawn_broker(1).wait_ready(timeout)
-            self.wait_for(lambda s: s["controller"]["broker_id"] == 1, timeout)
-            for broker_id in range(2, self.size + 1):
-                self._spawn_broker(broker_id)
-            for broker in self.brokers.values():
-                broker.wait_ready(timeout)
+            for broker_id in range(1, self.size + 1):
+                self._start_broker(broker_id, timeout)
             self.wait_for(
                 lambda s: len(s["brokers"]) == self.size and s["controller"]["broker_id"] is not None, timeout
             )
@@ -76,16 +70,11 @@ class LocalCluster:
         """Start one more broker (conf/cluster has up to four); returns its id once the
         cluster lists it."""
         self.size += 1
-        broker = self._spawn_broker(self.size)
-        try:
-            broker.wait_ready(timeout)
-        except BaseException:
-            broker.kill()  # a broker that did not come up is not left running
-            raise
+        self._start_broker(self.size, timeout)
         self.wait_for(lambda s: self.size in [b["broker_id"] for b in s["brokers"]], timeout)
         return self.size
 
-    def _spawn_broker(self, broker_id: int) -> BrokerProcess:
+    def _start_broker(self, broker_id: int, timeout: float) -> None:
         logs = self.base_dir / f"broker-{broker_id}" / "logs"
         log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
         broker = BrokerProcess(
@@ -103,8 +92,7 @@ class LocalCluster:
             port = self.listener_ports[(broker_id, name)] = free_port()
             broker.overrides["listeners"] += f",{name}://127.0.0.1:{port}"
         self.brokers[broker_id] = broker
-        broker.spawn()
-        return broker
+        broker.start(timeout)
 
     def stop(self) -> None:
         """A clean shutdown: SIGTERM every broker (resumed first if paused), then ZooKeeper."""

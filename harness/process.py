@@ -86,16 +86,6 @@ class BrokerProcess:
         return f"127.0.0.1:{self.kafka_port}"
 
     def start(self, timeout: float = 30.0) -> Self:
-        self.spawn()
-        try:
-            self.wait_ready(timeout)
-        except BaseException:
-            self.kill()  # a broker that did not come up is not left running
-            raise
-        return self
-
-    def spawn(self) -> None:
-        """Start the process without waiting for it to serve (`wait_ready`)."""
         argv = [sys.executable, "-m", "ingest_gateway"]
         if self.config:
             argv += ["--config", str(self.config)]
@@ -104,6 +94,12 @@ class BrokerProcess:
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()  # a broker that did not come up is not left running
+            raise
+        return self
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
