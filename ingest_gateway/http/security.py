@@ -19,12 +19,12 @@ does); wrong credentials are answered 401 even with a certificate.
 
 A verified password is remembered with the stored credential it matched (PBKDF2 costs
 milliseconds per request otherwise); the stored credential is read for every request, so a
-changed or removed one stops the old password at once.
+changed or removed one stops the old password at once. Both run on the broker's
+`AuthenticationThreads`; a check that does not complete in time is answered 504.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import hashlib
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
+from loglake.errors import KafkaError
 from loglake.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from loglake.security.listeners import SecurityProtocol
 from loglake.security.principal import ANONYMOUS, KafkaPrincipal
@@ -41,7 +42,8 @@ from loglake.security.sasl import CredentialsOf, PlainServer, SaslError
 from loglake.security.scram import ScramCredential
 
 from ingest_gateway.apis.authorization import AUTHORIZATION_ERRORS, RequestAuthorization
-from ingest_gateway.http.errors import error_response
+from ingest_gateway.http.errors import error_response, kafka_error_response
+from ingest_gateway.network.authentication_threads import AuthenticationThreads
 from ingest_gateway.network.request_context import ClientConnection
 
 Scope = MutableMapping[str, Any]
@@ -92,8 +94,9 @@ def route_check(method: str, path: str) -> tuple[RouteCheck, str]:
 class BasicAuthenticator:
     """HTTP Basic credentials against the SCRAM credentials (as SASL/PLAIN checks them)."""
 
-    def __init__(self, credentials_of: CredentialsOf) -> None:
+    def __init__(self, credentials_of: CredentialsOf, threads: AuthenticationThreads) -> None:
         self._credentials_of = credentials_of
+        self._threads = threads
         # (user, password digest, the stored credentials it matched)
         self._verified: set[tuple[str, bytes, tuple[tuple[str, ScramCredential], ...]]] = set()
 
@@ -109,13 +112,13 @@ class BasicAuthenticator:
             return None
         # The stored credential is read on every request (a changed or removed one stops
         # working at once), off the event loop: it comes from the metadata store.
-        credentials = await asyncio.to_thread(self._credentials_of, user)
+        credentials = await self._threads.run(self._credentials_of, user)
         key = (user, hashlib.sha256(password.encode()).digest(), tuple(sorted(credentials.items())))
         if key in self._verified:
             return KafkaPrincipal.user(user)
         try:
             # PBKDF2 takes milliseconds: off the event loop too.
-            await asyncio.to_thread(PlainServer(lambda _: credentials).evaluate, f"\0{user}\0{password}".encode())
+            await self._threads.run(PlainServer(lambda _: credentials).evaluate, f"\0{user}\0{password}".encode())
         except SaslError:
             return None
         if len(self._verified) > 10_000:
@@ -173,7 +176,11 @@ class HttpSecurity:
         if path == "/healthz":
             await self.app(scope, receive, send)
             return
-        principal = await self._principal(scope)
+        try:
+            principal = await self._principal(scope)
+        except KafkaError as exc:  # the credential check did not complete in time
+            await kafka_error_response(exc)(scope, receive, send)
+            return
         if principal is None:
             response = error_response(401, "Unauthorized: valid HTTP Basic credentials are required")
             response.headers["WWW-Authenticate"] = f'Basic realm="{self._realm}"'

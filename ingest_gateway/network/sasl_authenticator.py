@@ -6,19 +6,19 @@ the tokens come as bare size-prefixed frames instead, as old clients send them.
 A failed exchange is answered SASL_AUTHENTICATION_FAILED (an unknown mechanism
 UNSUPPORTED_SASL_MECHANISM, with the enabled ones) and the connection is closed, as Kafka
 does; nothing about the credentials is logged. Credentials are read from the metadata
-store per exchange, off the event loop (ZooKeeper reads block; PBKDF2 takes milliseconds).
+store per exchange, on the broker's `AuthenticationThreads` (ZooKeeper reads block; PBKDF2
+takes milliseconds); an exchange whose check does not complete in time fails with that message.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import struct
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from loglake.errors import ErrorCode
+from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import (
     ApiKey,
     Chunk,
@@ -38,6 +38,7 @@ from loglake.protocol.bodies import (
 from loglake.security.principal import KafkaPrincipal
 from loglake.security.sasl import CredentialsOf, SaslError, SaslServer, sasl_server
 
+from ingest_gateway.network.authentication_threads import AuthenticationThreads
 from ingest_gateway.network.request_context import CloseConnection
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,16 @@ SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 class SaslAuthenticator:
     """One connection's SASL state."""
 
-    def __init__(self, mechanisms: tuple[str, ...], credentials_of: CredentialsOf, reauth_ms: int) -> None:
+    def __init__(
+        self,
+        mechanisms: tuple[str, ...],
+        credentials_of: CredentialsOf,
+        reauth_ms: int,
+        threads: AuthenticationThreads,
+    ) -> None:
         self._mechanisms = mechanisms
         self._credentials_of = credentials_of
+        self._threads = threads
         self._reauth_ms = reauth_ms
         self._server: SaslServer | None = None
         self.principal: KafkaPrincipal | None = None
@@ -112,9 +120,11 @@ class SaslAuthenticator:
         server = self._server
         assert server is not None
         try:
-            reply = await asyncio.to_thread(server.evaluate, token)
+            reply = await self._threads.run(server.evaluate, token)
         except SaslError:
             raise CloseConnection(f"SASL/{server.mechanism} authentication failed") from None
+        except KafkaError as exc:
+            raise CloseConnection(f"SASL/{server.mechanism}: {exc.message}") from None
         if server.complete:
             self.principal = KafkaPrincipal.user(server.username or "")
             self._raw_tokens = False
@@ -133,7 +143,11 @@ class SaslAuthenticator:
             answer["error_message"] = "SaslAuthenticate without a SaslHandshake first"
             raise CloseConnection("SaslAuthenticate before SaslHandshake", _respond(header, answer))
         try:
-            answer["auth_bytes"] = await asyncio.to_thread(server.evaluate, bytes(body["auth_bytes"]))
+            answer["auth_bytes"] = await self._threads.run(server.evaluate, bytes(body["auth_bytes"]))
+        except KafkaError as exc:  # the credential check did not complete in time
+            answer["error_code"] = ErrorCode.SASL_AUTHENTICATION_FAILED
+            answer["error_message"] = exc.message
+            raise CloseConnection(f"SASL/{server.mechanism}: {exc.message}", _respond(header, answer)) from None
         except SaslError as exc:
             answer["error_code"] = ErrorCode.SASL_AUTHENTICATION_FAILED
             answer["error_message"] = (

@@ -52,12 +52,13 @@ from ingest_gateway.coordinators.internal_topic_log import ReplicatedTopicLog
 from ingest_gateway.coordinators.transaction_markers import BrokerMarkerChannel, MarkerWriter
 from ingest_gateway.http.app import HttpServices, create_app
 from ingest_gateway.http.consumers import ConsumerManager
-from ingest_gateway.metadata.admin_manager import AdminManager
+from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS, AdminManager
 from ingest_gateway.metadata.cluster_status import cluster_status
 from ingest_gateway.metadata.controller_channel import ControllerChannelManager, LocalBrokerChannel
 from ingest_gateway.metadata.dynamic_config import DynamicConfigManager
 from ingest_gateway.metadata.metadata_cache import MetadataCache
 from ingest_gateway.metadata.metadata_thread import MetadataThread
+from ingest_gateway.network.authentication_threads import AuthenticationThreads
 from ingest_gateway.network.kafka_server import KafkaServer
 from ingest_gateway.observability.metrics import BrokerMetrics, MetricsConfig
 from ingest_gateway.replica.replica_alter_log_dirs import ReplicaAlterLogDirsManager
@@ -96,6 +97,8 @@ class Broker:
         self.store = instrumented(self.store, config.broker_id)
         # Every store call once the event loop runs: the loop never waits on ZooKeeper.
         self.metadata_thread = MetadataThread()
+        # Credential checks of SASL and HTTP Basic (a store read and PBKDF2), bounded in time.
+        self.authentication_threads = AuthenticationThreads(ADMIN_TIMEOUT_MS)
         # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
         # sets it; log dirs stamped with another cluster's id refuse to start.
         try:
@@ -376,7 +379,7 @@ class Broker:
                 self.requests.handle,
                 self.config.socket_request_max_bytes,
                 self.metrics,
-                listener_security(self.config, listener, self.store),
+                listener_security(self.config, listener, self.store, self.authentication_threads),
             )
             await kafka_server.start()
             self._kafka_servers.append(kafka_server)
@@ -489,6 +492,7 @@ class Broker:
         self.replica_manager.shutdown()
         self.log_manager.shutdown()
         self.metadata_thread.shutdown()
+        self.authentication_threads.close()
         self.producer_ids.close()
 
     def _on_partitions_offline(self, partitions: list[tuple[str, int]]) -> None:
@@ -581,7 +585,7 @@ class Broker:
                 config=self.config,
                 store=self.store,
                 authorization=self.authorization,
-                authenticator=http_authenticator(self.config, self.store),
+                authenticator=http_authenticator(self.config, self.store, self.authentication_threads),
                 cache=self.metadata_cache,
                 admin=self.admin,
                 replica_manager=self.replica_manager,

@@ -17,6 +17,7 @@ from loglake.security.tls import client_context, server_context
 
 from ingest_gateway.http.security import BasicAuthenticator
 from ingest_gateway.http.tls import TlsHttpProtocol
+from ingest_gateway.network.authentication_threads import AuthenticationThreads
 from ingest_gateway.network.kafka_server import ListenerSecurity
 from ingest_gateway.network.sasl_authenticator import SaslAuthenticator
 
@@ -51,7 +52,9 @@ def sasl_mechanisms(config: BrokerConfig, listener: Listener) -> tuple[str, ...]
     return mechanisms
 
 
-def listener_security(config: BrokerConfig, listener: Listener, store: MetadataStore) -> ListenerSecurity:
+def listener_security(
+    config: BrokerConfig, listener: Listener, store: MetadataStore, threads: AuthenticationThreads
+) -> ListenerSecurity:
     protocol = config.security_protocol(listener)
     tls = server_context(config.raw, listener.scheme) if protocol.uses_tls else None
     if not protocol.uses_sasl:
@@ -63,16 +66,18 @@ def listener_security(config: BrokerConfig, listener: Listener, store: MetadataS
         listener.scheme,
         protocol,
         tls,
-        lambda: SaslAuthenticator(mechanisms, credentials_of, reauth_ms),
+        lambda: SaslAuthenticator(mechanisms, credentials_of, reauth_ms, threads),
     )
 
 
-def http_authenticator(config: BrokerConfig, store: MetadataStore) -> BasicAuthenticator | None:
+def http_authenticator(
+    config: BrokerConfig, store: MetadataStore, threads: AuthenticationThreads
+) -> BasicAuthenticator | None:
     """`http.authentication.method`: NONE (default) or BASIC (against the SCRAM credentials)."""
     method = (config.raw.get("http.authentication.method") or "NONE").strip().upper()
     if method not in ("NONE", "BASIC"):
         raise ValueError(f"http.authentication.method={method}: NONE or BASIC")
-    return BasicAuthenticator(credentials_from(store)) if method == "BASIC" else None
+    return BasicAuthenticator(credentials_from(store), threads) if method == "BASIC" else None
 
 
 def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:

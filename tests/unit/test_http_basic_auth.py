@@ -12,6 +12,7 @@ from loglake.security.principal import KafkaPrincipal
 from loglake.security.scram import new_credential
 
 from ingest_gateway.http.security import BasicAuthenticator
+from ingest_gateway.network.authentication_threads import AuthenticationThreads
 from ingest_gateway.server.listener_security import credentials_from
 
 
@@ -31,7 +32,7 @@ def test_a_changed_or_removed_credential_stops_working_at_once(tmp_path: Path) -
 
 async def _check_changes(tmp_path: Path) -> None:
     store = EmbeddedMetadataStore(tmp_path)
-    auth = BasicAuthenticator(credentials_from(store))
+    auth = BasicAuthenticator(credentials_from(store), AuthenticationThreads(30_000))
     set_password(store, "alice", "one")
     alice = KafkaPrincipal.user("alice")
     assert await auth.principal(basic("alice", "one")) == alice
