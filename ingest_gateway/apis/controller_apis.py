@@ -22,6 +22,7 @@ from loglake.protocol.bodies import (
 )
 
 from ingest_gateway.apis.request_router import handles
+from ingest_gateway.metadata.update_metadata import update_from_body
 from ingest_gateway.network.request_context import RequestContext
 
 if TYPE_CHECKING:
@@ -39,8 +40,10 @@ class ControllerApis:
         replica_manager: ReplicaManager,
         cache: MetadataCache,
         metadata_thread: MetadataThread,
+        inter_broker_listener: str,
     ) -> None:
         self._store = store
+        self._inter_broker_listener = inter_broker_listener
         self._metadata_thread = metadata_thread
         self._replica_manager = replica_manager
         self._cache = cache
@@ -48,7 +51,6 @@ class ControllerApis:
     @handles(ApiKey.LEADER_AND_ISR, 0, 7)
     async def leader_and_isr(self, context: RequestContext, body: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         header = context.header
-        topics = await self._metadata_thread.run(self._store.topics)
         if header.request_api_version < 2:  # partition states not yet grouped by topic
             by_topic: dict[str, list[LeaderAndIsrRequestLeaderAndIsrPartitionState]] = {}
             for ps in body["ungrouped_partition_states"]:
@@ -58,6 +60,8 @@ class ControllerApis:
             ]
         else:
             topic_states = body["topic_states"]
+        # The topics' configs (not in the request): read for these topics only.
+        topics = await self._metadata_thread.run(self._store.topics_named, [t["topic_name"] for t in topic_states])
         entries: list[LeaderAndIsrPartition] = []
         for t in topic_states:
             topic = topics.get(t["topic_name"])
@@ -130,10 +134,10 @@ class ControllerApis:
 
     @handles(ApiKey.UPDATE_METADATA, 0, 8)
     async def update_metadata(self, context: RequestContext, body: UpdateMetadataRequest) -> UpdateMetadataResponse:
-        """ZooKeeper holds the metadata; this request says when to re-read it, and fences."""
+        """The live brokers and changed partition states, applied to this broker's image."""
         epoch = body["controller_epoch"]
         if epoch < self._replica_manager.controller_epoch:
             return {"error_code": ErrorCode.STALE_CONTROLLER_EPOCH}
         self._replica_manager.controller_epoch = epoch
-        await self._metadata_thread.run(self._cache.refresh, epoch)
+        await self._cache.apply_from_controller(update_from_body(body, self._inter_broker_listener))
         return {"error_code": ErrorCode.NONE}

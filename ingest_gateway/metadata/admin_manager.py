@@ -5,8 +5,12 @@ Creating and deleting topics goes through the controller code against the store,
 any broker may do in ZooKeeper mode. Changes that the controller must act on at once
 (new partitions, elections, reassignments, topic configs) run on the active controller:
 a broker that is not the controller forwards them there over the inter-broker listener.
-After a change it made, the broker refreshes its metadata cache, so that its own next
-answers already include it.
+After a change it made, the broker answers once the controller's UpdateMetadata has
+brought the change into its own metadata image (as Kafka's CreateTopics waits for the
+new partitions' leaders in the broker's metadata cache), so that its next answers
+already include it: the change's documents and states are read from the store (those
+only) and the image is awaited until it holds them, up to the request's timeout
+(REQUEST_TIMED_OUT after it; the change itself is made).
 
 Every store and controller call runs on the metadata thread, never on the event loop. A
 request waits for it up to its `timeout_ms` (Kafka's timeout of the admin APIs; without
@@ -19,16 +23,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from loglake.cluster.metadata_image import MetadataImage
 from loglake.config import BrokerConfig
 from loglake.coordination.controller import Controller, ElectionType
-from loglake.coordination.model import BrokerEndpoint, TopicDescription
+from loglake.coordination.model import BrokerEndpoint, PartitionState, TopicDescription
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 from loglake.protocol import ApiKey
 from loglake.security.client import ClientSecurity
 
 from ingest_gateway.metadata.metadata_cache import MetadataCache
-from ingest_gateway.metadata.metadata_thread import MetadataThread
+from ingest_gateway.metadata.metadata_thread import Deadline, MetadataThread
 from ingest_gateway.network.kafka_client import KafkaClient, RequestTimedOut
 
 # How long a forwarded request may take on the controller.
@@ -93,32 +98,19 @@ class AdminManager:
         validate_only: bool = False,
         timeout_ms: int = 0,
     ) -> TopicDescription:
-        return await self._thread.run(
-            self._create_topic,
+        deadline = Deadline.after_ms(_wait_ms(timeout_ms))
+        topic = await self._thread.run(
+            self._controller.create_topic,
             name,
             num_partitions,
             replication_factor,
             config,
             assignment,
             validate_only,
-            timeout_ms=_wait_ms(timeout_ms),
+            timeout_ms=deadline.remaining_ms(),
         )
-
-    def _create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        config: dict[str, str],
-        assignment: dict[int, tuple[int, ...]] | None,
-        validate_only: bool,
-    ) -> TopicDescription:
-        topic = self._controller.create_topic(
-            name, num_partitions, replication_factor, config, assignment, validate_only
-        )
-        if not validate_only and not self._controller.is_active:
-            # The active controller hears of it through ZooKeeper; answer from the store now.
-            self._cache.refresh_from_store()
+        if not validate_only:
+            await self._await_metadata([name], deadline)
         return topic
 
     async def delete_topic(self, name: str, timeout_ms: int = 0) -> None:
@@ -153,7 +145,8 @@ class AdminManager:
         }
         response = await self._forward_to_controller(ApiKey.CREATE_PARTITIONS, 3, body)
         _raise_for(response["results"][0])
-        await self._refresh(timeout_ms)
+        if not validate_only:
+            await self._await_metadata([name], Deadline.after_ms(_wait_ms(timeout_ms)))
 
     async def elect_leaders(
         self, partitions: list[tuple[str, int]] | None, election_type: ElectionType, timeout_ms: int = 0
@@ -175,8 +168,10 @@ class AdminManager:
         # The request's own timeout_ms: how long the forwarded election may wait (then REQUEST_TIMED_OUT).
         response = await self._forward_to_controller(ApiKey.ELECT_LEADERS, 2, body, timeout_ms or None)
         _raise_for(response)
-        await self._refresh(timeout_ms)
-        return _partition_errors(response, "replica_election_results", "topic", "partition_result", "partition_id")
+        results = _partition_errors(response, "replica_election_results", "topic", "partition_result", "partition_id")
+        elected = sorted({topic for (topic, _), error in results.items() if error is None})
+        await self._await_metadata(elected, Deadline.after_ms(_wait_ms(timeout_ms)))
+        return results
 
     async def alter_partition_reassignments(
         self, targets: dict[tuple[str, int], tuple[int, ...] | None], timeout_ms: int = 0
@@ -215,7 +210,7 @@ class AdminManager:
                 self._controller.alter_topic_config, name, config, validate_only, timeout_ms=_wait_ms(timeout_ms)
             )
             return
-        current = (await self._thread.run(self._store.topics, timeout_ms=_wait_ms(timeout_ms))).get(name)
+        current = (await self._thread.run(self._store.topics_named, [name], timeout_ms=_wait_ms(timeout_ms))).get(name)
         if current is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         merged = {k: v for k, v in {**current.config, **config}.items() if v != ""}
@@ -228,10 +223,42 @@ class AdminManager:
             ApiKey.ALTER_CONFIGS, 2, {"resources": [resource], "validate_only": validate_only}
         )
         _raise_for(response["responses"][0])
-        await self._refresh(timeout_ms)
+        if not validate_only:
+            await self._await_metadata([name], Deadline.after_ms(_wait_ms(timeout_ms)))
 
-    async def _refresh(self, timeout_ms: int) -> None:
-        await self._thread.run(self._cache.refresh_from_store, timeout_ms=_wait_ms(timeout_ms))
+    async def _await_metadata(self, names: list[str], deadline: Deadline) -> None:
+        """Wait until this broker's image holds the topics as the store has them now (their
+        documents, and each partition state at least at its stored version)."""
+        if not names:
+            return
+        topics, states = await self._thread.run(self._read_topics, names, timeout_ms=deadline.remaining_ms())
+
+        def arrived(image: MetadataImage) -> bool:
+            for name, topic in topics.items():
+                known = image.topics.get(name)
+                if known is None or known.topic_id != topic.topic_id or known.config != topic.config:
+                    return False
+                if known.assignment != topic.assignment:
+                    return False
+            have = image.partition_states
+            return all(
+                (current := have.get(name, {}).get(p)) is not None and current.version >= state.version
+                for (name, p), state in states.items()
+            )
+
+        if not await self._cache.wait_until(arrived, deadline.remaining_ms() / 1000):
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"the change to {', '.join(names)} is stored, but it had not reached broker "
+                f"{self._config.broker_id}'s metadata when the request timed out",
+            )
+
+    def _read_topics(
+        self, names: list[str]
+    ) -> tuple[dict[str, TopicDescription], dict[tuple[str, int], PartitionState]]:
+        topics = self._store.topics_named(names)
+        partitions = [(name, p) for name, topic in topics.items() for p in topic.assignment]
+        return topics, self._store.partition_states_of(partitions)
 
     def _controller_endpoint(self) -> tuple[int | None, BrokerEndpoint | None]:
         controller_id = self._store.controller_id()

@@ -6,18 +6,26 @@ The controller decides synchronously, on the metadata thread, and enqueues (on t
 loop); one sender task per broker sends that broker's requests in order and retries until
 the broker answers or leaves the cluster. Decisions for the controller's own broker are
 applied by a call on the event loop, as embedded.
+
+An UpdateMetadata waits until the LeaderAndIsr requests enqueued before it have been
+answered (or dropped: their broker left), so no broker names a leader that has not yet
+taken the role; a broker that does not answer holds the others' metadata back at most
+`LEADER_AND_ISR_WAIT_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from loglake.coordination.model import LeaderAndIsrPartition, topic_uuid
+from loglake.coordination.model import LeaderAndIsrPartition, MetadataUpdate, topic_uuid
 from loglake.errors import ErrorCode
 from loglake.protocol import ApiKey
 
+from ingest_gateway.metadata.update_metadata import UPDATE_METADATA_VERSION, update_metadata_body
 from ingest_gateway.network.kafka_client import KafkaClient
 
 if TYPE_CHECKING:
@@ -32,8 +40,20 @@ log = logging.getLogger(__name__)
 
 LEADER_AND_ISR_VERSION = 5
 STOP_REPLICA_VERSION = 3
-UPDATE_METADATA_VERSION = 7
 _RETRY_S = 0.5
+LEADER_AND_ISR_WAIT_S = 5.0
+
+
+@dataclass
+class _Request:
+    api_key: ApiKey
+    version: int
+    body: Mapping[str, Any]
+    # Set once the broker answered it, or it was dropped.
+    done: asyncio.Future[None]
+    # Requests of other brokers this one must wait for (an UpdateMetadata: the LeaderAndIsr
+    # requests sent before it).
+    after: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class ControllerChannelManager:
@@ -54,8 +74,10 @@ class ControllerChannelManager:
         self._local = LocalBrokerChannel(broker_id, replica_manager, cache, metadata_thread)
         self._inter_broker_security = inter_broker_security
         self._metadata_thread = metadata_thread
-        self._queues: dict[int, asyncio.Queue[tuple[ApiKey, int, dict[str, Any]]]] = {}
+        self._queues: dict[int, asyncio.Queue[_Request]] = {}
         self._senders: dict[int, asyncio.Task] = {}
+        # LeaderAndIsr requests not yet followed by an UpdateMetadata (on the event loop).
+        self._leader_and_isr_pending: list[asyncio.Future[None]] = []
 
     # BrokerChannel ------------------------------------------------------------------------
 
@@ -119,60 +141,77 @@ class ControllerChannelManager:
         }
         self._enqueue(broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, body)
 
-    def send_update_metadata(self, controller_epoch: int) -> None:
-        self._local.send_update_metadata(controller_epoch)
-        body = {
-            "controller_id": self._broker_id,
-            "controller_epoch": controller_epoch,
-            "live_brokers": [],
-        }
-        for broker_id in self._store.brokers():
-            if broker_id != self._broker_id:
-                self._enqueue(broker_id, ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body)
+    def send_update_metadata(self, update: MetadataUpdate) -> None:
+        self._local.send_update_metadata(update)
+        body = update_metadata_body(update)
+        others = [b for b in sorted(update.brokers) if b != self._broker_id]
+        self._metadata_thread.on_loop(self._put_update_metadata, others, body)
 
     # Sending ---------------------------------------------------------------------------
 
-    def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
+    def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> None:
         self._metadata_thread.on_loop(self._put, broker_id, api_key, version, body)
 
-    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: dict[str, Any]) -> None:
+    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> None:
+        request = _Request(api_key, version, body, asyncio.get_running_loop().create_future())
+        if api_key == ApiKey.LEADER_AND_ISR:
+            self._leader_and_isr_pending.append(request.done)
+        self._queue(broker_id).put_nowait(request)
+
+    def _put_update_metadata(self, broker_ids: list[int], body: Mapping[str, Any]) -> None:
+        after, self._leader_and_isr_pending = self._leader_and_isr_pending, []
+        loop = asyncio.get_running_loop()
+        for broker_id in broker_ids:
+            request = _Request(ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body, loop.create_future(), after)
+            self._queue(broker_id).put_nowait(request)
+
+    def _queue(self, broker_id: int) -> asyncio.Queue[_Request]:
         queue = self._queues.get(broker_id)
         if queue is None:
             queue = self._queues[broker_id] = asyncio.Queue()
             self._senders[broker_id] = asyncio.get_running_loop().create_task(self._send_loop(broker_id, queue))
-        queue.put_nowait((api_key, version, body))
+        return queue
 
-    async def _send_loop(self, broker_id: int, queue: asyncio.Queue) -> None:
+    async def _send_loop(self, broker_id: int, queue: asyncio.Queue[_Request]) -> None:
         client: KafkaClient | None = None
         try:
             while True:
-                api_key, version, body = await queue.get()
-                while True:
-                    endpoint = (await self._metadata_thread.run(self._store.brokers)).get(broker_id)
-                    if endpoint is None:
-                        log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
-                        break
-                    try:
-                        if client is None:
-                            client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
-                        response = await client.request(api_key, version, body)
-                        if response.get("error_code"):
-                            log.warning(
-                                "broker %d answered %s with %s",
-                                broker_id,
-                                api_key.name,
-                                ErrorCode(response["error_code"]).name,
-                            )
-                        break
-                    except (TimeoutError, OSError, ConnectionError) as exc:
-                        log.debug("sending %s to broker %d failed (%s); retrying", api_key.name, broker_id, exc)
-                        if client is not None:
-                            await client.close()
-                            client = None
-                        await asyncio.sleep(_RETRY_S)
+                request = await queue.get()
+                try:
+                    client = await self._send(broker_id, request, client)
+                finally:
+                    if not request.done.done():
+                        request.done.set_result(None)
         finally:
             if client is not None:
                 await client.close()
+
+    async def _send(self, broker_id: int, request: _Request, client: KafkaClient | None) -> KafkaClient | None:
+        """Send until the broker answers or leaves the cluster; the client to use next."""
+        api_key, version, body = request.api_key, request.version, request.body
+        pending = [f for f in request.after if not f.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=LEADER_AND_ISR_WAIT_S)
+        while True:
+            endpoint = (await self._metadata_thread.run(self._store.brokers)).get(broker_id)
+            if endpoint is None:
+                log.info("broker %d left the cluster; dropping a %s for it", broker_id, api_key.name)
+                return client
+            try:
+                if client is None:
+                    client = KafkaClient(endpoint.host, endpoint.port, security=self._inter_broker_security)
+                response = await client.request(api_key, version, dict(body))
+                if response.get("error_code"):
+                    log.warning(
+                        "broker %d answered %s with %s", broker_id, api_key.name, ErrorCode(response["error_code"]).name
+                    )
+                return client
+            except (TimeoutError, OSError, ConnectionError) as exc:
+                log.debug("sending %s to broker %d failed (%s); retrying", api_key.name, broker_id, exc)
+                if client is not None:
+                    await client.close()
+                    client = None
+                await asyncio.sleep(_RETRY_S)
 
     async def close(self) -> None:
         for task in self._senders.values():
@@ -207,8 +246,8 @@ class LocalBrokerChannel:
         if broker_id == self._broker_id:
             self._metadata_thread.on_loop(self._replica_manager.stop_replicas, controller_epoch, partitions, delete)
 
-    def send_update_metadata(self, controller_epoch: int) -> None:
-        self._cache.refresh(controller_epoch)
+    def send_update_metadata(self, update: MetadataUpdate) -> None:
+        self._metadata_thread.on_loop(self._cache.apply, update)
 
     async def close(self) -> None:
         """Nothing to close: no connections, no sender tasks."""

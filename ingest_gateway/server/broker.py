@@ -173,9 +173,8 @@ class Broker:
             CleanerConfig.from_properties(config.raw), LogCleanerManager(self.log_manager, self._high_watermark_of)
         )
         self.replica_manager.leadership_listeners.append(self._on_leadership_change)
-        self.replica_manager.isr_change_listeners.append(
-            lambda *_: self.metadata_thread.submit(self.metadata_cache.refresh, self.image.controller_epoch)
-        )
+        # This broker's own ISR changes as leader; the controller tells the other brokers.
+        self.replica_manager.isr_change_listeners.append(self.metadata_cache.apply_partition_state)
         self.replica_manager.log_dir_failure_listeners.append(self._on_partitions_offline)
         metrics_config = MetricsConfig.from_properties(config.raw)
         self.metrics = (
@@ -229,6 +228,7 @@ class Broker:
         }
         # Internal topic leadership changes seen before the event loop ran (startup).
         self._pending_loads: list[tuple[str, int]] = []
+        self._metadata_loaded = False
         self._stopped = asyncio.Event()
         # Set by a signal, or by the broker itself when it can store nothing any more.
         self.stop_requested = asyncio.Event()
@@ -266,7 +266,9 @@ class Broker:
             LogDirApis(rm, self._log_dir_mover),
         ]
         if self.clustered:
-            api_modules.append(ControllerApis(self.store, rm, cache, self.metadata_thread))
+            api_modules.append(
+                ControllerApis(self.store, rm, cache, self.metadata_thread, config.inter_broker_listener_name)
+            )
         for module in api_modules:
             router.register_module(module)
         return router
@@ -323,7 +325,6 @@ class Broker:
         self.store.watch_brokers(lambda live: on_thread(self.controller.on_brokers_changed, live))
         self.store.watch_topics(lambda names: on_thread(self.controller.on_topics_changed, names))
         self.store.watch_topic_deletions(lambda names: on_thread(self.controller.on_topic_deletions, names))
-        self.store.watch_isr_changes(lambda token: on_thread(self.controller.on_isr_changes, token))
         self.store.watch_log_dir_failures(lambda token: on_thread(self.controller.on_log_dir_failures, token))
         self.store.watch_reassignment_request(lambda token: on_thread(self.controller.on_reassignment_request, token))
         self.store.on_session_expired(lambda: on_thread(self._on_session_expired))
@@ -335,7 +336,10 @@ class Broker:
         elif holder != self.config.broker_id and self.controller.is_active:
             log.warning("broker %d is no longer the controller (broker %d is)", self.config.broker_id, holder)
             self.controller.resign()
-        self.metadata_cache.refresh(self.store.controller_epoch())
+        if not self._metadata_loaded:
+            # Once, at start-up: after this the controllers' UpdateMetadata requests keep it.
+            self._metadata_loaded = True
+            self.metadata_cache.load()
 
     def _on_session_expired(self) -> None:
         # Our ephemeral nodes are gone: whatever we decided as controller is void.
@@ -427,6 +431,8 @@ class Broker:
         authorizer = self.authorization.authorizer
         if authorizer is not None:
             self.store.watch_acls(lambda acls: on_loop(authorizer.replace_acls, acls))
+        on_thread = self.metadata_thread.submit
+        self.store.watch_isr_changes(lambda token: on_thread(self.controller.on_isr_changes, token))
         if self.clustered:
             self._watch_cluster()
 
@@ -519,14 +525,13 @@ class Broker:
 
     def _write_isr(self, topic: str, partition: int, state: PartitionState):
         """A leader's ISR change, compare-and-set in the store (off the event loop for ZooKeeper)."""
-        if self.clustered:
-            return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
-        return asyncio.to_thread(self.store.update_partition_state, topic, partition, state, state.version)
+        return asyncio.to_thread(self._write_isr_and_notify, topic, partition, state)
 
     def _write_isr_and_notify(self, topic: str, partition: int, state: PartitionState) -> PartitionState | None:
         stored = self.store.update_partition_state(topic, partition, state, state.version)
         if stored is not None:
-            # As Kafka's leaders do: the controller completes reassignments on ISR changes.
+            # As Kafka's leaders do: the controller keeps its context current, tells the
+            # other brokers, and completes reassignments on ISR changes.
             self.store.notify_isr_change([(topic, partition)])
         return stored
 

@@ -41,7 +41,7 @@ def apis(broker: Broker) -> ControllerApis:
     broker.store.create_topic(
         TopicDescription("t", str(TOPIC_ID), {0: (me,), 1: (me,)}), {p: PartitionState(me, 0, (me,), 1) for p in (0, 1)}
     )
-    return ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache, broker.metadata_thread)
+    return ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache, broker.metadata_thread, "PLAINTEXT")
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.LEADER_AND_ISR))
@@ -101,9 +101,43 @@ def test_stop_replica_at_every_version(broker: Broker, apis: ControllerApis, ver
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.UPDATE_METADATA))
-def test_update_metadata_at_every_version_is_fenced(broker: Broker, apis: ControllerApis, version: int) -> None:
-    body = {"controller_id": 9, "controller_epoch": 5, "broker_epoch": -1, "live_brokers": []}
+def test_update_metadata_at_every_version_is_applied_and_fenced(
+    broker: Broker, apis: ControllerApis, version: int
+) -> None:
+    me = broker.config.broker_id
+    states = [
+        {
+            "topic_name": "t",
+            "partition_index": p,
+            "controller_epoch": 5,
+            "leader": me,
+            "leader_epoch": 3,
+            "isr": [me],
+            "zk_version": 1,
+            "replicas": [me],
+        }
+        for p in (0, 1)
+    ]
+    body = {
+        "controller_id": 9,
+        "controller_epoch": 5,
+        "broker_epoch": -1,
+        "ungrouped_partition_states": states,
+        "topic_states": [{"topic_name": "t", "topic_id": TOPIC_ID, "partition_states": states}],
+        "live_brokers": [
+            {
+                "id": me,
+                "v0_host": "127.0.0.1",
+                "v0_port": 9092,
+                "endpoints": [{"port": 9092, "host": "127.0.0.1", "listener": "PLAINTEXT", "security_protocol": 0}],
+                "rack": None,
+            }
+        ],
+    }
     assert on_the_wire(apis.update_metadata, ApiKey.UPDATE_METADATA, version, body)["error_code"] == 0
-    assert "t" in broker.image.topics
+    image = broker.image
+    assert image.controller_id == 9 and set(image.brokers) == {me}
+    assert {p: s.leader_epoch for p, s in image.partition_states["t"].items()} == {0: 3, 1: 3}
+    assert image.topics["t"].assignment == {0: (me,), 1: (me,)}
     stale = {**body, "controller_epoch": 4}
     assert on_the_wire(apis.update_metadata, ApiKey.UPDATE_METADATA, version, stale)["error_code"] != 0

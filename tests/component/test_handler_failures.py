@@ -105,7 +105,7 @@ def test_every_api_answers_a_handler_failure_with_unknown_server_error(
 ) -> None:
     # The controller-to-broker APIs too (a clustered broker serves them).
     broker.requests.register_module(
-        ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache, broker.metadata_thread)
+        ControllerApis(broker.store, broker.replica_manager, broker.metadata_cache, broker.metadata_thread, "PLAINTEXT")
     )
     served = _fail_every_api(broker.requests)
     assert {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.API_VERSIONS, ApiKey.LEADER_AND_ISR} <= {k for k, _ in served}

@@ -74,7 +74,7 @@ def test_produce_and_list_offsets_answer_retriable_errors(broker: Broker, unseen
 
 
 def test_metadata_answers_the_topic_once_the_image_has_it(broker: Broker, unseen_topic: str) -> None:
-    broker.metadata_cache.refresh(broker.store.controller_epoch())
+    broker.metadata_cache.load()
     topics = call(broker, ApiKey.METADATA, 12, {"topics": [{"name": unseen_topic, "topic_id": uuid.UUID(int=0)}]})
     assert topics["topics"][0]["error_code"] == ErrorCode.NONE
 
@@ -83,7 +83,7 @@ def test_a_topic_without_an_id_is_described_with_the_zero_id(broker: Broker) -> 
     """Created by tools older than topic ids (KIP-516): its znode has no topic_id."""
     me = broker.config.broker_id
     broker.store.create_topic(TopicDescription("old-style", "", {0: (me,)}), {0: PartitionState(me, 0, (me,), 1)})
-    broker.metadata_cache.refresh(broker.store.controller_epoch())
+    broker.metadata_cache.load()
     answer = call(broker, ApiKey.METADATA, 12, {"topics": [{"name": "old-style", "topic_id": uuid.UUID(int=0)}]})
     assert [(t["name"], t["error_code"], t["topic_id"]) for t in answer["topics"]] == [
         ("old-style", ErrorCode.NONE, uuid.UUID(int=0))

@@ -9,7 +9,7 @@ import pytest
 from loglake.cluster.assignment import assign_replicas
 from loglake.coordination.controller import Controller
 from loglake.coordination.embedded import EmbeddedMetadataStore
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
+from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, MetadataUpdate, PartitionState
 from loglake.errors import ErrorCode, KafkaError
 
 
@@ -18,6 +18,7 @@ class RecordingChannel:
         self.leader_and_isr: list[tuple[int, int, list[LeaderAndIsrPartition]]] = []
         self.stop_replica: list[tuple[int, int, list[tuple[str, int]], bool]] = []
         self.update_metadata: list[int] = []
+        self.updates: list[MetadataUpdate] = []
 
     def send_leader_and_isr(self, broker_id, controller_epoch, partitions) -> None:
         self.leader_and_isr.append((broker_id, controller_epoch, partitions))
@@ -25,8 +26,9 @@ class RecordingChannel:
     def send_stop_replica(self, broker_id, controller_epoch, partitions, delete) -> None:
         self.stop_replica.append((broker_id, controller_epoch, partitions, delete))
 
-    def send_update_metadata(self, controller_epoch) -> None:
-        self.update_metadata.append(controller_epoch)
+    def send_update_metadata(self, update: MetadataUpdate) -> None:
+        self.update_metadata.append(update.controller_epoch)
+        self.updates.append(update)
 
 
 def make_controller(path: Path, brokers=(0,)) -> tuple[Controller, EmbeddedMetadataStore, RecordingChannel]:

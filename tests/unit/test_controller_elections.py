@@ -51,6 +51,9 @@ def test_preferred_election(tmp_path: Path) -> None:
     store.update_partition_state("t", 0, PartitionState(2, 3, (1, 2), controller.epoch), moved.version)
     out_of_sync = store.partition_states("t")[2]
     store.update_partition_state("t", 2, PartitionState(1, 1, (1,), controller.epoch), out_of_sync.version)
+    # As the leaders that changed them do: the controller reads the changed states.
+    store.notify_isr_change([("t", 0), ("t", 2)])
+    controller.on_isr_changes()
     channel.leader_and_isr.clear()
 
     results = controller.elect_leaders([("t", 0), ("t", 1), ("t", 2), ("t", 9), ("x", 0)], ElectionType.PREFERRED)

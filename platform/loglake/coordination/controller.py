@@ -4,6 +4,14 @@ It writes its decisions to a `MetadataStore` first and only then tells the broke
 through a `BrokerChannel`, with its controller epoch on every request so brokers can
 fence a deposed controller. The embedded single node and a ZooKeeper cluster run this
 same code; only the store and the channel differ.
+
+The active controller keeps the topics and partition states in memory (Kafka's
+ControllerContext), read whole from the store once when it takes office and then kept
+current by its own writes, the ISR changes leaders report, and a re-read of any state
+whose compare-and-set failed. Each event's decisions go out as one LeaderAndIsr per
+replica broker, then one UpdateMetadata to every broker carrying the changed partition
+states (everything when it takes office or a broker joins): brokers never read the store
+for them, and the work per change is proportional to the change.
 """
 
 from __future__ import annotations
@@ -11,14 +19,21 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Protocol
 
 from loglake.cluster.assignment import assign_replicas, validate_manual_assignment
 from loglake.config import LogConfig, validate_topic_configs, validate_topic_name
-from loglake.coordination.model import LeaderAndIsrPartition, LogDirFailure, PartitionState, TopicDescription
+from loglake.coordination.model import (
+    BrokerEndpoint,
+    LeaderAndIsrPartition,
+    LogDirFailure,
+    MetadataUpdate,
+    PartitionState,
+    TopicDescription,
+)
 from loglake.coordination.store import MetadataStore
 from loglake.errors import ErrorCode, KafkaError
 from loglake.internal_topics import INTERNAL_TOPICS
@@ -37,7 +52,8 @@ class BrokerChannel(Protocol):
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
     ) -> None: ...
 
-    def send_update_metadata(self, controller_epoch: int) -> None: ...
+    def send_update_metadata(self, update: MetadataUpdate) -> None:
+        """To every live broker, after the LeaderAndIsr requests sent before it."""
 
 
 @dataclass
@@ -81,7 +97,15 @@ class Controller:
         self.epoch: int | None = None
         # The live brokers as the broker events gave them: id -> broker epoch.
         self._broker_epochs: dict[int, int] = {}
-        self._known_topics: set[str] = set()
+        # The active controller's context: topics, partition states and live brokers' endpoints.
+        self._topics: dict[str, TopicDescription] = {}
+        self._states: dict[str, dict[int, PartitionState]] = {}
+        self._brokers: dict[int, BrokerEndpoint] = {}
+        # What the current event changed, sent when it ends (`_flush`): LeaderAndIsr
+        # entries by broker, then the changed partitions in one UpdateMetadata.
+        self._leader_and_isr: dict[int, list[LeaderAndIsrPartition]] = {}
+        self._changed: dict[str, set[int]] = {}
+        self._deleted: set[str] = set()
         # Replicas on a failed log dir, by broker (Kafka's replicasOnOfflineDirs): not
         # eligible to lead or be in sync until their broker registers again (restarted).
         self._offline_replicas: dict[int, set[tuple[str, int]]] = {}
@@ -101,30 +125,42 @@ class Controller:
             self.epoch = self._store.elect_controller(self._broker_id)
             if self.epoch is None:
                 return False
-            brokers = self._store.brokers()
-            self._broker_epochs = {b.broker_id: b.epoch for b in brokers.values()}
+            self._brokers = self._store.brokers()
+            self._broker_epochs = {b.broker_id: b.epoch for b in self._brokers.values()}
             # Failures the previous controller handled are in the partition states already.
             self._offline_replicas = {}
             self._record_log_dir_failures(self._store.take_log_dir_failures())
-            topics = self._store.topics()
-            self._known_topics = set(topics)
-            for topic in topics.values():
+            self._load_context()
+            self._store.take_isr_changes()  # the states just read include them
+            for topic in list(self._topics.values()):
                 self._elect_offline_leaders(topic, self._live)
                 self._remove_dead_from_isr(topic, self._live)
-                self._send_leader_and_isr(topic, range(topic.num_partitions))
-            self._channel.send_update_metadata(self.epoch)
+                self._send_leader_and_isr(topic, topic.assignment)
+            self._flush(full=True)
             for name in self._store.pending_topic_deletions():
                 self._delete_topic(name)
             # Reassignments survive failover: their state is in the topics' documents.
-            self._store.take_isr_changes()
             self._resume_reassignments()
             self._take_reassignment_request()
+            self._flush()
             return True
+
+    def _load_context(self) -> None:
+        """Read every topic and partition state (pipelined): once, on taking office."""
+        self._topics = self._store.topics()
+        states = self._store.partition_states_of(
+            (name, p) for name, topic in self._topics.items() for p in topic.assignment
+        )
+        self._states = {name: {} for name in self._topics}
+        for (name, p), state in states.items():
+            self._states[name][p] = state
+        self._leader_and_isr, self._changed, self._deleted = {}, {}, set()
 
     def resign(self) -> None:
         """Stop acting as controller (the store session that elected us is gone)."""
         with self._lock:
             self.epoch = None
+            self._leader_and_isr, self._changed, self._deleted = {}, {}, set()
 
     # Reactions to the store's watches (active controller only) -------------------------
 
@@ -139,7 +175,6 @@ class Controller:
         with self._lock:
             if self.epoch is None:
                 return
-            epoch = self.epoch
             live = set(brokers)
             # Registered again under the same id (restarted within its session timeout):
             # the new process knows nothing. Like Kafka, treat it as failed and then
@@ -152,12 +187,13 @@ class Controller:
             for broker in dead | joined:
                 # A restarted broker tried its log dirs again: what loaded is online.
                 self._offline_replicas.pop(broker, None)
+            self._brokers = {b: e for b, e in self._store.brokers().items() if b in live}
             if not dead and not joined:
                 # The same brokers, one registered again with other endpoints: every
                 # broker's metadata must tell clients the new ones (Kafka: UpdateMetadata).
-                self._channel.send_update_metadata(epoch)
+                self._flush()
                 return
-            for topic in self._store.topics().values():
+            for topic in list(self._topics.values()):
                 touched = set(self._elect_offline_leaders(topic, live - bounced))
                 touched |= set(self._remove_dead_from_isr(topic, live - bounced))
                 if bounced:
@@ -167,23 +203,24 @@ class Controller:
                     touched |= {p for p, replicas in topic.assignment.items() if set(replicas) & joined}
                 if touched:
                     self._send_leader_and_isr(topic, sorted(touched))
-            self._channel.send_update_metadata(epoch)
+            # A joining broker learns everything; the others learn the changes.
+            self._flush(full=bool(joined))
 
     def on_topics_changed(self, names: set[str]) -> None:
         """Topics written to the store by other brokers: bring their partitions online."""
         with self._lock:
             if self.epoch is None:
                 return
-            new = names - self._known_topics
-            self._known_topics = set(names)
+            # Created by another broker straight into the store: read just those.
+            new = self._store.topics_named(names - set(self._topics))
             if not new:
                 return
-            topics = self._store.topics()
-            for name in sorted(new):
-                topic = topics.get(name)
-                if topic is not None:
-                    self._send_leader_and_isr(topic, topic.assignment)
-            self._channel.send_update_metadata(self.epoch)
+            states = self._store.partition_states_of((n, p) for n, t in new.items() for p in t.assignment)
+            for name, topic in sorted(new.items()):
+                self._topics[name] = topic
+                self._states[name] = {p: s for (n, p), s in states.items() if n == name}
+                self._send_leader_and_isr(topic, topic.assignment)
+            self._flush()
 
     def on_topic_deletions(self, names: list[str]) -> None:
         with self._lock:
@@ -191,6 +228,7 @@ class Controller:
                 return
             for name in names:
                 self._delete_topic(name)
+            self._flush()
 
     def on_isr_changes(self, _token: object = None) -> None:
         """Leaders changed ISRs: a reassignment whose target replicas all joined completes."""
@@ -200,15 +238,17 @@ class Controller:
             changed = set(self._store.take_isr_changes())
             if not changed:
                 return
-            topics = self._store.topics()
-            completed = False
+            # The leaders wrote them: read them, and tell every broker (Kafka's controller
+            # answers ISR change notifications with an UpdateMetadata too).
+            for (name, p), state in self._store.partition_states_of(sorted(changed)).items():
+                if name in self._states:
+                    self._states[name][p] = state
+                    self._changed.setdefault(name, set()).add(p)
             for name, p in sorted(changed):
-                topic = topics.get(name)
+                topic = self._topics.get(name)
                 if topic is not None and p in topic.assignment and topic.is_reassigning(p):
-                    topics[name] = self._maybe_complete_reassignment(topic, p)
-                    completed |= not topics[name].is_reassigning(p)
-            if completed:
-                self._channel.send_update_metadata(self.epoch)
+                    self._maybe_complete_reassignment(topic, p)
+            self._flush()
 
     def on_log_dir_failures(self, _token: object = None) -> None:
         """Brokers lost log dirs (KIP-112): their replicas there can neither lead nor stay
@@ -222,15 +262,14 @@ class Controller:
             touched = self._record_log_dir_failures(self._store.take_log_dir_failures())
             if not touched:
                 return
-            topics = self._store.topics()
             for name, partitions in sorted(touched.items()):
-                topic = topics.get(name)
+                topic = self._topics.get(name)
                 if topic is None:
                     continue
                 changed = set(self._elect_offline_leaders(topic, self._live))
                 changed |= set(self._remove_dead_from_isr(topic, self._live))
                 self._send_leader_and_isr(topic, sorted(changed | (partitions & set(topic.assignment))))
-            self._channel.send_update_metadata(self.epoch)
+            self._flush()
 
     def _record_log_dir_failures(self, failures: list[LogDirFailure]) -> dict[str, set[int]]:
         """Remember the offline replicas of live brokers (a dead broker's failure is void:
@@ -260,6 +299,7 @@ class Controller:
         with self._lock:
             if self.epoch is not None:
                 self._take_reassignment_request()
+                self._flush()
 
     def _take_reassignment_request(self) -> None:
         request = self._store.reassignment_request()
@@ -270,7 +310,7 @@ class Controller:
         self._store.delete_reassignment_request()
 
     def _resume_reassignments(self) -> None:
-        for topic in self._store.topics().values():
+        for topic in list(self._topics.values()):
             for p in sorted(topic.assignment):
                 if topic.is_reassigning(p):
                     topic = self._maybe_complete_reassignment(topic, p)
@@ -283,25 +323,24 @@ class Controller:
         set at once and catch up as followers; once all of them are in the ISR the
         partition shrinks to the target (`on_isr_changes`). Returns each partition's outcome."""
         with self._lock:
-            epoch = self._require_active()
-            topics = self._store.topics()
+            self._require_active()
             deleting = set(self._store.pending_topic_deletions())
             brokers = set(self._store.brokers())
             results: dict[tuple[str, int], KafkaError | None] = {}
             for (name, p), target in targets.items():
-                topic = topics.get(name)
+                topic = self._topics.get(name)
                 try:
                     if topic is None or p not in topic.assignment or name in deleting:
                         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                     if target is None:
-                        topics[name] = self._cancel_reassignment(topic, p)
+                        self._cancel_reassignment(topic, p)
                     else:
                         _validate_reassignment_target(tuple(target), brokers)
-                        topics[name] = self._start_reassignment(topic, p, tuple(target))
+                        self._start_reassignment(topic, p, tuple(target))
                     results[(name, p)] = None
                 except KafkaError as exc:
                     results[(name, p)] = exc
-            self._channel.send_update_metadata(epoch)
+            self._flush()
             return results
 
     def list_partition_reassignments(
@@ -309,7 +348,7 @@ class Controller:
     ) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
         """ListPartitionReassignments: (replicas, adding, removing) of each partition being
         reassigned among `partitions` (None: all); any broker can answer from the store."""
-        topics = self._store.topics()
+        topics = self._store.topics() if partitions is None else self._store.topics_named({t for t, _ in partitions})
         wanted = (
             [(name, p) for name, topic in topics.items() for p in topic.assignment]
             if partitions is None
@@ -340,7 +379,7 @@ class Controller:
             adding=_with(topic.adding, p, adding),
             removing=_with(topic.removing, p, removing),
         )
-        self._store.update_topic(moving, {})
+        self._update_topic(moving)
         self._stop_replicas(topic.name, p, dropped)
         # A new leader epoch tells the replicas of the new set (the new ones start fetching).
         self._bump_leader_epoch(moving, p, dropped)
@@ -369,7 +408,7 @@ class Controller:
         replica of `final` is alive and in sync to lead."""
         epoch = self._require_active()
         while True:
-            state = self._store.partition_states(topic.name)[p]
+            state = self._states[topic.name][p]
             if wait_for_isr and not set(final) <= set(state.isr):
                 return topic
             leader = state.leader
@@ -385,7 +424,7 @@ class Controller:
                 leader = candidates[0]
             isr = tuple(r for r in state.isr if r in final)
             new_state = PartitionState(leader, state.leader_epoch + 1, isr, epoch)
-            if self._store.update_partition_state(topic.name, p, new_state, state.version) is not None:
+            if self._write_state(topic.name, p, new_state, state):
                 self.stats.count(state, new_state)
                 break
             # The leader changed the ISR meanwhile: decide again on the new state.
@@ -395,7 +434,7 @@ class Controller:
             adding=_with(topic.adding, p, ()),
             removing=_with(topic.removing, p, ()),
         )
-        self._store.update_topic(finished, {})
+        self._update_topic(finished)
         self._send_leader_and_isr(finished, [p])
         self._stop_replicas(topic.name, p, dropped)
         return finished
@@ -403,10 +442,10 @@ class Controller:
     def _bump_leader_epoch(self, topic: TopicDescription, p: int, leaving_isr: tuple[int, ...]) -> None:
         epoch = self._require_active()
         while True:
-            state = self._store.partition_states(topic.name)[p]
+            state = self._states[topic.name][p]
             isr = tuple(r for r in state.isr if r not in leaving_isr)
             bumped = PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
-            if self._store.update_partition_state(topic.name, p, bumped, state.version) is not None:
+            if self._write_state(topic.name, p, bumped, state):
                 return
 
     def _stop_replicas(self, name: str, p: int, replicas) -> None:
@@ -432,14 +471,13 @@ class Controller:
         each partition's outcome: None if its leader changed, else Kafka's error."""
         with self._lock:
             epoch = self._require_active()
-            topics = self._store.topics()
+            topics = self._topics
             if partitions is None:
                 partitions = [(name, p) for name, topic in topics.items() for p in topic.assignment]
             deleting = set(self._store.pending_topic_deletions())
             live = self._live  # the view the broker events gave (see on_brokers_changed)
             results: dict[tuple[str, int], KafkaError | None] = {}
             changed: dict[str, list[int]] = {}
-            states_of: dict[str, dict[int, PartitionState]] = {}
             for name, p in partitions:
                 topic = topics.get(name)
                 if topic is None or p not in topic.assignment:
@@ -450,28 +488,26 @@ class Controller:
                 if name in deleting:
                     results[(name, p)] = KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "The topic is being deleted")
                     continue
-                if name not in states_of:
-                    states_of[name] = self._store.partition_states(name)
-                state = states_of[name].get(p)
                 try:
-                    if state is None:  # created a moment ago, its state not written yet
+                    if p not in self._states.get(name, {}):  # created a moment ago, its state not written yet
                         raise KafkaError(_ELECTION_FAILED[election_type], "the partition is not online yet; retry")
-                    new = _elected_state(
-                        election_type, topic.assignment[p], state, self._eligible(name, p, live), epoch
+                    decided = self._decide(
+                        name,
+                        p,
+                        lambda n, q, state: _elected_state(
+                            election_type, topics[n].assignment[q], state, self._eligible(n, q, live), epoch
+                        ),
                     )
-                    if self._store.update_partition_state(name, p, new, state.version) is None:
-                        raise KafkaError(
-                            _ELECTION_FAILED[election_type], "the partition state changed during the election; retry"
-                        )
-                    self.stats.count(state, new)
+                    if decided is None:
+                        raise KafkaError(_ELECTION_FAILED[election_type], "the partition is gone; retry")
+                    self.stats.count(*decided)
                     results[(name, p)] = None
                     changed.setdefault(name, []).append(p)
                 except KafkaError as exc:
                     results[(name, p)] = exc
             for name, changed_partitions in changed.items():
                 self._send_leader_and_isr(topics[name], changed_partitions)
-            if changed:
-                self._channel.send_update_metadata(epoch)
+            self._flush()
             return results
 
     def _require_active(self) -> int:
@@ -492,7 +528,7 @@ class Controller:
             epoch = self.epoch if self.epoch is not None else self._store.controller_epoch()
             validate_topic_name(name)
             config = validate_topic_configs(config or {})
-            if name in self._store.topics():
+            if name in self._topics or self._store.topics_named([name]):
                 raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
             if assignment is None:
                 if num_partitions < 1:
@@ -505,11 +541,13 @@ class Controller:
             topic = TopicDescription(name=name, topic_id=str(uuid.uuid4()), assignment=assignment, config=config)
             if validate_only:
                 return topic
-            self._store.create_topic(topic, self._initial_states(assignment, epoch))
+            states = self._initial_states(assignment, epoch)
+            self._store.create_topic(topic, states)
             if self.epoch is not None:
-                self._known_topics.add(name)
+                self._topics[name] = topic
+                self._states[name] = dict(states)
                 self._send_leader_and_isr(topic, assignment)
-                self._channel.send_update_metadata(epoch)
+                self._flush()
             return topic
 
     def _initial_states(self, assignment: dict[int, tuple[int, ...]], epoch: int) -> dict[int, PartitionState]:
@@ -558,56 +596,67 @@ class Controller:
             grown = replace(topic, assignment={**topic.assignment, **added})
             if validate_only:
                 return grown
-            self._store.update_topic(grown, self._initial_states(added, epoch))
+            states = self._initial_states(added, epoch)
+            self._update_topic(grown, states)
             self._send_leader_and_isr(grown, added)
-            self._channel.send_update_metadata(epoch)
+            self._flush()
             return grown
 
     def alter_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> TopicDescription:
         """Replace a topic's config overrides (an empty value removes a key)."""
         with self._lock:
-            epoch = self._require_active()
+            self._require_active()
             topic = self._topic(name)
             merged = {k: v for k, v in {**topic.config, **config}.items() if v != ""}
             merged = validate_topic_configs(merged)
             altered = replace(topic, config=merged)
             if validate_only:
                 return altered
-            self._store.update_topic(altered, {})
+            self._update_topic(altered)
             self._send_leader_and_isr(altered, altered.assignment)
-            self._channel.send_update_metadata(epoch)
+            self._flush()
             return altered
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: at once on the active controller, else by a deletion request
         (/admin/delete_topics) that the active controller carries out."""
         with self._lock:
-            self._topic(name)
+            if self.epoch is None:
+                if not self._store.topics_named([name]):
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+            else:
+                self._topic(name)
             if name in INTERNAL_TOPICS:
                 raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic")
             if self.epoch is None:
                 self._store.request_topic_deletion(name)
                 return
             self._delete_topic(name)
+            self._flush()
 
     def _delete_topic(self, name: str) -> None:
         with self._lock:
             epoch = self._require_active()
-            topic = self._store.topics().get(name)
+            topic = self._topics.get(name)
+            if topic is None:
+                # Not (yet) in the context: created by another broker a moment ago.
+                topic = self._store.topics_named([name]).get(name)
             if topic is None:
                 return
             self._store.delete_topic(name)
-            self._known_topics.discard(name)
+            self._topics.pop(name, None)
+            self._states.pop(name, None)
+            self._changed.pop(name, None)
+            self._deleted.add(name)
             by_broker: dict[int, list[tuple[str, int]]] = {}
             for p, replicas in topic.assignment.items():
                 for r in replicas:
                     by_broker.setdefault(r, []).append((name, p))
             for broker_id, partitions in by_broker.items():
                 self._channel.send_stop_replica(broker_id, epoch, partitions, delete=True)
-            self._channel.send_update_metadata(epoch)
 
     def _topic(self, name: str) -> TopicDescription:
-        topic = self._store.topics().get(name)
+        topic = self._topics.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return topic
@@ -619,49 +668,107 @@ class Controller:
         -1) until an ISR member returns. Returns the partitions that changed."""
         epoch = self._require_active()
         unclean = LogConfig.from_properties(topic.config, self._topic_defaults()).unclean_leader_election_enable
-        changed = []
-        for p, state in self._store.partition_states(topic.name).items():
+
+        def elect(_: str, p: int, state: PartitionState) -> PartitionState | None:
             eligible = self._eligible(topic.name, p, live)
             if state.leader in eligible:
-                continue
+                return None
             new = _offline_partition_leader(topic.assignment[p], state, eligible, unclean, epoch)
-            if new is None:
-                if state.leader == -1:
-                    continue
+            if new is None and state.leader != -1:
                 # Offline: no leader, but the ISR is kept so that one of them must return.
                 new = PartitionState(-1, state.leader_epoch + 1, state.isr, epoch)
-            if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
-                self.stats.count(state, new)
+            return new
+
+        changed = []
+        for p in sorted(self._states.get(topic.name, {})):
+            decided = self._decide(topic.name, p, elect)
+            if decided is not None:
+                self.stats.count(*decided)
                 changed.append(p)
         return changed
+
+    def _decide(
+        self, name: str, p: int, decide: Callable[[str, int, PartitionState], PartitionState | None]
+    ) -> tuple[PartitionState, PartitionState] | None:
+        """Write the state `decide` makes of the partition's current one (None: no change),
+        deciding again on the state read back when a leader changed it meanwhile. Returns
+        (old, new) once written."""
+        while (state := self._states.get(name, {}).get(p)) is not None:
+            new = decide(name, p, state)
+            if new is None:
+                return None
+            if self._write_state(name, p, new, state):
+                return state, new
+        return None
 
     def _remove_dead_from_isr(self, topic: TopicDescription, live: set[int]) -> list[int]:
         """Drop followers not in `live` (or whose replica is on a failed log dir) from the
         ISR of partitions whose leader is live."""
         epoch = self._require_active()
-        changed = []
-        for p, state in self._store.partition_states(topic.name).items():
+
+        def shrink(_: str, p: int, state: PartitionState) -> PartitionState | None:
             eligible = self._eligible(topic.name, p, live)
             if state.leader not in eligible:
-                continue
+                return None
             isr = tuple(r for r in state.isr if r in eligible)
-            if isr == state.isr:
-                continue
-            new = PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
-            if self._store.update_partition_state(topic.name, p, new, state.version) is not None:
-                changed.append(p)
-        return changed
+            return None if isr == state.isr else PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
 
-    def _send_leader_and_isr(self, topic: TopicDescription, partitions) -> None:
-        epoch = self._require_active()
-        states = self._store.partition_states(topic.name)
-        by_broker: dict[int, list[LeaderAndIsrPartition]] = {}
+        return [p for p in sorted(self._states.get(topic.name, {})) if self._decide(topic.name, p, shrink) is not None]
+
+    def _send_leader_and_isr(self, topic: TopicDescription, partitions: Iterable[int]) -> None:
+        """Queue the partitions' states for their replicas (sent by `_flush`, one request per
+        broker) and for every broker's metadata."""
+        self._require_active()
+        states = self._states[topic.name]
+        changed = self._changed.setdefault(topic.name, set())
         for p in partitions:
             entry = LeaderAndIsrPartition(topic.name, topic.topic_id, p, topic.assignment[p], states[p], topic.config)
             for r in topic.assignment[p]:
-                by_broker.setdefault(r, []).append(entry)
-        for broker_id, entries in by_broker.items():
-            self._channel.send_leader_and_isr(broker_id, epoch, entries)
+                self._leader_and_isr.setdefault(r, []).append(entry)
+            changed.add(p)
+
+    def _flush(self, full: bool = False) -> None:
+        """Send what this event decided: the LeaderAndIsr requests first, then the
+        UpdateMetadata (the changes, or everything when `full`), so that no broker names a
+        leader before the leader has been told. Nothing to send, nothing sent."""
+        epoch = self._require_active()
+        leader_and_isr, self._leader_and_isr = self._leader_and_isr, {}
+        changed, self._changed = self._changed, {}
+        deleted, self._deleted = self._deleted, set()
+        for broker_id, entries in sorted(leader_and_isr.items()):
+            # The latest entry of a partition queued twice in one event wins.
+            latest = {(e.topic, e.partition): e for e in entries}
+            self._channel.send_leader_and_isr(broker_id, epoch, list(latest.values()))
+        if not (full or changed or deleted or leader_and_isr):
+            return
+        topics = self._topics if full else {n: self._topics[n] for n in changed if n in self._topics}
+        if full:
+            states = {n: dict(s) for n, s in self._states.items()}
+        else:
+            states = {n: {p: self._states[n][p] for p in ps if p in self._states[n]} for n, ps in changed.items()}
+            states = {n: s for n, s in states.items() if n in topics}
+        self._channel.send_update_metadata(
+            MetadataUpdate(self._broker_id, epoch, dict(self._brokers), dict(topics), states, frozenset(deleted), full)
+        )
+
+    def _write_state(self, name: str, p: int, new: PartitionState, old: PartitionState) -> bool:
+        """Compare-and-set a partition state on `old`'s version, keeping the context current:
+        on success with the stored state, on failure (a leader changed the ISR meanwhile)
+        with the state read again, for the caller to decide on."""
+        stored = self._store.update_partition_state(name, p, new, old.version)
+        if stored is not None:
+            self._states[name][p] = stored
+            return True
+        current = self._store.partition_states_of([(name, p)]).get((name, p))
+        if current is not None and name in self._states:
+            self._states[name][p] = current
+        return False
+
+    def _update_topic(self, topic: TopicDescription, new_states: dict[int, PartitionState] | None = None) -> None:
+        """Store a topic's changed document (and its new partitions' states) and keep them."""
+        self._store.update_topic(topic, new_states or {})
+        self._topics[topic.name] = topic
+        self._states.setdefault(topic.name, {}).update(new_states or {})
 
 
 def _with(by_partition: dict[int, tuple[int, ...]], p: int, replicas: tuple[int, ...]) -> dict[int, tuple[int, ...]]:

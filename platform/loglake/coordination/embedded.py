@@ -317,6 +317,10 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             return dict(self._topics)
 
+    def topics_named(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        with self._lock:
+            return {name: topic for name in names if (topic := self._topics.get(name)) is not None}
+
     def create_topic(self, topic: TopicDescription, states: dict[int, PartitionState]) -> None:
         with self._lock:
             if topic.name in self._topics:
@@ -361,6 +365,14 @@ class EmbeddedMetadataStore(MetadataStore):
     def partition_states(self, topic: str) -> dict[int, PartitionState]:
         with self._lock:
             return dict(self._states.get(topic, {}))
+
+    def partition_states_of(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
+        with self._lock:
+            return {
+                (topic, p): state
+                for topic, p in partitions
+                if (state := self._states.get(topic, {}).get(p)) is not None
+            }
 
     def update_partition_state(
         self, topic: str, partition: int, state: PartitionState, expected_version: int

@@ -109,3 +109,23 @@ class LogDirFailure:
 
     broker_id: int
     partitions: tuple[tuple[str, int], ...]
+
+
+# The leader a deleted topic's partitions carry in an UpdateMetadata (Kafka's LeaderDuringDelete).
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(frozen=True)
+class MetadataUpdate:
+    """What the controller's UpdateMetadata tells every broker: the live brokers, and the
+    documents and partition states of the topics that changed (of every topic when `full`:
+    a broker that joined, or a new controller). Deleted topics are named in `deleted`."""
+
+    controller_id: int
+    controller_epoch: int
+    brokers: dict[int, BrokerEndpoint]
+    topics: dict[str, TopicDescription]
+    # The changed partitions' states, by topic (every partition of every topic when full).
+    states: dict[str, dict[int, PartitionState]]
+    deleted: frozenset[str] = frozenset()
+    full: bool = False

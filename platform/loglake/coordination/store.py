@@ -55,6 +55,11 @@ class MetadataStore(ABC):
         """Every topic by name."""
 
     @abstractmethod
+    def topics_named(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        """The named topics that exist, by name: reads only those (the controller's and the
+        brokers' work per change is proportional to the change, not to every topic)."""
+
+    @abstractmethod
     def create_topic(self, topic: TopicDescription, states: dict[int, PartitionState]) -> None:
         """Store a new topic with its initial partition states; TOPIC_ALREADY_EXISTS if taken."""
 
@@ -72,6 +77,10 @@ class MetadataStore(ABC):
     @abstractmethod
     def partition_states(self, topic: str) -> dict[int, PartitionState]:
         """Current states of a topic's partitions, each with its version."""
+
+    @abstractmethod
+    def partition_states_of(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
+        """The states of the given partitions that exist, each with its version."""
 
     @abstractmethod
     def update_partition_state(

@@ -534,7 +534,13 @@ class ZooKeeperMetadataStore(MetadataStore):
         return self._retry(self._read_topics)
 
     def _read_topics(self) -> dict[str, TopicDescription]:
-        names = self._client.get_children(TOPICS)
+        return self._read_topics_named(self._client.get_children(TOPICS))
+
+    def topics_named(self, names: Iterable[str]) -> dict[str, TopicDescription]:
+        return self._retry(self._read_topics_named, list(names))
+
+    def _read_topics_named(self, names: list[str]) -> dict[str, TopicDescription]:
+        # Pipelined: every read is sent before the first answer is awaited.
         pending = {
             n: (self._client.get_async(topic_path(n)), self._client.get_async(f"{CONFIG_TOPICS}/{n}")) for n in names
         }
@@ -677,6 +683,20 @@ class ZooKeeperMetadataStore(MetadataStore):
             except NoNodeError:
                 continue
             states[p] = parse_state(raw, stat.version)
+        return states
+
+    def partition_states_of(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
+        return self._retry(self._read_states_of, list(partitions))
+
+    def _read_states_of(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
+        replies = {tp: self._client.get_async(state_path(*tp)) for tp in partitions}
+        states = {}
+        for tp, reply in replies.items():
+            try:
+                raw, stat = reply.get()
+            except NoNodeError:
+                continue
+            states[tp] = parse_state(raw, stat.version)
         return states
 
     def update_partition_state(
