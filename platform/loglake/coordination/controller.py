@@ -132,9 +132,10 @@ class Controller:
             self._record_log_dir_failures(self._store.take_log_dir_failures())
             self._load_context()
             self._store.take_isr_changes()  # the states just read include them
-            for topic in list(self._topics.values()):
-                self._elect_offline_leaders(topic, self._live)
-                self._remove_dead_from_isr(topic, self._live)
+            everything = [(name, p) for name, topic in self._topics.items() for p in topic.assignment]
+            self._elect_offline_leaders(everything, self._live)
+            self._remove_dead_from_isr(everything, self._live)
+            for topic in self._topics.values():
                 self._send_leader_and_isr(topic, topic.assignment)
             self._flush(full=True)
             for name in self._store.pending_topic_deletions():
@@ -193,16 +194,23 @@ class Controller:
                 # broker's metadata must tell clients the new ones (Kafka: UpdateMetadata).
                 self._flush()
                 return
-            for topic in list(self._topics.values()):
-                touched = set(self._elect_offline_leaders(topic, live - bounced))
-                touched |= set(self._remove_dead_from_isr(topic, live - bounced))
-                if bounced:
-                    # An ISR that was only the bounced broker: it is still the best copy.
-                    touched |= set(self._elect_offline_leaders(topic, live))
-                if joined:
-                    touched |= {p for p, replicas in topic.assignment.items() if set(replicas) & joined}
-                if touched:
-                    self._send_leader_and_isr(topic, sorted(touched))
+            # Only the partitions with a replica on a broker that came or went can change.
+            changing = dead | joined
+            affected = [
+                (name, p)
+                for name, topic in self._topics.items()
+                for p, replicas in topic.assignment.items()
+                if changing.intersection(replicas)
+            ]
+            touched = set(self._elect_offline_leaders(affected, live - bounced))
+            touched |= set(self._remove_dead_from_isr(affected, live - bounced))
+            if bounced:
+                # An ISR that was only the bounced broker: it is still the best copy.
+                touched |= set(self._elect_offline_leaders(affected, live))
+            if joined:
+                touched |= {(n, p) for n, p in affected if joined.intersection(self._topics[n].assignment[p])}
+            for name, partitions in _by_topic(touched).items():
+                self._send_leader_and_isr(self._topics[name], sorted(partitions))
             # A joining broker learns everything; the others learn the changes.
             self._flush(full=bool(joined))
 
@@ -262,13 +270,13 @@ class Controller:
             touched = self._record_log_dir_failures(self._store.take_log_dir_failures())
             if not touched:
                 return
-            for name, partitions in sorted(touched.items()):
-                topic = self._topics.get(name)
-                if topic is None:
-                    continue
-                changed = set(self._elect_offline_leaders(topic, self._live))
-                changed |= set(self._remove_dead_from_isr(topic, self._live))
-                self._send_leader_and_isr(topic, sorted(changed | (partitions & set(topic.assignment))))
+            concerned = [
+                (n, p) for n, ps in touched.items() if n in self._topics for p in ps if p in self._topics[n].assignment
+            ]
+            self._elect_offline_leaders(concerned, self._live)
+            self._remove_dead_from_isr(concerned, self._live)
+            for name, partitions in _by_topic(concerned).items():
+                self._send_leader_and_isr(self._topics[name], sorted(partitions))
             self._flush()
 
     def _record_log_dir_failures(self, failures: list[LogDirFailure]) -> dict[str, set[int]]:
@@ -661,31 +669,47 @@ class Controller:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         return topic
 
-    def _elect_offline_leaders(self, topic: TopicDescription, live: set[int]) -> list[int]:
-        """Give a leader to partitions whose leader is not in `live`: the first live replica
-        in the ISR; only if unclean.leader.election.enable, any live replica (which may
-        lose committed records). Without a candidate the partition stays offline (leader
-        -1) until an ISR member returns. Returns the partitions that changed."""
+    def _elect_offline_leaders(self, partitions: list[tuple[str, int]], live: set[int]) -> list[tuple[str, int]]:
+        """Give a leader to those of `partitions` whose leader is not in `live`: the first
+        live replica in the ISR; only if unclean.leader.election.enable, any live replica
+        (which may lose committed records). Without a candidate the partition stays offline
+        (leader -1) until an ISR member returns. Returns the partitions that changed."""
         epoch = self._require_active()
-        unclean = LogConfig.from_properties(topic.config, self._topic_defaults()).unclean_leader_election_enable
+        defaults = self._topic_defaults()
+        unclean_of = {
+            name: LogConfig.from_properties(self._topics[name].config, defaults).unclean_leader_election_enable
+            for name in {n for n, _ in partitions}
+        }
 
-        def elect(_: str, p: int, state: PartitionState) -> PartitionState | None:
-            eligible = self._eligible(topic.name, p, live)
+        def elect(name: str, p: int, state: PartitionState) -> PartitionState | None:
+            eligible = self._eligible(name, p, live)
             if state.leader in eligible:
                 return None
-            new = _offline_partition_leader(topic.assignment[p], state, eligible, unclean, epoch)
+            new = _offline_partition_leader(self._topics[name].assignment[p], state, eligible, unclean_of[name], epoch)
             if new is None and state.leader != -1:
                 # Offline: no leader, but the ISR is kept so that one of them must return.
                 new = PartitionState(-1, state.leader_epoch + 1, state.isr, epoch)
             return new
 
         changed = []
-        for p in sorted(self._states.get(topic.name, {})):
-            decided = self._decide(topic.name, p, elect)
-            if decided is not None:
-                self.stats.count(*decided)
-                changed.append(p)
+        for name, p, old, new in self._decide_all(partitions, elect):
+            self.stats.count(old, new)
+            changed.append((name, p))
         return changed
+
+    def _remove_dead_from_isr(self, partitions: list[tuple[str, int]], live: set[int]) -> list[tuple[str, int]]:
+        """Drop followers not in `live` (or whose replica is on a failed log dir) from the
+        ISR of those of `partitions` whose leader is live."""
+        epoch = self._require_active()
+
+        def shrink(name: str, p: int, state: PartitionState) -> PartitionState | None:
+            eligible = self._eligible(name, p, live)
+            if state.leader not in eligible:
+                return None
+            isr = tuple(r for r in state.isr if r in eligible)
+            return None if isr == state.isr else PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
+
+        return [(name, p) for name, p, _, _ in self._decide_all(partitions, shrink)]
 
     def _decide(
         self, name: str, p: int, decide: Callable[[str, int, PartitionState], PartitionState | None]
@@ -701,19 +725,30 @@ class Controller:
                 return state, new
         return None
 
-    def _remove_dead_from_isr(self, topic: TopicDescription, live: set[int]) -> list[int]:
-        """Drop followers not in `live` (or whose replica is on a failed log dir) from the
-        ISR of partitions whose leader is live."""
-        epoch = self._require_active()
-
-        def shrink(_: str, p: int, state: PartitionState) -> PartitionState | None:
-            eligible = self._eligible(topic.name, p, live)
-            if state.leader not in eligible:
-                return None
-            isr = tuple(r for r in state.isr if r in eligible)
-            return None if isr == state.isr else PartitionState(state.leader, state.leader_epoch + 1, isr, epoch)
-
-        return [p for p in sorted(self._states.get(topic.name, {})) if self._decide(topic.name, p, shrink) is not None]
+    def _decide_all(
+        self, partitions: list[tuple[str, int]], decide: Callable[[str, int, PartitionState], PartitionState | None]
+    ) -> list[tuple[str, int, PartitionState, PartitionState]]:
+        """`_decide` for many partitions, their new states written in one batch (ZooKeeper
+        multi-ops); those a leader changed meanwhile are read again and decided one by one."""
+        proposed: dict[tuple[str, int], tuple[PartitionState, PartitionState]] = {}
+        for name, p in partitions:
+            state = self._states.get(name, {}).get(p)
+            if state is not None and (new := decide(name, p, state)) is not None:
+                proposed[(name, p)] = (state, new)
+        if not proposed:
+            return []
+        stored = self._store.update_partition_states({tp: (new, old.version) for tp, (old, new) in proposed.items()})
+        decided = []
+        for (name, p), written in stored.items():
+            self._states[name][p] = written
+            decided.append((name, p, *proposed[(name, p)]))
+        lost = [tp for tp in proposed if tp not in stored]
+        for (name, p), current in self._store.partition_states_of(lost).items():
+            self._states[name][p] = current
+        for name, p in lost:
+            if (outcome := self._decide(name, p, decide)) is not None:
+                decided.append((name, p, *outcome))
+        return decided
 
     def _send_leader_and_isr(self, topic: TopicDescription, partitions: Iterable[int]) -> None:
         """Queue the partitions' states for their replicas (sent by `_flush`, one request per
@@ -769,6 +804,13 @@ class Controller:
         self._store.update_topic(topic, new_states or {})
         self._topics[topic.name] = topic
         self._states.setdefault(topic.name, {}).update(new_states or {})
+
+
+def _by_topic(partitions: Iterable[tuple[str, int]]) -> dict[str, set[int]]:
+    by_topic: dict[str, set[int]] = {}
+    for name, p in partitions:
+        by_topic.setdefault(name, set()).add(p)
+    return by_topic
 
 
 def _with(by_partition: dict[int, tuple[int, ...]], p: int, replicas: tuple[int, ...]) -> dict[int, tuple[int, ...]]:

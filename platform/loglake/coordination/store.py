@@ -20,7 +20,7 @@ import functools
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -90,6 +90,19 @@ class MetadataStore(ABC):
 
         Returns the stored state with its new version, or None when the version moved on.
         """
+
+    def update_partition_states(
+        self, updates: Mapping[tuple[str, int], tuple[PartitionState, int]]
+    ) -> dict[tuple[str, int], PartitionState]:
+        """Many compare-and-sets ((state, expected version) by partition): the stored states
+        of those written; the others' versions had moved on. One at a time here; the
+        ZooKeeper store batches them."""
+        stored = {}
+        for (topic, p), (state, expected) in updates.items():
+            written = self.update_partition_state(topic, p, state, expected)
+            if written is not None:
+                stored[(topic, p)] = written
+        return stored
 
     @abstractmethod
     def allocate_producer_id_block(self, broker_id: int, size: int) -> int:

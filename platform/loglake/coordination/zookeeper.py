@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -76,6 +76,8 @@ ACL_CHANGES = "/kafka-acl-changes"
 ACL_EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 ACL_CHANGE_PREFIX = "acl_changes_"
 CONFIG_CHANGES = "/config/changes"
+# Operations in one ZooKeeper multi (its requests must stay under jute.maxbuffer, 1 MB).
+MULTI_OP_SIZE = 500
 CONFIG_CHANGE_PREFIX = "config_change_"
 # Notifications older than this are purged, as Kafka's brokers purge them (changeExpirationMs).
 CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
@@ -717,6 +719,33 @@ class ZooKeeperMetadataStore(MetadataStore):
             if stat.version != expected_version + 1 or raw != document:
                 return None
         return replace(state, version=stat.version)
+
+    def update_partition_states(
+        self, updates: Mapping[tuple[str, int], tuple[PartitionState, int]]
+    ) -> dict[tuple[str, int], PartitionState]:
+        """In multi-ops of up to MULTI_OP_SIZE compare-and-sets: one round trip for a chunk
+        whose versions all hold (a broker's death moving a thousand leaders); a chunk where
+        one does not is all-or-nothing in ZooKeeper, so its partitions are written one by one."""
+        items = list(updates.items())
+        stored: dict[tuple[str, int], PartitionState] = {}
+        for start in range(0, len(items), MULTI_OP_SIZE):
+            chunk = items[start : start + MULTI_OP_SIZE]
+            tx = self._client.transaction()
+            for (topic, p), (state, expected) in chunk:
+                tx.set_data(state_path(topic, p), state_document(state), version=expected)
+            try:
+                results = tx.commit()
+            except (ConnectionLoss, SessionExpiredError):
+                results = None  # unknown whether it went through: one by one tells
+            if results is not None and not any(isinstance(r, Exception) for r in results):
+                for ((topic, p), (state, _)), stat in zip(chunk, results, strict=True):
+                    stored[(topic, p)] = replace(state, version=stat.version)
+                continue
+            for (topic, p), (state, expected) in chunk:
+                written = self.update_partition_state(topic, p, state, expected)
+                if written is not None:
+                    stored[(topic, p)] = written
+        return stored
 
     # Deletion requests --------------------------------------------------------------------------
 
