@@ -10,7 +10,7 @@ applied by a call on the event loop, as embedded.
 An UpdateMetadata waits until the LeaderAndIsr requests enqueued before it have been
 answered (or dropped: their broker left), so no broker names a leader that has not yet
 taken the role; a broker that does not answer holds the others' metadata back at most
-`LEADER_AND_ISR_WAIT_S`.
+`LEADER_AND_ISR_WAIT_S` after the update was decided (however many updates queue behind).
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class _Request:
     # Set once the broker answered it, or it was dropped.
     done: asyncio.Future[None]
     # Requests of other brokers this one must wait for (an UpdateMetadata: the LeaderAndIsr
-    # requests sent before it).
+    # requests sent before it), until `wait_until` (the event loop's clock) at the latest.
     after: list[asyncio.Future[None]] = field(default_factory=list)
+    wait_until: float = 0.0
 
 
 class ControllerChannelManager:
@@ -161,8 +162,11 @@ class ControllerChannelManager:
     def _put_update_metadata(self, broker_ids: list[int], body: Mapping[str, Any]) -> None:
         after, self._leader_and_isr_pending = self._leader_and_isr_pending, []
         loop = asyncio.get_running_loop()
+        wait_until = loop.time() + LEADER_AND_ISR_WAIT_S
         for broker_id in broker_ids:
-            request = _Request(ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body, loop.create_future(), after)
+            request = _Request(
+                ApiKey.UPDATE_METADATA, UPDATE_METADATA_VERSION, body, loop.create_future(), after, wait_until
+            )
             self._queue(broker_id).put_nowait(request)
 
     def _queue(self, broker_id: int) -> asyncio.Queue[_Request]:
@@ -191,7 +195,7 @@ class ControllerChannelManager:
         api_key, version, body = request.api_key, request.version, request.body
         pending = [f for f in request.after if not f.done()]
         if pending:
-            await asyncio.wait(pending, timeout=LEADER_AND_ISR_WAIT_S)
+            await asyncio.wait(pending, timeout=max(0.0, request.wait_until - asyncio.get_running_loop().time()))
         while True:
             endpoint = (await self._metadata_thread.run(self._store.brokers)).get(broker_id)
             if endpoint is None:
