@@ -6,10 +6,19 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from loglake.coordination.model import BrokerEndpoint, LeaderAndIsrPartition, PartitionState
+import pytest
+
+from loglake.coordination.model import (
+    BrokerEndpoint,
+    LeaderAndIsrPartition,
+    MetadataUpdate,
+    PartitionState,
+    TopicDescription,
+)
 from loglake.protocol import ApiKey, decode_request, encode_response
 from loglake.security.client import PLAINTEXT
 
+from ingest_gateway.metadata import controller_channel
 from ingest_gateway.metadata.controller_channel import ControllerChannelManager
 from ingest_gateway.metadata.metadata_thread import MetadataThread
 from ingest_gateway.network.kafka_server import KafkaServer
@@ -91,6 +100,89 @@ def test_requests_wait_for_a_broker_that_is_not_listening_yet_and_for_its_restar
             await third.server.stop()
         finally:
             await channel.close()
+            metadata_thread.shutdown()
+
+    asyncio.run(scenario())
+
+
+class ControlledBroker:
+    """A Kafka listener that records the requests it gets; LeaderAndIsr answers wait for
+    `release` (a broker slow to take up its partitions)."""
+
+    def __init__(self, port: int, log: list[tuple[int, str]], broker_id: int) -> None:
+        self.server = KafkaServer("127.0.0.1", port, self.handle, 1 << 20)
+        self.log, self.broker_id = log, broker_id
+        self.release = asyncio.Event()
+
+    async def handle(self, connection: ClientConnection, payload: memoryview):
+        header, _ = decode_request(payload)
+        key = ApiKey(header.request_api_key)
+        if key == ApiKey.LEADER_AND_ISR:
+            self.log.append((self.broker_id, "LeaderAndIsr received"))
+            await self.release.wait()
+            self.log.append((self.broker_id, "LeaderAndIsr answered"))
+            response: dict = {"error_code": 0, "topics": []}
+        else:
+            self.log.append((self.broker_id, key.name))
+            response = {"error_code": 0}
+        return encode_response(key, header.request_api_version, header.correlation_id, response)
+
+
+class NoCache:
+    def apply(self, update: MetadataUpdate) -> None:
+        """The controller's own broker: not part of this test."""
+
+
+def _update(brokers: dict[int, BrokerEndpoint]) -> MetadataUpdate:
+    topic = TopicDescription("t", str(uuid.UUID(int=1)), {0: (TARGET,)})
+    return MetadataUpdate(CONTROLLER, 1, brokers, {"t": topic}, {"t": {0: PartitionState(TARGET, 1, (TARGET,), 1)}})
+
+
+def test_update_metadata_waits_for_the_leader_and_isr_before_it_at_most_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No broker learns of a leader before the leader has taken the role; a leader that
+    does not answer holds the others back only up to the bound."""
+    monkeypatch.setattr(controller_channel, "LEADER_AND_ISR_WAIT_S", 2.0)
+
+    async def scenario() -> None:
+        leader_port, other_port = free_port(), free_port()
+        fake = Registry(leader_port)
+        fake.registered[3] = BrokerEndpoint(3, "127.0.0.1", other_port, "", -1)
+        metadata_thread = MetadataThread()
+        metadata_thread.bind(asyncio.get_running_loop())
+        channel = ControllerChannelManager(CONTROLLER, fake, None, NoCache(), PLAINTEXT, metadata_thread)  # type: ignore[arg-type]
+        log: list[tuple[int, str]] = []
+        leader, other = ControlledBroker(leader_port, log, TARGET), ControlledBroker(other_port, log, 3)
+        other.release.set()
+        await leader.server.start()
+        await other.server.start()
+        try:
+            channel.send_leader_and_isr(TARGET, 1, leader_and_isr(1))
+            channel.send_update_metadata(_update(fake.brokers()))
+            await wait_until(lambda: (TARGET, "LeaderAndIsr received") in log)
+            await asyncio.sleep(0.3)
+            assert (3, "UPDATE_METADATA") not in log, "the other broker must not hear of the leader yet"
+            leader.release.set()
+            await wait_until(lambda: (3, "UPDATE_METADATA") in log and (TARGET, "UPDATE_METADATA") in log)
+            assert log.index((TARGET, "LeaderAndIsr answered")) < log.index((3, "UPDATE_METADATA"))
+
+            # A leader that never answers: the update reaches the others after the bound.
+            leader.release.clear()
+            log.clear()
+            started = asyncio.get_running_loop().time()
+            channel.send_leader_and_isr(TARGET, 1, leader_and_isr(2))
+            channel.send_update_metadata(_update(fake.brokers()))
+            channel.send_update_metadata(_update(fake.brokers()))
+            await wait_until(lambda: log.count((3, "UPDATE_METADATA")) == 2)
+            waited = asyncio.get_running_loop().time() - started
+            # One bound for both (a bound each would be 4 s or more).
+            assert 1.9 <= waited < 3.9, f"waited {waited:.2f} s"
+            leader.release.set()
+        finally:
+            await channel.close()
+            await leader.server.stop()
+            await other.server.stop()
             metadata_thread.shutdown()
 
     asyncio.run(scenario())
