@@ -50,3 +50,4 @@ bench: setup
 	$(PY) -m bench.spark_read
 	$(PY) -m bench.delta_sink
 	$(PY) -m bench.rebalance
+	$(PY) -m bench.control_plane
