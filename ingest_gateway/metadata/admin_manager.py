@@ -88,6 +88,11 @@ class AdminManager:
     def _runs_here(self) -> bool:
         return self._controller.is_active or not self._clustered
 
+    async def live_brokers(self, timeout_ms: int = 0) -> dict[int, BrokerEndpoint]:
+        """The brokers registered in the store now (ZooKeeper's /brokers/ids), not those of
+        this broker's image, which may not list a broker that joined a moment ago."""
+        return await self._thread.run(self._store.brokers, timeout_ms=_wait_ms(timeout_ms))
+
     async def create_topic(
         self,
         name: str,
