@@ -10,10 +10,11 @@ the broker's answer and little else), one after another, up to N topics (--topic
 - CreateTopics latency: request sent until its answer came (timeout_ms 30,000);
 - propagation lag: from that answer until every broker serves the topic. Each broker is
   polled directly with a Metadata request for the topic (one poll loop per broker, --poll-ms
-  apart, default 5 ms) until it lists the topic with a leader on a live broker for all 3
+  apart, default 10 ms) until it lists the topic with a leader on a live broker for all 3
   partitions; the lag is the latest of the three. The next create is sent once all three
   list it, so the polls never overlap a create (--sample-every K polls every K-th create
-  only; the default polls every one).
+  only; the default polls every one). Each poll costs the broker a Metadata request (whose
+  cost grows with the topic count, see docs/benchmarks.md), hence 10 ms and not less.
 
 At each checkpoint (100, 500, 1,000, 2,000 topics, those <= N, and N) the window of the last
 --window creates (default 100) gives p50/p99/max of both; each broker's RSS (VmRSS of
@@ -31,7 +32,7 @@ partitions ("served"). The survivors are not polled before the new controller is
 served yet, so that a 6,000-partition Metadata a few times a second does not slow the
 failover it measures. Then the killed broker is restarted (the harness waits for its
 /healthz) and timed until every partition's ISR has its 3 replicas again, in ZooKeeper's
-partition states and in every broker's Metadata (polled every --isr-poll-ms, default 500, for
+partition states and in every broker's Metadata (polled every --isr-poll-ms, default 1,000, for
 what is not full yet).
 
 Percentiles are nearest-rank: the p99 of a 100-create window is its 99th value, not its max.
@@ -42,7 +43,7 @@ restart times, the targets met or not (at 2,000 topics: CreateTopics p99 <= 100 
 propagation p99 <= 200 ms, failover <= 5 s, idle <= 5 % of a core per broker) and the CPU
 seconds of each process (each broker, ZooKeeper, this benchmark) in each phase.
 
-    python -m bench.control_plane [--topics 2000] [--window 100] [--poll-ms 5]
+    python -m bench.control_plane [--topics 2000] [--window 100] [--poll-ms 10]
         [--sample-every 1] [--idle-seconds 10] [--create-seconds S]
 
 --topics 100 is a smoke run of under a minute. --create-seconds stops creating after S
@@ -658,13 +659,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=2000)
     parser.add_argument("--window", type=int, default=100, help="creates per checkpoint window")
-    parser.add_argument("--poll-ms", type=float, default=5.0, help="between one broker's Metadata polls")
+    parser.add_argument("--poll-ms", type=float, default=10.0, help="between one broker's Metadata polls")
     parser.add_argument("--sample-every", type=int, default=1, help="poll the propagation of every Kth create")
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--session-timeout-ms", type=int, default=3000)
     parser.add_argument("--create-seconds", type=float, default=None, help="stop creating after this long")
     parser.add_argument("--failover-poll-ms", type=float, default=100.0, help="between Metadata polls after a kill")
-    parser.add_argument("--isr-poll-ms", type=float, default=500.0, help="between ISR polls after the restart")
+    parser.add_argument("--isr-poll-ms", type=float, default=1000.0, help="between ISR polls after the restart")
     parser.add_argument("--phase-timeout", type=float, default=300.0, help="seconds for failover, restart, ISRs")
     args = parser.parse_args()
     # SIGTERM unwinds like Ctrl-C: the context managers stop the cluster and ZooKeeper.
