@@ -288,9 +288,17 @@ async def create_topics(
     errors = 0
     done: list[Checkpoint] = []
     start = now()
+    controller = controller_id(zk)
     for i in range(1, total + 1):
-        controller = controller_id(zk)
-        assert controller is not None, "no controller"
+        previous, controller = controller, controller_id(zk)
+        if controller != previous:  # e.g. its ZooKeeper session expired under load
+            print(f"  the controller moved from {previous} to {controller} before create {i}", flush=True)
+        waited = now()
+        while controller is None:
+            if now() - waited > 60:
+                raise RuntimeError("no controller for 60 s")
+            await asyncio.sleep(0.05)
+            controller = controller_id(zk)
         name = topic_name(i)
         sent = now()
         error = await brokers.create_topic(controller, name)
