@@ -172,3 +172,26 @@ def test_the_wire_form_round_trips() -> None:
     assert back.brokers == {1: broker} and back.brokers[1].listeners == broker.listeners
     assert back.states == {"a": states} and back.deleted == {"x"} and not back.full
     assert back.topics["a"].topic_id == topic.topic_id and back.topics["a"].assignment == topic.assignment
+
+
+def test_a_removed_replica_is_stopped_after_the_leader_and_isr_of_the_same_event(tmp_path: Path) -> None:
+    """A reassignment away from the leader bumps the epoch (a LeaderAndIsr to every replica,
+    the leaving ones too) and then stops the leaving replicas: the stop must come last, or
+    a leaving broker would take the partition up again as its leader after deleting it."""
+    controller, store, channel = _controller(tmp_path)
+    controller.create_topic("moving", 1, 3, assignment={0: (2, 3, 1)})
+    channel.sent.clear()
+    assert controller.alter_partition_reassignments({("moving", 0): (1,)}) == {("moving", 0): None}
+    for leaving in (2, 3):
+        to_it = [kind for kind, what in channel.sent if kind != "UpdateMetadata" and what[0] == leaving]
+        assert to_it == ["LeaderAndIsr", "StopReplica"], (leaving, channel.sent)
+    assert store.partition_states("moving")[0].leader == 1
+
+
+def test_a_broker_registered_again_with_other_endpoints_is_sent_to_every_broker(tmp_path: Path) -> None:
+    controller, store, channel = _controller(tmp_path)
+    channel.sent.clear()
+    store.register_broker(BrokerEndpoint(2, "localhost", 9094, "127.0.0.1", 8084))
+    controller.on_brokers_changed({b.broker_id: b.epoch for b in store.brokers().values()})
+    (update,) = channel.updates()
+    assert update.brokers[2].host == "localhost" and update.topics == {}

@@ -102,8 +102,11 @@ class Controller:
         self._states: dict[str, dict[int, PartitionState]] = {}
         self._brokers: dict[int, BrokerEndpoint] = {}
         # What the current event changed, sent when it ends (`_flush`): LeaderAndIsr
-        # entries by broker, then the changed partitions in one UpdateMetadata.
+        # entries by broker, then the changed partitions in one UpdateMetadata, then the
+        # replicas to stop and delete by broker (after the LeaderAndIsr that may precede
+        # them in the same event, as Kafka's ControllerBrokerRequestBatch orders them).
         self._leader_and_isr: dict[int, list[LeaderAndIsrPartition]] = {}
+        self._stop_replica: dict[int, list[tuple[str, int]]] = {}
         self._changed: dict[str, set[int]] = {}
         self._deleted: set[str] = set()
         # Replicas on a failed log dir, by broker (Kafka's replicasOnOfflineDirs): not
@@ -155,13 +158,13 @@ class Controller:
         self._states = {name: {} for name in self._topics}
         for (name, p), state in states.items():
             self._states[name][p] = state
-        self._leader_and_isr, self._changed, self._deleted = {}, {}, set()
+        self._leader_and_isr, self._stop_replica, self._changed, self._deleted = {}, {}, {}, set()
 
     def resign(self) -> None:
         """Stop acting as controller (the store session that elected us is gone)."""
         with self._lock:
             self.epoch = None
-            self._leader_and_isr, self._changed, self._deleted = {}, {}, set()
+            self._leader_and_isr, self._stop_replica, self._changed, self._deleted = {}, {}, {}, set()
 
     # Reactions to the store's watches (active controller only) -------------------------
 
@@ -192,7 +195,7 @@ class Controller:
             if not dead and not joined:
                 # The same brokers, one registered again with other endpoints: every
                 # broker's metadata must tell clients the new ones (Kafka: UpdateMetadata).
-                self._flush()
+                self._flush(brokers_changed=True)
                 return
             # Only the partitions with a replica on a broker that came or went can change.
             changing = dead | joined
@@ -212,7 +215,7 @@ class Controller:
             for name, partitions in _by_topic(touched).items():
                 self._send_leader_and_isr(self._topics[name], sorted(partitions))
             # A joining broker learns everything; the others learn the changes.
-            self._flush(full=bool(joined))
+            self._flush(full=bool(joined), brokers_changed=True)
 
     def on_topics_changed(self, names: set[str]) -> None:
         """Topics written to the store by other brokers: bring their partitions online."""
@@ -457,9 +460,9 @@ class Controller:
                 return
 
     def _stop_replicas(self, name: str, p: int, replicas) -> None:
-        epoch = self._require_active()
+        self._require_active()
         for r in replicas:
-            self._channel.send_stop_replica(r, epoch, [(name, p)], delete=True)
+            self._stop_replica.setdefault(r, []).append((name, p))
 
     def elect_preferred_leaders(self) -> int:
         """Move leadership back to each partition's preferred (first) replica where it is
@@ -644,7 +647,7 @@ class Controller:
 
     def _delete_topic(self, name: str) -> None:
         with self._lock:
-            epoch = self._require_active()
+            self._require_active()
             topic = self._topics.get(name)
             if topic is None:
                 # Not (yet) in the context: created by another broker a moment ago.
@@ -661,7 +664,7 @@ class Controller:
                 for r in replicas:
                     by_broker.setdefault(r, []).append((name, p))
             for broker_id, partitions in by_broker.items():
-                self._channel.send_stop_replica(broker_id, epoch, partitions, delete=True)
+                self._stop_replica.setdefault(broker_id, []).extend(partitions)
 
     def _topic(self, name: str) -> TopicDescription:
         topic = self._topics.get(name)
@@ -762,20 +765,26 @@ class Controller:
                 self._leader_and_isr.setdefault(r, []).append(entry)
             changed.add(p)
 
-    def _flush(self, full: bool = False) -> None:
+    def _flush(self, full: bool = False, brokers_changed: bool = False) -> None:
         """Send what this event decided: the LeaderAndIsr requests first, then the
-        UpdateMetadata (the changes, or everything when `full`), so that no broker names a
-        leader before the leader has been told. Nothing to send, nothing sent."""
+        UpdateMetadata (the changes, or everything when `full`; the live brokers always), so
+        that no broker names a leader before the leader has been told. Nothing to send,
+        nothing sent."""
         epoch = self._require_active()
         leader_and_isr, self._leader_and_isr = self._leader_and_isr, {}
+        stop_replica, self._stop_replica = self._stop_replica, {}
         changed, self._changed = self._changed, {}
         deleted, self._deleted = self._deleted, set()
         for broker_id, entries in sorted(leader_and_isr.items()):
             # The latest entry of a partition queued twice in one event wins.
             latest = {(e.topic, e.partition): e for e in entries}
             self._channel.send_leader_and_isr(broker_id, epoch, list(latest.values()))
-        if not (full or changed or deleted or leader_and_isr):
-            return
+        if full or brokers_changed or changed or deleted or leader_and_isr:
+            self._send_update_metadata(epoch, full, changed, deleted)
+        for broker_id, partitions in sorted(stop_replica.items()):
+            self._channel.send_stop_replica(broker_id, epoch, sorted(set(partitions)), delete=True)
+
+    def _send_update_metadata(self, epoch: int, full: bool, changed: dict[str, set[int]], deleted: set[str]) -> None:
         topics = self._topics if full else {n: self._topics[n] for n in changed if n in self._topics}
         if full:
             states = {n: dict(s) for n, s in self._states.items()}
