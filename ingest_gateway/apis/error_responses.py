@@ -24,19 +24,112 @@ that say what it is about (topic, partition, group, resource, ...) are copied fr
 request's entry, under Kafka's few synonyms (`partition`/`index`/`partition_index`,
 `name`/`topic`), and so are same-named arrays of keys only (AlterClientQuotas `entity`);
 every other field keeps its default (-1 offsets, epochs and ids, empty lists).
+
+Old request versions never get error codes they predate: `ERROR_DOWNGRADES` is Kafka's
+table of the codes it answers to older versions of an API in place of newer ones (KIP-588's
+PRODUCER_FENCED as INVALID_PRODUCER_EPOCH below InitProducerId v4, ...), and
+`downgrade_errors` applies it to every response the router encodes, a handler's or one
+built here.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from loglake.errors import ErrorCode
+from loglake.protocol import ApiKey
 from loglake.protocol.api import api_name, parse_versions
 from loglake.protocol.messages import MESSAGES
 
 Body = dict[str, Any]
 Field = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ErrorDowngrade:
+    """Requests of `api_key` below version `since` get `older` where the broker's answer is `newer`."""
+
+    api_key: ApiKey
+    since: int
+    newer: ErrorCode
+    older: ErrorCode
+
+
+# No version of the API carries the code: its requests always get the older one.
+NEVER = 1 << 15
+
+_E = ErrorCode
+# Kafka 3.9's mappings (the release whose versions the broker serves), where Kafka makes them.
+ERROR_DOWNGRADES = (
+    # KIP-588: KafkaApis.handleInitProducerIdRequest, handleAddPartitionsToTxnRequest,
+    # handleAddOffsetsToTxnRequest and handleEndTxnRequest ("older clients could not understand").
+    ErrorDowngrade(ApiKey.INIT_PRODUCER_ID, 4, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_EPOCH),
+    ErrorDowngrade(ApiKey.ADD_PARTITIONS_TO_TXN, 2, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_EPOCH),
+    ErrorDowngrade(ApiKey.ADD_OFFSETS_TO_TXN, 2, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_EPOCH),
+    ErrorDowngrade(ApiKey.END_TXN, 2, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_EPOCH),
+    # KIP-890: TRANSACTION_ABORTABLE from AddPartitionsToTxn v5 and TxnOffsetCommit v4 on
+    # (AddPartitionsToTxnManager answers INVALID_TXN_STATE to the older ones).
+    ErrorDowngrade(ApiKey.ADD_PARTITIONS_TO_TXN, 5, _E.TRANSACTION_ABORTABLE, _E.INVALID_TXN_STATE),
+    ErrorDowngrade(ApiKey.TXN_OFFSET_COMMIT, 4, _E.TRANSACTION_ABORTABLE, _E.INVALID_TXN_STATE),
+    # TxnOffsetCommit's transaction check answers a fenced producer INVALID_PRODUCER_EPOCH at
+    # every version (AddPartitionsToTxnManager), and a consumer-protocol member's stale epoch is
+    # ILLEGAL_GENERATION (OffsetMetadataManager.validateTransactionalOffsetCommit).
+    ErrorDowngrade(ApiKey.TXN_OFFSET_COMMIT, NEVER, _E.PRODUCER_FENCED, _E.INVALID_PRODUCER_EPOCH),
+    ErrorDowngrade(ApiKey.TXN_OFFSET_COMMIT, NEVER, _E.STALE_MEMBER_EPOCH, _E.ILLEGAL_GENERATION),
+    # KAFKA-7296: producers of 0.11 to 2.0 (TxnOffsetCommit v0-1) crash on a loading coordinator.
+    ErrorDowngrade(ApiKey.TXN_OFFSET_COMMIT, 2, _E.COORDINATOR_LOAD_IN_PROGRESS, _E.COORDINATOR_NOT_AVAILABLE),
+    # Fetch v5 and older: maybeDownConvertStorageError, so the consumer refreshes its metadata.
+    ErrorDowngrade(ApiKey.FETCH, 6, _E.KAFKA_STORAGE_ERROR, _E.NOT_LEADER_OR_FOLLOWER),
+    # delete.topic.enable=false: handleDeleteTopicsRequest.
+    ErrorDowngrade(ApiKey.DELETE_TOPICS, 3, _E.TOPIC_DELETION_DISABLED, _E.INVALID_REQUEST),
+)
+
+_DOWNGRADES: dict[int, list[ErrorDowngrade]] = defaultdict(list)
+for _row in ERROR_DOWNGRADES:
+    _DOWNGRADES[_row.api_key].append(_row)
+# The first version of each API that needs no downgrade.
+_UNTOUCHED_FROM = {key: max(row.since for row in rows) for key, rows in _DOWNGRADES.items()}
+
+
+@cache
+def downgrades(api_key: int, version: int) -> dict[int, ErrorCode]:
+    """Newer code -> the code requests of `api_key` at `version` get instead."""
+    return {row.newer: row.older for row in _DOWNGRADES.get(api_key, ()) if version < row.since}
+
+
+def downgrade_errors(api_key: int, version: int, response: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`response` with every error code (top-level and in entries) that `version` predates
+    replaced by its older code. Not changed in place: a copy of what it changes, the same
+    object when nothing changes (the usual case costs a dict lookup)."""
+    if version >= _UNTOUCHED_FROM.get(api_key, 0):
+        return response
+    mapping = downgrades(api_key, version)
+    return _downgraded(response, mapping) if mapping else response
+
+
+def _downgraded(value: Any, mapping: Mapping[int, ErrorCode]) -> Any:
+    if isinstance(value, Mapping):
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            if isinstance(item, int) and key.endswith("error_code"):
+                new = mapping.get(item, item)
+            elif isinstance(item, (Mapping, list)):
+                new = _downgraded(item, mapping)
+            else:
+                continue
+            if new is not item:
+                changed = dict(value) if changed is None else changed
+                changed[key] = new
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items = [_downgraded(item, mapping) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
 
 # The fields that say what an entry is about.
 _KEYS = frozenset(

@@ -19,9 +19,10 @@ serves them everywhere behind ClusterAction; one gate more costs nothing and kee
 listener from ever reaching them.)
 
 For every request: decode, build its `RequestContext` (the header and the connection), the
-request-level authorization check, the handler (given the context), error counting for the
-metrics, encode. A handler that fails answers its request with the error in the API's own
-shape (error_responses.py), and the connection serves the next request.
+request-level authorization check, the handler (given the context), the error codes the
+request's version predates replaced by Kafka's older ones (error_responses.py), error counting
+for the metrics, encode. A handler that fails answers its request with the error in the API's
+own shape (error_responses.py), and the connection serves the next request.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from loglake.protocol import (
 )
 
 from ingest_gateway.apis.authorization import RequestAuthorization
-from ingest_gateway.apis.error_responses import error_response
+from ingest_gateway.apis.error_responses import downgrade_errors, error_response
 from ingest_gateway.network.request_context import ClientConnection, CloseConnection, RequestContext
 
 if TYPE_CHECKING:
@@ -186,8 +187,10 @@ class RequestRouter:
             return self._failed(context, body, exc)
 
     def _encode(self, header: RequestHeader, response: Mapping[str, Any]) -> list[Chunk]:
-        key = header.request_api_key
-        chunks = encode_response(key, header.request_api_version, header.correlation_id, response)
+        key, version = header.request_api_key, header.request_api_version
+        # No error code the request's version predates (error_responses.ERROR_DOWNGRADES).
+        response = downgrade_errors(key, version, response)
+        chunks = encode_response(key, version, header.correlation_id, response)
         if self._metrics is not None:
             self._metrics.count_errors(key, response)
         return chunks

@@ -1,12 +1,21 @@
 """The transaction APIs of the Kafka protocol, over `loglake.transactions.TransactionCoordinator`.
 
 InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-DescribeTransactions and ListTransactions go to the coordinator; TxnOffsetCommit to the
-group coordinator (after the transaction coordinator's producer check is mirrored here:
-the partition must be in the transaction, see `_check_txn_offset_commit`); WriteTxnMarkers
-(from a transaction coordinator, this broker's own included) writes COMMIT/ABORT control
-batches on the partitions this broker leads, with coordinators/transaction_markers.py's
-`MarkerWriter`.
+DescribeTransactions and ListTransactions go to the coordinator; WriteTxnMarkers (from a
+transaction coordinator, this broker's own included) writes COMMIT/ABORT control batches on
+the partitions this broker leads, with coordinators/transaction_markers.py's `MarkerWriter`.
+
+TxnOffsetCommit goes to the group coordinator once the transaction is verified as Kafka 3.9
+verifies it (KIP-890: GroupCoordinator.handleTxnCommitOffsets through
+ReplicaManager.maybeStartTransactionVerificationForPartition and AddPartitionsToTxnManager):
+the transactional id's coordinator, wherever it is, is asked with AddPartitionsToTxn's
+verify-only form whether the producer (id and epoch) has the group's `__consumer_offsets`
+partition in its open transaction (AddOffsetsToTxn added it). This broker's own coordinator
+answers directly; another broker's over the inter-broker listener. So the answer is the same
+whichever brokers lead the two internal partitions. (Kafka skips the question when the
+offsets partition already holds the producer's open transaction; here it is asked for every
+TxnOffsetCommit, one round trip, once per transaction in the usual loop.) Error codes a
+request's version predates are mapped by the router (error_responses.ERROR_DOWNGRADES).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from loglake.errors import ErrorCode, KafkaError
 from loglake.groups import OffsetCommitData, TopicPartition
-from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC
+from loglake.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, map_append_error
 from loglake.protocol import ApiKey
 from loglake.protocol.bodies import (
     AddOffsetsToTxnRequest,
@@ -54,10 +63,12 @@ from loglake.security.acls import AclOperation, ResourceType
 from loglake.transactions import TransactionCoordinator, TransactionState
 
 from ingest_gateway.apis.request_router import handles
+from ingest_gateway.network.kafka_client import KafkaClient
 from ingest_gateway.network.request_context import RequestContext
 
 if TYPE_CHECKING:
     from loglake.groups import GroupCoordinator
+    from loglake.security.client import ClientSecurity
 
     from ingest_gateway.apis.authorization import RequestAuthorization
     from ingest_gateway.coordinators.transaction_markers import MarkerWriter
@@ -68,6 +79,9 @@ log = logging.getLogger(__name__)
 
 # AddPartitionsToTxn v4+ is the broker-to-coordinator form (KIP-890) with per-transaction results.
 _ADD_PARTITIONS_BATCHED_VERSION = 4
+# What a TxnOffsetCommit's verification sends another broker (Kafka 3.9's AddPartitionsToTxnManager: v5).
+_VERIFY_VERSION = 5
+_VERIFY_TIMEOUT_MS = 10_000
 
 
 def _topic_partitions(topics: list[AddPartitionsToTxnRequestAddPartitionsToTxnTopic]) -> list[TopicPartition]:
@@ -92,13 +106,28 @@ class TxnApis:
         replica_manager: ReplicaManager,
         group_coordinator: GroupCoordinator,
         authorization: RequestAuthorization,
+        inter_broker_security: ClientSecurity | None = None,
     ) -> None:
+        """`inter_broker_security`: how to reach other brokers' transaction coordinators
+        (default: as the replica fetchers reach other brokers)."""
         self.coordinator = coordinator
         self._writer = writer
         self._cache = cache
         self._replica_manager = replica_manager
         self._group_coordinator = group_coordinator
         self._auth = authorization
+        self._broker_id = replica_manager.broker_id
+        self._inter_broker_security = (
+            replica_manager.fetcher_manager.security if inter_broker_security is None else inter_broker_security
+        )
+        # Connections to the other brokers' transaction coordinators, by broker id.
+        self._clients: dict[int, KafkaClient] = {}
+
+    async def close(self) -> None:
+        """Close the connections to other brokers."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
 
     async def init_producer_id(self, body: InitProducerIdRequest) -> InitProducerIdResponse:
         """InitProducerId of a transactional producer (the idempotent one is KafkaApis')."""
@@ -175,14 +204,8 @@ class TxnApis:
         if refused:
             return {tp: refused.get(tp, ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in partitions}
         if verify_only:
-            d = self.coordinator.describe_transactions([transactional_id])[0]
-            error = d.error
-            if error is ErrorCode.NONE and not set(partitions) <= set(d.partitions):
-                error = ErrorCode.INVALID_TXN_STATE
-        else:
-            error = await self.coordinator.add_partitions_to_txn(
-                transactional_id, producer_id, producer_epoch, partitions
-            )
+            return self.coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        error = await self.coordinator.add_partitions_to_txn(transactional_id, producer_id, producer_epoch, partitions)
         return dict.fromkeys(partitions, error)
 
     def _refused(self, partitions: Iterable[TopicPartition], denied: set[str]) -> dict[TopicPartition, ErrorCode]:
@@ -225,7 +248,7 @@ class TxnApis:
         errors = self._refused_txn_offsets(context, body, offsets)
         valid = {tp: o for tp, o in offsets.items() if tp not in errors}
         if valid:
-            error = self._check_txn_offset_commit(body)
+            error = await self._verify_txn_offset_commit(body)
             if error is not ErrorCode.NONE:
                 errors |= dict.fromkeys(valid, error)
             else:
@@ -256,21 +279,67 @@ class TxnApis:
             return dict.fromkeys(offsets, ErrorCode.GROUP_AUTHORIZATION_FAILED)
         return self._refused(offsets, auth.denied_topics(context, AclOperation.READ, {tp.topic for tp in offsets}))
 
-    def _check_txn_offset_commit(self, body: TxnOffsetCommitRequest) -> ErrorCode:
-        """The producer must own the transaction, which must hold the group's offsets
-        partition (AddOffsetsToTxn first), as Kafka's producer state on that partition checks."""
-        described = self.coordinator.describe_transactions([body["transactional_id"]])[0]
-        if described.error is ErrorCode.NOT_COORDINATOR:
-            # The transaction coordinator may be another broker: the group's check stands.
-            return ErrorCode.NONE
-        if described.error is not ErrorCode.NONE or described.producer_id != body["producer_id"]:
-            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        if described.producer_epoch != body["producer_epoch"]:
-            return ErrorCode.INVALID_PRODUCER_EPOCH
-        group_partition = self._group_coordinator.partition_for(body["group_id"])
-        if TopicPartition(OFFSETS_TOPIC, group_partition) not in described.partitions:
-            return ErrorCode.INVALID_TXN_STATE
-        return ErrorCode.NONE
+    async def _verify_txn_offset_commit(self, body: TxnOffsetCommitRequest) -> ErrorCode:
+        """The transactional id's coordinator (this broker's or another's, where the metadata
+        says `__transaction_state`'s partition is led) verifies that the producer's open
+        transaction holds the group's offsets partition; its answer as Kafka's group
+        coordinator hands it on (GroupMetadataManager.maybeConvertOffsetCommitError)."""
+        transactional_id, producer_id, epoch = body["transactional_id"], body["producer_id"], body["producer_epoch"]
+        offsets = TopicPartition(OFFSETS_TOPIC, self._group_coordinator.partition_for(body["group_id"]))
+        image = self._cache.image
+        txn_partition = self.coordinator.partition_for(transactional_id)
+        state = image.partition_states.get(TRANSACTION_STATE_TOPIC, {}).get(txn_partition)
+        if state is not None and state.leader == self._broker_id:
+            error = self.coordinator.verify_partitions(transactional_id, producer_id, epoch, [offsets])[offsets]
+        elif state is None or state.leader not in image.brokers:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        else:
+            error = await self._verify_remotely(state.leader, transactional_id, producer_id, epoch, offsets)
+        if error is ErrorCode.NETWORK_EXCEPTION:
+            # Older clients do not retry it well: they retry this one without a coordinator lookup.
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return map_append_error(KafkaError(error), too_large=ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
+
+    async def _verify_remotely(
+        self, broker: int, transactional_id: str, producer_id: int, epoch: int, partition: TopicPartition
+    ) -> ErrorCode:
+        """AddPartitionsToTxn's verify-only form to `broker`'s transaction coordinator (Kafka's
+        AddPartitionsToTxnManager): the partition's error, NETWORK_EXCEPTION if no answer came."""
+        endpoint = self._cache.image.brokers[broker]
+        client = self._clients.get(broker)
+        if client is None or (client.host, client.port) != (endpoint.host, endpoint.port):
+            if client is not None:
+                client.close_nowait()
+            client = self._clients[broker] = KafkaClient(
+                endpoint.host,
+                endpoint.port,
+                security=self._inter_broker_security,
+                request_timeout_ms=_VERIFY_TIMEOUT_MS,
+            )
+        transaction = {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "verify_only": True,
+            "topics": [{"name": partition.topic, "partitions": [partition.partition]}],
+        }
+        try:
+            response = await client.request(
+                ApiKey.ADD_PARTITIONS_TO_TXN, _VERIFY_VERSION, {"transactions": [transaction]}
+            )
+        except (ConnectionError, TimeoutError) as exc:
+            log.warning("verifying %s's transaction with broker %d failed: %s", transactional_id, broker, exc)
+            return ErrorCode.NETWORK_EXCEPTION
+        if response["error_code"]:
+            # The whole request refused: CLUSTER_AUTHORIZATION_FAILED is not the client's to see.
+            top = ErrorCode(response["error_code"])
+            return ErrorCode.INVALID_TXN_STATE if top is ErrorCode.CLUSTER_AUTHORIZATION_FAILED else top
+        for result in response["results_by_transaction"]:
+            for topic in result["topic_results"]:
+                for p in topic["results_by_partition"]:
+                    if (topic["name"], p["partition_index"]) == (partition.topic, partition.partition):
+                        return ErrorCode(p["partition_error_code"])
+        return ErrorCode.NONE  # as Kafka: only the partitions with an error count
 
     @handles(ApiKey.WRITE_TXN_MARKERS, 0, 1)
     async def write_txn_markers(self, context: RequestContext, body: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:

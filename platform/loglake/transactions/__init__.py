@@ -1,8 +1,8 @@
 """Kafka's transaction coordinator (KIP-98), independent of any transport.
 
 The broker's Kafka protocol handlers (InitProducerId with a transactional id,
-AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions)
-call one `TransactionCoordinator`:
+AddPartitionsToTxn and its verify-only form, AddOffsetsToTxn, EndTxn, DescribeTransactions,
+ListTransactions) call one `TransactionCoordinator`:
 
     coordinator = TransactionCoordinator(TransactionConfig.from_properties(props),
                                          txn_log, marker_channel, allocate_producer_id)

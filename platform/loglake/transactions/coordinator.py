@@ -269,6 +269,22 @@ class TransactionCoordinator:
             transactional_id, producer_id, producer_epoch, [TopicPartition(OFFSETS_TOPIC, offsets_partition)]
         )
 
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Kafka's handleVerifyPartitionsInTransaction (KIP-890; AddPartitionsToTxn v4+ with
+        `verify_only`, which a group coordinator sends before a TxnOffsetCommit): whether each
+        partition is in the producer's open transaction, changing nothing. The producer first,
+        one error for all (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, NOT_COORDINATOR, ...),
+        then a transaction being ended answers CONCURRENT_TRANSACTIONS, and a partition not in
+        the transaction TRANSACTION_ABORTABLE."""
+        txn, error = self._validate(transactional_id, producer_id, producer_epoch)
+        if txn is not None and txn.state in _PREPARED:
+            txn, error = None, ErrorCode.CONCURRENT_TRANSACTIONS
+        if txn is None:
+            return dict.fromkeys(partitions, error)
+        return {tp: ErrorCode.NONE if tp in txn.partitions else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
+
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
         """EndTxn: prepare the commit or abort, answer, and have the markers written."""
         txn, error = self._validate(transactional_id, producer_id, producer_epoch)
