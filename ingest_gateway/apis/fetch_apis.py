@@ -110,6 +110,7 @@ class FetchApis:
         # Topic id -> name, rebuilt when the metadata image is replaced or an id is missing.
         self._names: dict[uuid.UUID, str] = {}
         self._names_image: object = None
+        self._names_hosted = -1
 
     @functools.cached_property
     def sessions(self) -> FetchManager:
@@ -126,8 +127,12 @@ class FetchApis:
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         image = self._cache.image
-        if image is not self._names_image or topic_id not in self._names:
+        hosted = len(self._replica_manager.partitions)
+        # Built again when the image or the hosted partitions change, not on every unknown
+        # id: a session naming one would make each of its fetches cost every topic.
+        if image is not self._names_image or (topic_id not in self._names and hosted != self._names_hosted):
             self._names_image = image
+            self._names_hosted = hosted
             names = {parse_topic_id(t.topic_id): name for name, t in image.topics.items() if t.topic_id}
             # A leader learns its partitions (LeaderAndIsr) before the image has their
             # topic (UpdateMetadata): its followers may already fetch them by id.

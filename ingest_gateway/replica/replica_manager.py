@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from loglake.cluster.partition import ACKS_ALL, Partition, monotonic_ms
 from loglake.cluster.replication_quota import ReplicationQuota
@@ -134,9 +134,10 @@ class ReplicaManager:
             inter_broker_security,
         )
         self._waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
-        # Follower fetches waiting for new data wait on the LEO; kept apart so produce
-        # only pays a dict lookup when no follower waits.
-        self._log_end_waiters: dict[TopicPartition, list[asyncio.Future[None]]] = defaultdict(list)
+        # Follower fetches waiting for new data, by follower: a change of a partition (its
+        # LEO, HW, ISR or leadership) wakes the fetches of its replicas. Registering a wait
+        # costs the same for a follower of thousands of partitions as for one of one.
+        self._follower_waiters: dict[int, list[asyncio.Future[bool | None]]] = {}
         # acks=all produces waiting for a partition's HW to reach an offset: a heap per
         # partition, so that a HW move wakes only the produces it completes (a connection
         # can have many waiting at once, kafka_server.py).
@@ -302,7 +303,6 @@ class ReplicaManager:
                 if was_leader:
                     self._notify_leadership(key, False)
                     self._wake(key)  # acks=all and consumer fetches waiting here must fail
-                    self._wake_log_end(key)
                 if state.leader < 0 or self.broker_id not in entry.replicas:
                     stop_following.append(key)
                 elif changed or not self.fetcher_manager.is_fetching(key, state.leader, state.leader_epoch):
@@ -324,7 +324,7 @@ class ReplicaManager:
         for key in partitions:
             partition = self.partitions.pop(key, None)
             self._wake(key)
-            self._wake_log_end(key)
+            self._wake_all_followers()
             if partition is not None and partition.is_leader:
                 self._notify_leadership(key, False)
             if delete:
@@ -359,7 +359,7 @@ class ReplicaManager:
             self.offline_partitions[key] = f"its log dir {log_dir} is offline"
             partition = self.partitions.pop(key, None)
             self._wake(key)
-            self._wake_log_end(key)
+            self._wake_all_followers()
             if partition is not None and partition.is_leader:
                 self._notify_leadership(key, False)
         self._tell_offline(partitions)
@@ -432,7 +432,7 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks must be -1 (all), 0 or 1, not {required_acks}")
         results: dict[TopicPartition, ProduceResult] = {}
         pending: dict[TopicPartition, tuple[int, int]] = {}
-        log_end_waiters = self._log_end_waiters
+        follower_waiters = self._follower_waiters
         metrics = self.metrics
         for key, records in entries.items():
             try:
@@ -444,8 +444,8 @@ class ReplicaManager:
             results[key] = ProduceResult(info.first_offset, info.log_append_time_ms, partition.log_start_offset)
             if metrics is not None and not info.duplicate:
                 metrics.record_append(key[0], len(records), info.last_offset - info.first_offset + 1)
-            if log_end_waiters and key in log_end_waiters:
-                self._wake_log_end(key)
+            if follower_waiters:
+                self._wake_followers_of(partition)
             if required_acks == ACKS_ALL:
                 pending[key] = (info.last_offset + 1, partition.leader_generation)
         return Appended(results, pending)
@@ -507,7 +507,6 @@ class ReplicaManager:
         up to `max_wait_ms`. Errors answer at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0, max_wait_ms) / 1000
-        keys = [(p.topic, p.partition) for p in partitions]
         while True:
             results, total, expand = self._read_for_follower(replica_id, partitions, max_bytes)
             for partition in expand:
@@ -521,7 +520,10 @@ class ReplicaManager:
             remaining = deadline - loop.time()
             if total < 0 or total >= min_bytes or remaining <= 0:
                 return results
-            await self.wait_for_change(keys, remaining, log_end=True)
+            if not await self._wait_for_follower_change(replica_id, remaining):
+                # Nothing this follower follows changed: this pass is the answer (a second
+                # pass over thousands of idle partitions would only repeat it).
+                return results
 
     def _read_for_follower(
         self, replica_id: int, requests: list[FollowerFetchPartition], max_bytes: int
@@ -700,6 +702,8 @@ class ReplicaManager:
         key = (partition.topic, partition.partition)
         for fut in self._waiters.pop(key, ()):
             _resolve(fut)
+        if self._follower_waiters:
+            self._wake_followers_of(partition)
         waiting = self._replication_waiters.get(key)
         if waiting:
             hw = partition.high_watermark
@@ -715,36 +719,63 @@ class ReplicaManager:
             _resolve(fut)
         for _, _, fut in self._replication_waiters.pop(key, ()):
             _resolve(fut)
+        partition = self.partitions.get(key)
+        if partition is not None:
+            self._wake_followers_of(partition)
+        else:
+            self._wake_all_followers()
 
-    def _wake_log_end(self, key: TopicPartition) -> None:
-        for fut in self._log_end_waiters.pop(key, ()):
-            _resolve(fut)
+    def _wake_followers_of(self, partition: Partition) -> None:
+        waiters = self._follower_waiters
+        for replica in partition.replicas:
+            for fut in waiters.pop(replica, ()):
+                if not fut.done():
+                    fut.set_result(True)
 
-    async def wait_for_change(self, keys: list[TopicPartition], timeout_s: float, log_end: bool = False) -> None:
-        """Return when any of these partitions' HW moves (with `log_end`, also its LEO: a
-        follower waits for new data), it changes hands or is removed, or on timeout."""
+    def _wake_all_followers(self) -> None:
+        waiters, self._follower_waiters = self._follower_waiters, {}
+        for futs in waiters.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_result(True)
+
+    async def _wait_for_follower_change(self, replica_id: int, timeout_s: float) -> bool:
+        """Wait until a partition `replica_id` follows changes (True) or `timeout_s` passes."""
+        fut: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._follower_waiters.setdefault(replica_id, []).append(fut)
+        try:
+            await _timed_wait(fut, timeout_s)
+        finally:
+            waiters = self._follower_waiters.get(replica_id)
+            if waiters and fut in waiters:
+                waiters.remove(fut)
+                if not waiters:
+                    del self._follower_waiters[replica_id]
+        return fut.result() is True
+
+    async def wait_for_change(self, keys: list[TopicPartition], timeout_s: float) -> None:
+        """Return when any of these partitions' HW moves, it changes hands or is removed, or
+        on timeout."""
         if timeout_s <= 0:
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        registries = (self._waiters, self._log_end_waiters) if log_end else (self._waiters,)
-        for registry in registries:
-            for key in keys:
-                registry[key].append(fut)
+        waiters = self._waiters
+        for key in keys:
+            waiters[key].append(fut)
         try:
             await _timed_wait(fut, timeout_s)
         finally:
-            for registry in registries:
-                for key in keys:
-                    waiters = registry.get(key)
-                    if not waiters:
-                        continue
-                    try:
-                        waiters.remove(fut)
-                    except ValueError:
-                        continue  # woken through this key: its list is gone
-                    if not waiters:
-                        del registry[key]
+            for key in keys:
+                registered = waiters.get(key)
+                if not registered:
+                    continue
+                try:
+                    registered.remove(fut)
+                except ValueError:
+                    continue  # woken through this key: its list is gone
+                if not registered:
+                    del waiters[key]
 
     async def _wait_for_replication(self, pending: dict[TopicPartition, tuple[int, int]], timeout_s: float) -> None:
         """Return when a HW reaches what `pending` waits for, on any other change of one of
@@ -768,12 +799,16 @@ class ReplicaManager:
             task.cancel()
         self.fetcher_manager.shutdown()
         self.checkpoint_high_watermarks()
-        for registry in (self._waiters, self._log_end_waiters):
-            for fut_list in registry.values():
-                for fut in fut_list:
-                    if not fut.done():
-                        fut.cancel()
-            registry.clear()
+        for fut_list in self._waiters.values():
+            for fut in fut_list:
+                if not fut.done():
+                    fut.cancel()
+        for follower_futs in self._follower_waiters.values():
+            for follower_fut in follower_futs:
+                if not follower_fut.done():
+                    follower_fut.cancel()
+        self._waiters.clear()
+        self._follower_waiters.clear()
         for waiting in self._replication_waiters.values():
             for _, _, fut in waiting:
                 if not fut.done():
@@ -785,12 +820,12 @@ class ReplicaManager:
 _COMPACT_WAITERS_FROM = 64
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
+def _resolve(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_result(None)
 
 
-async def _timed_wait(fut: asyncio.Future[None], timeout_s: float) -> None:
+async def _timed_wait(fut: asyncio.Future[Any], timeout_s: float) -> None:
     """Wait for `fut`, which a timer resolves at `timeout_s` (cheaper than wait_for: every
     long poll and acks=all wait goes through here); the wait is the request's remote time."""
     timer = asyncio.get_running_loop().call_later(timeout_s, _resolve, fut)

@@ -472,6 +472,7 @@ class Broker:
         await self.group_coordinator.stop()
         await self.transaction_coordinator.stop()
         await self.marker_channel.close()
+        await self.txn_apis.close()  # its connections to other transaction coordinators
         await self._log_dir_mover.stop()
         await self.replica_manager.stop()
         await self.channel.close()

@@ -17,21 +17,17 @@ from ingest_gateway.replica.replica_manager import ReplicaManager
 KEYS = [("a", 0), ("b", 0), ("c", 1)]
 
 
-def registries(rm: ReplicaManager) -> list[dict]:
-    return [dict(rm._waiters), dict(rm._log_end_waiters)]
-
-
-@pytest.mark.parametrize("how", ["woken by the log end", "woken by the high watermark", "timeout", "cancelled"])
+@pytest.mark.parametrize("how", ["woken by the high watermark", "woken by a change of hands", "timeout", "cancelled"])
 def test_a_wait_ends_and_leaves_nothing_behind(tmp_path: Path, how: str) -> None:
     async def main() -> None:
         rm = ReplicaManager(1, LogManager([tmp_path], LogConfig()), LogConfig())
-        waiting = asyncio.create_task(rm.wait_for_change(KEYS, 0.05 if how == "timeout" else 60, log_end=True))
-        while not rm._log_end_waiters:  # registered once the task has run
+        waiting = asyncio.create_task(rm.wait_for_change(KEYS, 0.05 if how == "timeout" else 60))
+        while not rm._waiters:  # registered once the task has run
             await asyncio.sleep(0)
-        assert all(len(r) == len(KEYS) for r in registries(rm))
-        if how == "woken by the log end":
-            rm._wake_log_end(KEYS[1])
-        elif how == "woken by the high watermark":
+        assert all(len(rm._waiters[key]) == 1 for key in KEYS)
+        if how == "woken by the high watermark":
+            rm._on_high_watermark_change(SimpleNamespace(topic="b", partition=0, high_watermark=4))  # type: ignore[arg-type]
+        elif how == "woken by a change of hands":
             rm._wake(KEYS[2])
         elif how == "cancelled":
             waiting.cancel()
@@ -40,7 +36,38 @@ def test_a_wait_ends_and_leaves_nothing_behind(tmp_path: Path, how: str) -> None
                 await waiting
         else:
             await asyncio.wait_for(waiting, 30)  # a wait woken or timed out returns
-        assert registries(rm) == [{}, {}]
+        assert dict(rm._waiters) == {}
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", ["woken", "timeout", "cancelled"])
+def test_a_follower_wait_is_one_entry_whatever_it_follows_and_says_whether_it_was_woken(
+    tmp_path: Path, how: str
+) -> None:
+    """A follower's long poll registers once, by replica id; a change of a partition wakes
+    the waits of its replicas only; the wait says whether it was woken (else the leader
+    answers with the pass it made before waiting)."""
+
+    async def main() -> None:
+        rm = ReplicaManager(1, LogManager([tmp_path], LogConfig()), LogConfig())
+        waiting = asyncio.create_task(rm._wait_for_follower_change(2, 0.05 if how == "timeout" else 60))
+        while not rm._follower_waiters:
+            await asyncio.sleep(0)
+        assert list(rm._follower_waiters) == [2] and len(rm._follower_waiters[2]) == 1
+        rm._wake_followers_of(SimpleNamespace(replicas=(1, 3)))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert not waiting.done(), "not a partition broker 2 follows"
+        if how == "woken":
+            rm._wake_followers_of(SimpleNamespace(replicas=(1, 2, 3)))  # type: ignore[arg-type]
+            assert await asyncio.wait_for(waiting, 30) is True
+        elif how == "timeout":
+            assert await asyncio.wait_for(waiting, 30) is False
+        else:
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        assert rm._follower_waiters == {}
 
     asyncio.run(main())
 
