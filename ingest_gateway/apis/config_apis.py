@@ -358,10 +358,17 @@ class ConfigApis:
             manager = self._dynamic_config
             entity = manager.config.entity if per_broker else ""
             stored = manager.config.per_broker if per_broker else manager.config.cluster_default
-            wanted = new_config(r, dict(stored))
-            manager.config.validate(wanted, per_broker)
+            manager.config.validate(new_config(r, dict(stored)), per_broker)
             if not validate_only:
-                await manager.write(entity, wanted)
+
+                def changed(current: dict[str, str]) -> dict[str, str]:
+                    # On the stored document, compare-and-set: an incremental change of other
+                    # keys through another broker at the same time is kept.
+                    wanted = new_config(r, current)
+                    manager.config.validate(wanted, per_broker)
+                    return wanted
+
+                await manager.write(entity, changed)
         else:
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST,

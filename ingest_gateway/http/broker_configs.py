@@ -15,7 +15,6 @@ from loglake.broker_configs import DEFAULT_ENTITY, sensitive_broker_config
 
 from ingest_gateway.http.errors import BadRequest, json_object
 from ingest_gateway.metadata.admin_manager import ADMIN_TIMEOUT_MS
-from ingest_gateway.metadata.metadata_thread import Deadline
 
 if TYPE_CHECKING:
     from loglake.coordination.store import MetadataStore
@@ -62,14 +61,12 @@ def broker_config_routes(
         changes = (await json_object(request)).get("configs")
         if not isinstance(changes, dict) or not all(isinstance(v, str) for v in changes.values()):
             raise BadRequest(422, 'the body is {"configs": {"name": "value", ...}} ("" removes a config)', 2)
-        # One deadline for the read and the write: the answer comes within `timeout_ms`.
-        deadline = Deadline.after_ms(timeout_ms)
-        stored = dict(
-            (await metadata_thread.run(store.broker_configs, timeout_ms=deadline.remaining_ms())).get(entity, {})
-        )
-        wanted = {k: v for k, v in {**stored, **changes}.items() if v != ""}
         dynamic_config.config.validate({k: v for k, v in changes.items() if v != ""}, entity != DEFAULT_ENTITY)
-        await dynamic_config.write(entity, wanted, deadline.remaining_ms())
-        return {"broker": name, "configs": shown(wanted)}
+        # Merged into the stored document by compare-and-set: a PATCH of other keys through
+        # another broker at the same time is kept.
+        stored = await dynamic_config.write(
+            entity, lambda current: {k: v for k, v in {**current, **changes}.items() if v != ""}, timeout_ms
+        )
+        return {"broker": name, "configs": shown(stored)}
 
     return router

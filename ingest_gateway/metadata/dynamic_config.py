@@ -11,6 +11,7 @@ take the new default at once, topics with one keep it. The replication throttle 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loglake.broker_configs import DEFAULT_ENTITY, DynamicBrokerConfig
@@ -69,17 +70,26 @@ class DynamicConfigManager:
         on_loop(self._apply_throttles)  # server.properties may set them too
         on_loop(self.apply, self._store.broker_configs())
 
-    async def write(self, entity: str, config: dict[str, str], timeout_ms: int = ADMIN_TIMEOUT_MS) -> None:
-        """Store one entity's document ("" is the cluster-wide default) and apply it here (no
-        wait for the watch); REQUEST_TIMED_OUT if the store does not answer within `timeout_ms`."""
-        stored = await self._metadata_thread.run(
-            self._store_and_read, entity or DEFAULT_ENTITY, config, timeout_ms=timeout_ms
-        )
-        self.apply(stored)
+    async def write(
+        self,
+        entity: str,
+        change: Callable[[dict[str, str]], dict[str, str]],
+        timeout_ms: int = ADMIN_TIMEOUT_MS,
+    ) -> dict[str, str]:
+        """Store one entity's document ("" is the cluster-wide default) as `change` makes it of
+        the stored one, compare-and-set (concurrent changes through other brokers are kept),
+        and apply it here (no wait for the watch); REQUEST_TIMED_OUT if the store does not
+        answer within `timeout_ms`. Returns the document stored."""
+        entity = entity or DEFAULT_ENTITY
+        stored, entities = await self._metadata_thread.run(self._store_and_read, entity, change, timeout_ms=timeout_ms)
+        self.apply(entities)
+        return stored
 
-    def _store_and_read(self, entity: str, config: dict[str, str]) -> dict[str, dict[str, str]]:
-        self._store.set_broker_config(entity, config)
-        return self._store.broker_configs()
+    def _store_and_read(
+        self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]
+    ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+        stored = self._store.update_broker_config(entity, change)
+        return stored, self._store.broker_configs()
 
     def apply(self, entities: dict[str, dict[str, str]]) -> None:
         if not self.config.update(entities):

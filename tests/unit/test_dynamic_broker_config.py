@@ -121,3 +121,21 @@ def test_incremental_operations() -> None:
         with pytest.raises(KafkaError) as exc:
             apply_incremental({}, [bad], key_of)
         assert exc.value.code == code
+
+
+def test_a_broker_config_change_is_made_on_the_stored_document_or_not_at_all(tmp_path) -> None:
+    from loglake.coordination.embedded import EmbeddedMetadataStore
+
+    store = EmbeddedMetadataStore(tmp_path)
+    store.set_broker_config("<default>", {"log.retention.ms": "1000"})
+    stored = store.update_broker_config("<default>", lambda current: {**current, "message.max.bytes": "2000"})
+    assert stored == store.broker_configs()["<default>"] == {"log.retention.ms": "1000", "message.max.bytes": "2000"}
+
+    def refuse(current: dict[str, str]) -> dict[str, str]:
+        raise ValueError("invalid")
+
+    try:
+        store.update_broker_config("<default>", refuse)
+    except ValueError:
+        pass
+    assert store.broker_configs()["<default>"] == stored

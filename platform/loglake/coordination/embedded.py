@@ -410,8 +410,10 @@ class EmbeddedMetadataStore(MetadataStore):
     def broker_configs(self) -> dict[str, dict[str, str]]:
         return self._current("broker_configs")
 
-    def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
+    def update_broker_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
         with self._lock:
-            self._broker_configs[entity] = dict(config)
+            updated = dict(change(dict(self._broker_configs.get(entity, {}))))
+            self._broker_configs[entity] = updated
             self._save()
         self._notify("broker_configs")
+        return updated

@@ -197,9 +197,16 @@ class MetadataStore(ABC):
         cluster-wide default (/config/brokers/<entity>)."""
 
     @abstractmethod
+    def update_broker_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace one entity's dynamic broker config with `change(current)`, compare-and-set
+        on what was read (on a concurrent change, read and change again, so that changes of
+        other keys through other brokers are not lost), and tell every broker of it
+        (ZooKeeper: a /config/changes/config_change_ notification, as Kafka writes). Returns
+        the config stored; an exception from `change` leaves it as it was."""
+
     def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
-        """Replace one entity's dynamic broker config and tell every broker of the change
-        (ZooKeeper: a /config/changes/config_change_ notification, as Kafka writes)."""
+        """Replace one entity's dynamic broker config whatever it holds."""
+        self.update_broker_config(entity, lambda _: dict(config))
 
     @abstractmethod
     def entity_config(self, entity: str) -> dict[str, str]:

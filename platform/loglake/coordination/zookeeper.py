@@ -973,27 +973,20 @@ class ZooKeeperMetadataStore(MetadataStore):
             out[entity] = {str(k): str(v) for k, v in config.items()}
         return out
 
-    def set_broker_config(self, entity: str, config: dict[str, str]) -> None:
-        """Write /config/brokers/<entity>, then the change notification Kafka's brokers
-        (and ours, through `watch_broker_configs`) act on."""
-        path = f"{CONFIG_BROKERS}/{entity}"
-        doc = config_document(config)
+    def update_broker_config(self, entity: str, change: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Compare-and-set /config/brokers/<entity>, then the change notification Kafka's
+        brokers (and ours, through `watch_broker_configs`) act on."""
+        updated: dict[str, str] = {}
 
-        def write() -> None:
-            while True:
-                try:
-                    self._client.set(path, doc)
-                    return
-                except NoNodeError:
-                    pass
-                try:
-                    self._client.create(path, doc, makepath=True)
-                    return
-                except NodeExistsError:
-                    continue  # created meanwhile: set it
+        def document(data: bytes | None) -> bytes:
+            nonlocal updated
+            current = json.loads(data or b"{}").get("config", {})
+            updated = dict(change({str(k): str(v) for k, v in current.items()}))
+            return config_document(updated)
 
-        self._retry(write)
+        self._retry(self._compare_and_set, f"{CONFIG_BROKERS}/{entity}", document)
         self._notify_config_change(f"brokers/{entity}")
+        return updated
 
     def entity_config(self, entity: str) -> dict[str, str]:
         def read() -> dict[str, str]:
