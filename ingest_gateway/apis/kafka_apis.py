@@ -151,6 +151,10 @@ class KafkaApis:
         """Why `name` may not be created with the broker defaults for this request, if it may not."""
         if not self._config.auto_create_topics_enable:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if name in INTERNAL_TOPICS:
+            # Created only by their coordinators, with their own settings and replication
+            # factor (FindCoordinator), never with the defaults of an ordinary topic.
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if not self._may_create(context, name):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED
         try:

@@ -88,3 +88,17 @@ def test_a_topic_without_an_id_is_described_with_the_zero_id(broker: Broker) -> 
     assert [(t["name"], t["error_code"], t["topic_id"]) for t in answer["topics"]] == [
         ("old-style", ErrorCode.NONE, uuid.UUID(int=0))
     ]
+
+
+@pytest.mark.parametrize("name", ["__consumer_offsets", "__transaction_state"])
+def test_an_internal_topic_is_never_auto_created_with_the_defaults(broker: Broker, name: str) -> None:
+    """Its coordinator creates it (FindCoordinator), with its own settings and factor."""
+    body = {
+        "topics": [{"name": name, "topic_id": uuid.UUID(int=0)}],
+        "allow_auto_topic_creation": True,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+    }
+    (topic,) = call(broker, ApiKey.METADATA, 12, body)["topics"]
+    assert topic["error_code"] == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert name not in broker.store.topics()
