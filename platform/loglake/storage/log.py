@@ -264,6 +264,12 @@ class Log:
         return self._dir
 
     @property
+    def log_dir(self) -> Path:
+        """The log dir holding this partition's directory (`dir.parent`, kept: a broker's
+        checkpoints group thousands of logs by it every few seconds)."""
+        return self._log_dir
+
+    @property
     def is_future(self) -> bool:
         """A copy being filled in another log dir, to replace the current log (KIP-113)."""
         return parse_future_topic_partition(self._dir.name) is not None

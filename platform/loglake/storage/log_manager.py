@@ -327,8 +327,8 @@ class LogManager:
             # Nothing to count: counting walks every log, thousands on a large broker.
             return next(iter(counts))
         for existing in self._all_logs():
-            if existing.dir.parent in counts:
-                counts[existing.dir.parent] += 1
+            if existing.log_dir in counts:
+                counts[existing.log_dir] += 1
         return min(counts, key=lambda d: counts[d])
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -444,7 +444,7 @@ class LogManager:
         # A future log is never in its current log's dir, so a dir has one entry per partition.
         by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.live_dirs}
         for log in self._all_logs():
-            by_dir.setdefault(log.dir.parent, {})[(log.topic, log.partition)] = value(log)
+            by_dir.setdefault(log.log_dir, {})[(log.topic, log.partition)] = value(log)
         with self._checkpoint_lock:
             for log_dir, offsets in by_dir.items():
                 if self.failure_channel.is_offline(log_dir):
