@@ -1,6 +1,6 @@
-"""Where authentication's blocking work runs: reading a user's SCRAM credential from the
-metadata store (a ZooKeeper round trip, or as long as ZooKeeper is unreachable) and PBKDF2
-(milliseconds of CPU).
+"""Where authentication's blocking work runs: PBKDF2 (milliseconds of CPU) and, for a user
+the broker's credential cache does not know, reading the user's SCRAM credential from the
+metadata store (a ZooKeeper round trip, or as long as ZooKeeper is unreachable).
 
 SASL exchanges and HTTP Basic checks run it on threads of their own, not in the event loop's
 default executor: the broker's own checkpoint and ISR writes use that one, and a stalled

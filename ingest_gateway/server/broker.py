@@ -29,6 +29,7 @@ from loglake.groups import GroupConfig, GroupCoordinator
 from loglake.internal_topics import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from loglake.maintenance.cleaner_manager import LogCleanerManager
 from loglake.maintenance.log_cleaner import CleanerConfig, LogCleaner
+from loglake.security.credential_cache import CredentialCache
 from loglake.security.quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotaManager
 from loglake.storage.log import Log
 from loglake.storage.log_manager import LogManager
@@ -99,6 +100,8 @@ class Broker:
         self.metadata_thread = MetadataThread()
         # Credential checks of SASL and HTTP Basic (a store read and PBKDF2), bounded in time.
         self.authentication_threads = AuthenticationThreads(ADMIN_TIMEOUT_MS)
+        # SCRAM credentials, kept current by the store's config change notifications.
+        self.credentials = CredentialCache(self.store.user_credentials)
         # One id for the whole cluster (/cluster/id), as Kafka on ZooKeeper: the first broker
         # sets it; log dirs stamped with another cluster's id refuse to start.
         try:
@@ -383,7 +386,7 @@ class Broker:
                 self.requests.handle,
                 self.config.socket_request_max_bytes,
                 self.metrics,
-                listener_security(self.config, listener, self.store, self.authentication_threads),
+                listener_security(self.config, listener, self.credentials, self.authentication_threads),
             )
             await kafka_server.start()
             self._kafka_servers.append(kafka_server)
@@ -427,7 +430,11 @@ class Broker:
             self.produce_quotas.update(configs)
             self.fetch_quotas.update(configs)
 
-        self.store.watch_entity_configs(lambda configs: on_loop(apply_quotas, configs))
+        def apply_entity_configs(configs: dict[str, dict[str, str]]) -> None:
+            self.credentials.update(configs)  # at once: authentications read it on their threads
+            on_loop(apply_quotas, configs)
+
+        self.store.watch_entity_configs(apply_entity_configs)
         authorizer = self.authorization.authorizer
         if authorizer is not None:
             self.store.watch_acls(lambda acls: on_loop(authorizer.replace_acls, acls))
@@ -591,7 +598,7 @@ class Broker:
                 config=self.config,
                 store=self.store,
                 authorization=self.authorization,
-                authenticator=http_authenticator(self.config, self.store, self.authentication_threads),
+                authenticator=http_authenticator(self.config, self.credentials, self.authentication_threads),
                 cache=self.metadata_cache,
                 admin=self.admin,
                 replica_manager=self.replica_manager,

@@ -1,15 +1,16 @@
 """How each Kafka listener secures its connections, from the broker's config: a TLS
 context for SSL / SASL_SSL listeners, a SASL authenticator per connection for SASL_*
-ones, checking the SCRAM credentials of the metadata store."""
+ones, checking the SCRAM credentials the broker keeps (`CredentialCache`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from loglake.config import BrokerConfig, Listener
-from loglake.coordination.store import MetadataStore
 from loglake.security.client import ClientSecurity, sasl_security
+from loglake.security.credential_cache import CredentialCache
 from loglake.security.listeners import listener_config
 from loglake.security.sasl import SUPPORTED_MECHANISMS, CredentialsOf
 from loglake.security.scram import ScramCredential
@@ -27,10 +28,13 @@ log = logging.getLogger(__name__)
 DEFAULT_SASL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 
 
-def credentials_from(store: MetadataStore) -> CredentialsOf:
+def credentials_from(stored_credentials: Callable[[str], dict[str, str]]) -> CredentialsOf:
+    """Parsed SCRAM credentials of a user from their stored form (the broker's
+    `CredentialCache.stored_credentials`)."""
+
     def credentials_of(user: str) -> dict[str, ScramCredential]:
         out = {}
-        for mechanism, text in store.user_credentials(user).items():
+        for mechanism, text in stored_credentials(user).items():
             try:
                 out[mechanism] = ScramCredential.from_config(text)
             except ValueError:
@@ -53,7 +57,7 @@ def sasl_mechanisms(config: BrokerConfig, listener: Listener) -> tuple[str, ...]
 
 
 def listener_security(
-    config: BrokerConfig, listener: Listener, store: MetadataStore, threads: AuthenticationThreads
+    config: BrokerConfig, listener: Listener, credentials: CredentialCache, threads: AuthenticationThreads
 ) -> ListenerSecurity:
     protocol = config.security_protocol(listener)
     tls = server_context(config.raw, listener.scheme) if protocol.uses_tls else None
@@ -61,7 +65,7 @@ def listener_security(
         return ListenerSecurity(listener.scheme, protocol, tls)
     mechanisms = sasl_mechanisms(config, listener)
     reauth_ms = int(listener_config(config.raw, listener.scheme, "connections.max.reauth.ms", "0") or 0)
-    credentials_of = credentials_from(store)
+    credentials_of = credentials_from(credentials.stored_credentials)
     return ListenerSecurity(
         listener.scheme,
         protocol,
@@ -71,13 +75,13 @@ def listener_security(
 
 
 def http_authenticator(
-    config: BrokerConfig, store: MetadataStore, threads: AuthenticationThreads
+    config: BrokerConfig, credentials: CredentialCache, threads: AuthenticationThreads
 ) -> BasicAuthenticator | None:
     """`http.authentication.method`: NONE (default) or BASIC (against the SCRAM credentials)."""
     method = (config.raw.get("http.authentication.method") or "NONE").strip().upper()
     if method not in ("NONE", "BASIC"):
         raise ValueError(f"http.authentication.method={method}: NONE or BASIC")
-    return BasicAuthenticator(credentials_from(store), threads) if method == "BASIC" else None
+    return BasicAuthenticator(credentials_from(credentials.stored_credentials), threads) if method == "BASIC" else None
 
 
 def http_tls_options(config: BrokerConfig, listener: Listener) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""HTTP Basic credentials against the stored SCRAM credentials: a changed or removed
-credential stops the old password at the next request (no cache window)."""
+"""HTTP Basic credentials against the SCRAM credentials the broker keeps from the store's
+notifications: a changed or removed credential stops the old password at the next request
+once its notification arrived (the embedded store notifies at once)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import base64
 from pathlib import Path
 
 from loglake.coordination.embedded import EmbeddedMetadataStore
+from loglake.security.credential_cache import CredentialCache
 from loglake.security.principal import KafkaPrincipal
 from loglake.security.scram import new_credential
 
@@ -32,7 +34,9 @@ def test_a_changed_or_removed_credential_stops_working_at_once(tmp_path: Path) -
 
 async def _check_changes(tmp_path: Path) -> None:
     store = EmbeddedMetadataStore(tmp_path)
-    auth = BasicAuthenticator(credentials_from(store), AuthenticationThreads(30_000))
+    cache = CredentialCache(store.user_credentials)
+    store.watch_entity_configs(cache.update)
+    auth = BasicAuthenticator(credentials_from(cache.stored_credentials), AuthenticationThreads(30_000))
     set_password(store, "alice", "one")
     alice = KafkaPrincipal.user("alice")
     assert await auth.principal(basic("alice", "one")) == alice

@@ -27,10 +27,8 @@ from typing import Any, cast
 from loglake import faults
 from loglake.coordination.model import BrokerEndpoint, LogDirFailure, PartitionState, TopicDescription
 from loglake.security.acls import AccessControlEntry, ResourcePattern
-from loglake.security.sanitizer import desanitize, sanitize
-from loglake.security.scram import MECHANISMS
-
-SCRAM_MECHANISMS = frozenset(MECHANISMS)
+from loglake.security.credential_cache import SCRAM_MECHANISMS, scram_credentials_by_user
+from loglake.security.sanitizer import sanitize
 
 
 class MetadataStore(ABC):
@@ -246,12 +244,7 @@ class MetadataStore(ABC):
 
     def all_user_credentials(self) -> dict[str, dict[str, str]]:
         """Every user with SCRAM credentials, sorted, with them (one read of the entity configs)."""
-        out = {}
-        for entity, config in sorted(self.entity_configs().items()):
-            credentials = {k: v for k, v in config.items() if k in SCRAM_MECHANISMS}
-            if entity.count("/") == 1 and entity.startswith("users/") and credentials:
-                out[desanitize(entity.split("/")[1])] = credentials
-        return out
+        return scram_credentials_by_user(self.entity_configs())
 
     @abstractmethod
     def acls(self) -> dict[ResourcePattern, list[AccessControlEntry]]:
