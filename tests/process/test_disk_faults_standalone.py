@@ -174,10 +174,11 @@ def call_produce(bootstrap: str, topic: str) -> int:
 
 
 def call_fetch(bootstrap: str, topic: str) -> int:
-    """A Fetch (v4) of partition 0 from offset 0; its error code."""
-    partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    """A Fetch (v6, the first that may answer KAFKA_STORAGE_ERROR; older ones are told
+    NOT_LEADER_OR_FOLLOWER) of partition 0 from offset 0; its error code."""
+    partition = {"partition": 0, "fetch_offset": 0, "log_start_offset": -1, "partition_max_bytes": 1 << 20}
     request = {"replica_id": -1, "max_wait_ms": 100, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0}
-    response = call(bootstrap, ApiKey.FETCH, 4, {**request, "topics": [{"topic": topic, "partitions": [partition]}]})
+    response = call(bootstrap, ApiKey.FETCH, 6, {**request, "topics": [{"topic": topic, "partitions": [partition]}]})
     return response["responses"][0]["partitions"][0]["error_code"]
 
 
