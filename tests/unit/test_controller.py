@@ -42,8 +42,11 @@ def make_controller(path: Path, brokers=(0,)) -> tuple[Controller, EmbeddedMetad
 
 
 def test_assignment_rule() -> None:
-    assert assign_replicas([3, 1, 2], 4, 2) == {0: (1, 2), 1: (2, 3), 2: (3, 1), 3: (1, 2)}
-    assert assign_replicas([1, 2, 3], 2, 3, first_partition=4) == {4: (2, 3, 1), 5: (3, 1, 2)}
+    # Kafka's rule with a fixed start (and so shift) 0: the followers' shift grows by one
+    # after each full round of brokers.
+    assert assign_replicas([3, 1, 2], 4, 2, start_index=0) == {0: (1, 2), 1: (2, 3), 2: (3, 1), 3: (1, 3)}
+    assert assign_replicas([1, 2, 3], 2, 3, first_partition=4, start_index=0) == {4: (2, 3, 1), 5: (3, 1, 2)}
+    assert assign_replicas([1, 2, 3, 4], 2, 3, start_index=1, replica_shift=2) == {0: (2, 1, 3), 1: (3, 2, 4)}
     with pytest.raises(KafkaError) as e:
         assign_replicas([1], 1, 2)
     assert e.value.code == ErrorCode.INVALID_REPLICATION_FACTOR
@@ -52,17 +55,15 @@ def test_assignment_rule() -> None:
 def test_create_topic_assigns_and_tells_brokers(tmp_path: Path) -> None:
     controller, store, channel = make_controller(tmp_path, brokers=(1, 2, 3))
     topic = controller.create_topic("events", 3, 2, {"retention.ms": "1000"})
-    assert topic.assignment == {0: (1, 2), 1: (2, 3), 2: (3, 1)}
+    assert sorted(replicas[0] for replicas in topic.assignment.values()) == [1, 2, 3], "one leader per broker"
+    assert all(len(set(replicas)) == 2 for replicas in topic.assignment.values())
     states = store.partition_states("events")
+    first = topic.assignment[0]
     assert states[0] == PartitionState(
-        leader=1, leader_epoch=0, isr=(1, 2), controller_epoch=controller.epoch, version=0
+        leader=first[0], leader_epoch=0, isr=first, controller_epoch=controller.epoch, version=0
     )
-    told = {b: [(e.topic, e.partition) for e in entries] for b, _, entries in channel.leader_and_isr}
-    assert told == {
-        1: [("events", 0), ("events", 2)],
-        2: [("events", 0), ("events", 1)],
-        3: [("events", 1), ("events", 2)],
-    }
+    told = {b: sorted(e.partition for e in entries) for b, _, entries in channel.leader_and_isr}
+    assert told == {b: [p for p, replicas in topic.assignment.items() if b in replicas] for b in (1, 2, 3)}
     assert channel.update_metadata[-1] == controller.epoch
 
 
@@ -245,7 +246,7 @@ def test_rack_aware_assignment_spreads_each_partitions_replicas_over_racks() -> 
     for replicas in assign_replicas([1, 2, 3, 4], 4, 3, racks={1: "a", 2: "a", 3: "b", 4: "b"}).values():
         assert len(set(replicas)) == 3 and {racks[r] for r in replicas} == {"a", "b"}
     # Without racks on every broker, the plain rule.
-    assert assign_replicas([1, 2, 3], 2, 2, racks={1: "a", 2: None, 3: "b"}) == assign_replicas([1, 2, 3], 2, 2)
+    assert assign_replicas([1, 2, 3], 2, 2, 0, 1, {1: "a", 2: None, 3: "b"}) == assign_replicas([1, 2, 3], 2, 2, 0, 1)
 
 
 def test_topics_created_and_grown_on_brokers_with_racks_spread_over_racks(tmp_path: Path) -> None:
@@ -260,3 +261,15 @@ def test_topics_created_and_grown_on_brokers_with_racks_spread_over_racks(tmp_pa
     assert topic.assignment.items() <= grown.assignment.items()
     for replicas in grown.assignment.values():
         assert {racks[r] for r in replicas} == {"a", "b"}
+
+
+def test_placement_spreads_leaders_and_followers_over_the_brokers() -> None:
+    """Kafka's random start and shift per topic: many one-partition topics lead on every
+    broker alike, and a topic's followers do not always sit next to its leader."""
+    counts = {1: 0, 2: 0, 3: 0}
+    for _ in range(600):
+        (replicas,) = assign_replicas([1, 2, 3], 1, 1).values()
+        counts[replicas[0]] += 1
+    assert all(120 <= n <= 280 for n in counts.values()), counts  # 200 each expected; sd ~12
+    orders = {assign_replicas([1, 2, 3, 4], 1, 3)[0] for _ in range(200)}
+    assert {(1, 2, 3), (1, 3, 4), (1, 4, 2)} <= orders, "each follower shift for a leader on broker 1"

@@ -1,8 +1,12 @@
-"""Replica assignment: partition i leads on broker i % n, its j-th replica on (i + j) % n;
-rack-aware (Kafka's AdminUtils rule) when the brokers have racks."""
+"""Replica assignment as Kafka's AdminUtils: partition p leads on the broker at
+(p + start) in the sorted broker list, its further replicas follow at a shift that grows by
+one every full round of brokers; the start and the shift are drawn at random for each topic
+(so leaders of many topics spread over the brokers); rack-aware (Kafka's rule too) when the
+brokers have racks."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 
 from loglake.errors import ErrorCode, KafkaError
@@ -13,15 +17,17 @@ def assign_replicas(
     num_partitions: int,
     replication_factor: int,
     first_partition: int = 0,
-    start_index: int = 0,
+    start_index: int | None = None,
     racks: Mapping[int, str | None] | None = None,
+    replica_shift: int | None = None,
 ) -> dict[int, tuple[int, ...]]:
-    """Kafka's round-robin rule over the sorted broker ids; rack-aware (Kafka's rule too)
-    when every broker has a rack in `racks` and there are several.
+    """Kafka's rule over the sorted broker ids; rack-aware (Kafka's rule too) when every
+    broker has a rack in `racks` and there are several.
 
-    `start_index` shifts which broker leads partition 0 (Kafka picks it at random to
-    spread leaders of many topics); `first_partition` lets added partitions continue the
-    pattern of the existing ones.
+    `start_index` picks which broker leads partition `first_partition`, `replica_shift` how
+    far its followers sit: both at random unless given (Kafka: a fixed start index fixes the
+    shift too), so that topics do not all lead on the same broker. `first_partition` lets
+    added partitions continue the pattern of the existing ones.
     """
     if replication_factor < 1:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor must be at least 1")
@@ -31,14 +37,28 @@ def assign_replicas(
             ErrorCode.INVALID_REPLICATION_FACTOR,
             f"replication factor {replication_factor} is larger than the {len(ordered)} available brokers",
         )
+    n = len(ordered)
+    if start_index is None:
+        start_index = random.randrange(n)
+        shift = random.randrange(n) if replica_shift is None else replica_shift
+    else:
+        shift = start_index if replica_shift is None else replica_shift
     rack_of = {b: rack for b in ordered if (rack := (racks or {}).get(b))}
     if len(rack_of) == len(ordered) and len(set(rack_of.values())) > 1:
-        return _assign_rack_aware(rack_of, num_partitions, replication_factor, first_partition, start_index)
-    n = len(ordered)
-    return {
-        p: tuple(ordered[(p + start_index + j) % n] for j in range(replication_factor))
-        for p in range(first_partition, first_partition + num_partitions)
-    }
+        return _assign_rack_aware(rack_of, num_partitions, replication_factor, first_partition, start_index, shift)
+    assignment = {}
+    for p in range(first_partition, first_partition + num_partitions):
+        if p > 0 and p % n == 0:
+            shift += 1
+        first = (p + start_index) % n
+        followers = (ordered[_replica_index(first, shift, j, n)] for j in range(replication_factor - 1))
+        assignment[p] = (ordered[first], *followers)
+    return assignment
+
+
+def _replica_index(first: int, shift: int, j: int, n: int) -> int:
+    """Kafka's AdminUtils.replicaIndex: where the j-th follower of a leader at `first` sits."""
+    return (first + 1 + (shift + j) % (n - 1)) % n
 
 
 def _rack_alternated(rack_of: Mapping[int, str]) -> list[int]:
@@ -52,14 +72,18 @@ def _rack_alternated(rack_of: Mapping[int, str]) -> list[int]:
 
 
 def _assign_rack_aware(
-    rack_of: Mapping[int, str], num_partitions: int, replication_factor: int, first_partition: int, start_index: int
+    rack_of: Mapping[int, str],
+    num_partitions: int,
+    replication_factor: int,
+    first_partition: int,
+    start_index: int,
+    shift: int,
 ) -> dict[int, tuple[int, ...]]:
     """Kafka's rack-aware assignment: leaders round-robin over the rack-alternated broker
     list; each further replica the next broker (shifted per round of partitions) whose rack
     holds no replica yet, unless every rack already does."""
     arranged = _rack_alternated(rack_of)
     n, num_racks = len(arranged), len(set(rack_of.values()))
-    shift = start_index
     assignment = {}
     for p in range(first_partition, first_partition + num_partitions):
         if p > 0 and p % n == 0:
@@ -69,7 +93,7 @@ def _assign_rack_aware(
         racks_used = {rack_of[arranged[first]]}
         k = 0
         while len(replicas) < replication_factor:
-            broker = arranged[(first + 1 + (shift * num_racks + k) % (n - 1)) % n]
+            broker = arranged[_replica_index(first, shift * num_racks, k, n)]
             k += 1
             if broker in replicas:
                 continue

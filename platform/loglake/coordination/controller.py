@@ -588,11 +588,15 @@ class Controller:
                 )
             brokers = self._store.brokers()
             if assignment is None:
+                # Kafka's addPartitions: the new partitions go on where partition 0 started.
+                ordered = sorted(brokers)
+                start = next((i for i, b in enumerate(ordered) if b >= topic.assignment[0][0]), 0)
                 added = assign_replicas(
-                    list(brokers),
+                    ordered,
                     total - topic.num_partitions,
                     topic.replication_factor,
                     first_partition=topic.num_partitions,
+                    start_index=start,
                     racks={b: e.rack for b, e in brokers.items()},
                 )
             else:
