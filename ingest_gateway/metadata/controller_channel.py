@@ -7,9 +7,9 @@ loop); one sender task per broker sends that broker's requests in order and retr
 the broker answers or leaves the cluster. Decisions for the controller's own broker are
 applied by a call on the event loop, as embedded.
 
-An UpdateMetadata waits until the LeaderAndIsr requests enqueued before it have been
-answered (or dropped: their broker left), so no broker names a leader that has not yet
-taken the role; a broker that does not answer holds the others' metadata back at most
+An UpdateMetadata waits until the LeaderAndIsr requests enqueued before it that make their
+broker a leader have been answered (or dropped: their broker left), so no broker names a
+leader that has not yet taken the role; a broker that does not answer holds the others' metadata back at most
 `LEADER_AND_ISR_WAIT_S` after the update was decided (however many updates queue behind).
 """
 
@@ -116,7 +116,8 @@ class ControllerChannelManager:
             ],
             "live_leaders": [],
         }
-        self._enqueue(broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body)
+        leads = any(p.state.leader == broker_id for p in partitions)
+        self._metadata_thread.on_loop(self._put, broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, body, leads)
 
     def send_stop_replica(
         self, broker_id: int, controller_epoch: int, partitions: list[tuple[str, int]], delete: bool
@@ -153,9 +154,11 @@ class ControllerChannelManager:
     def _enqueue(self, broker_id: int, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> None:
         self._metadata_thread.on_loop(self._put, broker_id, api_key, version, body)
 
-    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> None:
+    def _put(self, broker_id: int, api_key: ApiKey, version: int, body: Mapping[str, Any], leads: bool = False) -> None:
         request = _Request(api_key, version, body, asyncio.get_running_loop().create_future())
-        if api_key == ApiKey.LEADER_AND_ISR:
+        if leads:
+            # A LeaderAndIsr making its broker leader of something: metadata naming that
+            # leader waits for it (a follower's does not hold anyone back).
             self._leader_and_isr_pending.append(request.done)
         self._queue(broker_id).put_nowait(request)
 

@@ -178,6 +178,16 @@ def test_update_metadata_waits_for_the_leader_and_isr_before_it_at_most_its_boun
             waited = asyncio.get_running_loop().time() - started
             # One bound for both (a bound each would be 4 s or more).
             assert 1.9 <= waited < 3.9, f"waited {waited:.2f} s"
+
+            # A LeaderAndIsr that only makes the slow broker a follower holds nobody back
+            # (queued behind the unanswered one).
+            log.clear()
+            as_follower = [
+                LeaderAndIsrPartition("t", str(uuid.UUID(int=1)), 0, (3, TARGET), PartitionState(3, 5, (3,), 1), {})
+            ]
+            channel.send_leader_and_isr(TARGET, 1, as_follower)
+            channel.send_update_metadata(_update(fake.brokers()))
+            await wait_until(lambda: (3, "UPDATE_METADATA") in log, timeout=1.5)
             leader.release.set()
         finally:
             await channel.close()
