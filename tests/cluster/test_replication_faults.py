@@ -120,8 +120,12 @@ def test_every_acknowledged_record_survives_hard_kills(cluster: LocalCluster) ->
 @pytest.mark.timeout(240)
 def test_a_paused_follower_leaves_the_isr_and_rejoins_after_catching_up(cluster: LocalCluster) -> None:
     create_topic(cluster, "lag", 1, 3, {"min.insync.replicas": "2"})
-    p = partition_of(cluster.status(), "lag")
-    leader, follower = p["leader"], p["replicas"][-1]
+    status = cluster.status()
+    p = partition_of(status, "lag")
+    # Not the controller: paused, it could not send the other follower its LeaderAndIsr
+    # (placement is random, so any broker may be a follower).
+    leader = p["leader"]
+    follower = next(r for r in reversed(p["replicas"]) if r not in (leader, status["controller"]["broker_id"]))
     cluster.pause(follower)
     started = time.monotonic()
     cluster.wait_for(lambda s: follower not in partition_of(s, "lag")["isr"], timeout=30, exclude=(follower,))
