@@ -75,6 +75,10 @@ class LocalCluster:
         return self.size
 
     def _start_broker(self, broker_id: int, timeout: float) -> None:
+        self._broker(broker_id).start(timeout)
+
+    def _broker(self, broker_id: int) -> BrokerProcess:
+        """Broker `broker_id`'s process (not started), from conf/cluster/broker-<id>.properties."""
         logs = self.base_dir / f"broker-{broker_id}" / "logs"
         log_dirs = [str(logs), *(f"{logs}{i}" for i in range(2, self.log_dirs_per_broker + 1))]
         broker = BrokerProcess(
@@ -92,7 +96,7 @@ class LocalCluster:
             port = self.listener_ports[(broker_id, name)] = free_port()
             broker.overrides["listeners"] += f",{name}://127.0.0.1:{port}"
         self.brokers[broker_id] = broker
-        broker.start(timeout)
+        return broker
 
     def stop(self) -> None:
         """A clean shutdown: SIGTERM every broker (resumed first if paused), then ZooKeeper."""
@@ -175,10 +179,51 @@ class LocalCluster:
         raise RuntimeError(f"no broker answered /cluster: {last}")
 
     def partition(self, topic: str, partition: int) -> dict[str, Any]:
-        for p in self.status()["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition:
-                return p
-        raise KeyError(f"{topic}-{partition}")
+        return _entry(self.status(), topic, partition)
+
+    # Roles ---------------------------------------------------------------------------------
+
+    def controller(self, timeout: float = 60.0, exclude: tuple[int, ...] = ()) -> int:
+        """The controller's broker id (ZooKeeper's /controller, as /cluster reads it), once
+        there is one that is not in `exclude` (e.g. one just killed or paused: its znode
+        stays until its session expires)."""
+        status = self.wait_for(
+            lambda s: s["controller"]["broker_id"] is not None and s["controller"]["broker_id"] not in exclude,
+            timeout,
+            exclude=exclude,
+        )
+        return int(status["controller"]["broker_id"])
+
+    def leader_of(self, topic: str, partition: int = 0, timeout: float = 60.0, exclude: tuple[int, ...] = ()) -> int:
+        """The partition's leader in ZooKeeper, once it has one that is not in `exclude`."""
+        status = self.wait_for(
+            lambda s: _entry(s, topic, partition)["leader"] not in (-1, *exclude), timeout, exclude=exclude
+        )
+        return int(_entry(status, topic, partition)["leader"])
+
+    def followers_of(self, topic: str, partition: int = 0) -> list[int]:
+        """The partition's in-sync followers (its ISR but the leader), in replica order."""
+        entry = self.partition(topic, partition)
+        return [b for b in entry["replicas"] if b in entry["isr"] and b != entry["leader"]]
+
+    def any_follower_of(self, topic: str, partition: int = 0, not_controller: bool = False) -> int:
+        """An in-sync follower of the partition; with `not_controller`, one that is not the
+        controller (pausing or killing it then leaves the controller alone)."""
+        avoid = (self.controller(),) if not_controller else ()
+        followers = [b for b in self.followers_of(topic, partition) if b not in avoid]
+        if not followers:
+            raise RuntimeError(
+                f"{topic}-{partition} has no in-sync follower{' but the controller' if avoid else ''}: "
+                f"{self.partition(topic, partition)}"
+            )
+        return followers[-1]
+
+    def a_broker_other_than(self, *broker_ids: int) -> int:
+        """A live broker that is none of `broker_ids` (the lowest id)."""
+        others = [b for b in sorted(self.live()) if b not in broker_ids]
+        if not others:
+            raise RuntimeError(f"no live broker other than {broker_ids} (live: {self.live()})")
+        return others[0]
 
     def wait_for(
         self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 60.0, exclude: tuple[int, ...] = ()
@@ -196,6 +241,14 @@ class LocalCluster:
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"cluster did not reach the expected state; last status: {status}")
+
+
+def _entry(status: dict[str, Any], topic: str, partition: int) -> dict[str, Any]:
+    """One partition's entry of a /cluster status (KeyError if it has none yet)."""
+    for p in status["partitions"]:
+        if p["topic"] == topic and p["partition"] == partition:
+            return dict(p)
+    raise KeyError(f"{topic}-{partition}")
 
 
 def _process_state(pid: int) -> str:

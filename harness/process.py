@@ -86,6 +86,17 @@ class BrokerProcess:
         return f"127.0.0.1:{self.kafka_port}"
 
     def start(self, timeout: float = 30.0) -> Self:
+        self.spawn()
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.kill()  # a broker that did not come up is not left running
+            raise
+        return self
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it (`wait_ready` waits): several brokers
+        start side by side."""
         argv = [sys.executable, "-m", "ingest_gateway"]
         if self.config:
             argv += ["--config", str(self.config)]
@@ -94,12 +105,6 @@ class BrokerProcess:
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
-        try:
-            self.wait_ready(timeout)
-        except BaseException:
-            self.kill()  # a broker that did not come up is not left running
-            raise
-        return self
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -1,10 +1,12 @@
 """A cluster broker's log dir fills up or fails under load: the controller moves its
 leaderships within seconds, idempotent acks=all producers and a consumer group go on,
 nothing acknowledged is lost, duplicated or reordered, and the broker, restarted with a
-working disk, rejoins the ISR."""
+working disk, rejoins the ISR, leads again and serves the same records (each read is
+assigned to the partitions and goes to their high watermark, or fails naming them)."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -14,14 +16,14 @@ from pathlib import Path
 from typing import Self
 
 import pytest
-from cluster_helpers import FAST
+from cluster_helpers import FAST, read_to_high_watermark, wait_hosted
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from disk_helpers import ext4_disk, fail_disk, fill_disk, repair_disk, small_disk
 
 from harness.local_cluster import LocalCluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(300)]
 
 TOPIC = "orders"
 PARTITIONS = 3
@@ -121,31 +123,9 @@ class Load:
         consumer.close()
 
 
-def read_everything(bootstrap: str) -> dict[int, list[tuple[int, int]]]:
-    """Every record of the topic, read until each partition's end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.subscribe([TOPIC])
-    out: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    at_end: set[int] = set()
-    deadline = time.monotonic() + 90
-    while len(at_end) < PARTITIONS and time.monotonic() < deadline:
-        for msg in consumer.consume(1000, 0.5):
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                continue
-            at_end.discard(msg.partition())
-            out[msg.partition()].append(tuple(map(int, msg.value().split(b":")[:2])))  # type: ignore[arg-type]
-    consumer.close()
-    return out
+def parse(stored: dict[int, list[bytes]]) -> dict[int, list[tuple[int, int]]]:
+    """Each partition's (producer, sequence) values, in log order."""
+    return {p: [tuple(map(int, v.split(b":")[:2])) for v in values] for p, values in stored.items()}  # type: ignore[misc]
 
 
 def assert_exactly_once_in_order(
@@ -182,61 +162,96 @@ def ext4(logs: Path, image: Path) -> AbstractContextManager[Path]:
 
 @pytest.mark.parametrize(("disk", "break_it"), [(tmpfs, fill), (ext4, fail)], ids=["full", "failing"])
 def test_the_leaders_disk_fills_or_fails_under_load(tmp_path: Path, zk_connect: str, disk, break_it) -> None:
-    logs, image = tmp_path / "broker-1" / "logs", tmp_path / "disk.img"
     overrides = {
         **FAST,
         "min.insync.replicas": "2",
         "unclean.leader.election.enable": "false",
-        # Leadership goes back to broker 1 (the preferred replica) once it is in sync again.
+        # Leadership goes back to the victim (the preferred replica) once it is in sync again.
         "auto.leader.rebalance.enable": "true",
         "leader.imbalance.check.interval.seconds": "1",
     }
-    with disk(logs, image), LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        # Broker 1 leads every partition.
-        assignment = [[1, 2, 3], [1, 3, 2], [1, 2, 3]]
-        admin.create_topics([NewTopic(TOPIC, PARTITIONS, replica_assignment=assignment)])[TOPIC].result(30)
-        cluster.wait_for(
-            lambda s: (
-                sum(p["topic"] == TOPIC and p["leader"] == 1 and len(p["isr"]) == 3 for p in s["partitions"])
-                == PARTITIONS
-            )
+    with LocalCluster(tmp_path, 3, overrides, zookeeper_connect=zk_connect) as cluster:
+        # The victim is a broker that is not the controller (whose loss would be another test);
+        # its only log dir goes onto the disk under test: stopped, its dir (nothing in it but
+        # meta.properties, which it writes anew, durably) replaced by the new file system's,
+        # started again.
+        victim = cluster.a_broker_other_than(cluster.controller())
+        a, b = (x for x in sorted(cluster.brokers) if x != victim)
+        logs, image = cluster.brokers[victim].log_dir, tmp_path / "disk.img"
+        cluster.brokers[victim].stop()
+        shutil.rmtree(logs)
+        with disk(logs, image):
+            try:
+                cluster.restart(victim)
+                cluster.wait_for(lambda s: len(s["brokers"]) == 3)
+                check_through_the_fault(cluster, victim, a, b, logs, image, break_it)
+            finally:
+                cluster.kill(victim)  # before its disk goes
+
+
+def check_through_the_fault(
+    cluster: LocalCluster, victim: int, a: int, b: int, logs: Path, image: Path, break_it
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    # The victim leads every partition.
+    assignment = [[victim, a, b], [victim, b, a], [victim, a, b]]
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, replica_assignment=assignment)])[TOPIC].result(30)
+    cluster.wait_for(
+        lambda s: (
+            sum(p["topic"] == TOPIC and p["leader"] == victim and len(p["isr"]) == 3 for p in s["partitions"])
+            == PARTITIONS
         )
-        with Load(cluster.bootstrap) as load:
-            wait_until(lambda: load.acked_count() >= 1000, 60, "records acknowledged before the fault")
-            repair = break_it(logs, image)
-            broken_at = time.monotonic()
-            cluster.wait_for(
-                lambda s: all(
-                    p["leader"] in (2, 3) and 1 not in p["isr"] for p in s["partitions"] if p["topic"] == TOPIC
-                ),
-                timeout=30,
-                exclude=(1,),
-            )
-            moved_after = time.monotonic() - broken_at
-            before = load.acked_count()
-            wait_until(lambda: load.acked_count() >= before + 1000, 60, "producers going on after the move")
-        print(
-            f"leadership moved {moved_after:.2f} s after the disk broke; {load.acked_count()} records acknowledged, "
-            f"{len(load.retriable_seen)} retriable client errors"
-        )
-        assert not load.fatal, load.fatal[:5]
-        assert moved_after < 10, f"leadership moved after {moved_after:.1f} s"
-        # Broker 1 had only the broken dir: it shut down.
-        wait_until(lambda: 1 not in cluster.live(), 30, "broker 1 to shut down")
-        assert cluster.brokers[1].proc is not None and cluster.brokers[1].proc.returncode == 1
-        stored = read_everything(cluster.bootstrap)
-        assert_exactly_once_in_order(load.acked, stored)
-        assert all(v in stored[p] for p, values in load.consumed.items() for v in values)
-        cluster.brokers[1].kill()
-        repair()
-        cluster.restart(1)
+    )
+    wait_hosted(cluster, TOPIC)
+    with Load(cluster.bootstrap) as load:
+        wait_until(lambda: load.acked_count() >= 1000, 60, "records acknowledged before the fault")
+        repair = break_it(logs, image)
+        broken_at = time.monotonic()
         cluster.wait_for(
             lambda s: all(
-                sorted(p["isr"]) == [1, 2, 3] and p["leader"] == 1 for p in s["partitions"] if p["topic"] == TOPIC
+                p["leader"] in (a, b) and victim not in p["isr"] for p in s["partitions"] if p["topic"] == TOPIC
             ),
-            timeout=60,
+            timeout=30,
+            exclude=(victim,),
         )
+        moved_after = time.monotonic() - broken_at
+        before = load.acked_count()
+        wait_until(lambda: load.acked_count() >= before + 1000, 60, "producers going on after the move")
+    acked = load.acked_count()
+    print(
+        f"leadership moved {moved_after:.2f} s after broker {victim}'s disk broke; {acked} records acknowledged, "
+        f"{len(load.retriable_seen)} retriable client errors"
+    )
+    assert not load.fatal, load.fatal[:5]
+    assert moved_after < 10, f"leadership moved after {moved_after:.1f} s"
+    # The victim had only the broken dir: it shut down.
+    wait_until(lambda: victim not in cluster.live(), 30, f"broker {victim} to shut down")
+    assert cluster.brokers[victim].proc is not None and cluster.brokers[victim].proc.returncode == 1
+    survivors = ",".join(cluster.brokers[x].bootstrap for x in (a, b))
+    stored = parse(read_to_high_watermark(survivors, TOPIC, PARTITIONS, timeout=90, at_least=acked))
+    assert_exactly_once_in_order(load.acked, stored)
+    assert all(v in stored[p] for p, values in load.consumed.items() for v in values)
+
+    # With a working disk the victim comes back, catches up, leads again (the preferred
+    # replica, by the automatic rebalance), and serves the same records.
+    cluster.brokers[victim].kill()
+    repair()
+    cluster.restart(victim)
+    cluster.wait_for(
+        lambda s: all(
+            sorted(p["isr"]) == sorted((victim, a, b)) and p["leader"] == victim
+            for p in s["partitions"]
+            if p["topic"] == TOPIC
+        ),
+        timeout=60,
+    )
+    wait_hosted(cluster, TOPIC)
+    again = parse(
+        read_to_high_watermark(cluster.brokers[victim].bootstrap, TOPIC, PARTITIONS, timeout=90, at_least=acked)
+    )
+    assert_exactly_once_in_order(load.acked, again)
+    for p in range(PARTITIONS):
+        assert again[p] == stored[p], f"partition {p} read from broker {victim} differs from what the survivors served"
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
