@@ -41,9 +41,10 @@ def test_every_broker_reports_the_id_in_zookeeper_and_keeps_it(cluster: LocalClu
     assert set(ids.values()) == {doc["id"]}, ids
     for broker in cluster.brokers.values():
         assert MetaProperties.read(broker.log_dir / META_PROPERTIES).cluster_id == doc["id"]
-    cluster.kill(2)
-    cluster.restart(2)
-    assert cluster_id_via(cluster.brokers[2].bootstrap) == doc["id"]
+    restarted = cluster.a_broker_other_than(cluster.controller())
+    cluster.kill(restarted)
+    cluster.restart(restarted)
+    assert cluster_id_via(cluster.brokers[restarted].bootstrap) == doc["id"]
 
 
 @pytest.mark.timeout(120)

@@ -137,7 +137,9 @@ def test_records_above_the_high_watermark_are_announced_not_hidden(tmp_path: Pat
     # The paused follower stays in the ISR for the whole test: the high watermark is held.
     props = FAST | {"zookeeper.session.timeout.ms": "60000", "replica.lag.time.max.ms": "60000"}
     with LocalCluster(tmp_path, 3, props, zookeeper_connect=zk_connect) as cluster:
-        leader, follower, viewer = sorted(cluster.brokers)
+        # The follower paused is not the controller (the test is about the console, not a failover).
+        follower = cluster.a_broker_other_than(cluster.controller())
+        leader, viewer = (b for b in sorted(cluster.brokers) if b != follower)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         admin.create_topics([NewTopic(topic, 1, replica_assignment=[[leader, follower, viewer]])])[topic].result(30)
         cluster.wait_for(lambda s: any(p["topic"] == topic and len(p["isr"]) == 3 for p in s["partitions"]))

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster_helpers import FAST, partition_of, serving_get
+from cluster_helpers import FAST, partition_of, serving_get, wait_hosted
 from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
@@ -30,6 +30,7 @@ def create_topic(
     )
     r.raise_for_status()
     cluster.wait_for(lambda s: sum(p["topic"] == name for p in s["partitions"]) == partitions)
+    wait_hosted(cluster, name)  # /cluster lists the topic before its replicas exist
 
 
 @pytest.mark.timeout(180)

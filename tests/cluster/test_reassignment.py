@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from cluster_helpers import FAST, create_topic, read_all
+from cluster_helpers import FAST, create_topic, read_all, wait_hosted
 from protocol_helpers import call
 from harness.local_cluster import LocalCluster
 from loglake.errors import ErrorCode
@@ -272,9 +272,9 @@ def test_a_reassignment_survives_the_controller_and_a_target_replica_killed(tmp_
         assert records == [b"%04d" % i for i in range(1000)]
 
 
-def loglake(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess:
-    """The CLI against broker 1's HTTP API."""
-    argv = [sys.executable, "-m", "loglake.cli", *args, "--bootstrap-http", cluster.http_url(1)]
+def loglake(cluster: LocalCluster, *args: str, via: int = 1) -> subprocess.CompletedProcess:
+    """The CLI against one broker's HTTP API (any broker forwards to the controller)."""
+    argv = [sys.executable, "-m", "loglake.cli", *args, "--bootstrap-http", cluster.http_url(via)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60)
 
 
@@ -337,10 +337,13 @@ def test_a_drained_broker_holds_nothing_and_stopping_it_changes_nothing(cluster:
     for i in range(300):
         producer.produce("drained", b"%03d" % i, partition=i % 3)
     assert producer.flush(30) == 0
-    leaving = 3
+    # The broker retired is not the controller (retiring that is a failover too); the CLI
+    # talks to another one.
+    leaving = cluster.a_broker_other_than(cluster.controller())
+    via = cluster.a_broker_other_than(leaving)
     assert any(leaving in cluster.partition("drained", p)["replicas"] for p in range(3))
 
-    drained = loglake(cluster, "brokers", "drain", "--broker", str(leaving), "--timeout", "120")
+    drained = loglake(cluster, "brokers", "drain", "--broker", str(leaving), "--timeout", "120", via=via)
     assert drained.returncode == 0, drained.stderr
     assert f"Broker {leaving} holds no replica and leads nothing." in drained.stdout
     status = cluster.status()
@@ -349,9 +352,10 @@ def test_a_drained_broker_holds_nothing_and_stopping_it_changes_nothing(cluster:
 
     cluster.brokers[leaving].stop()  # retired: clients do not notice
     cluster.wait_for(lambda s: leaving not in [b["broker_id"] for b in s["brokers"]], exclude=(leaving,))
-    records = read_all(cluster.brokers[1].bootstrap, "drained", 3, 300)
+    records = read_all(cluster.brokers[via].bootstrap, "drained", 3, 300)
     assert sorted(v for values in records.values() for v in values) == [b"%03d" % i for i in range(300)]
-    assert loglake(cluster, "brokers", "drain", "--broker", str(leaving)).returncode == 1  # not alive any more
+    gone = loglake(cluster, "brokers", "drain", "--broker", str(leaving), via=via)
+    assert gone.returncode == 1 and str(leaving) in gone.stderr, gone.stderr  # not alive any more
 
 
 def test_half_the_partitions_move_to_a_new_broker_under_producer_and_group(cluster: LocalCluster) -> None:
@@ -605,35 +609,40 @@ def test_a_reassignment_in_progress_is_cancelled_back_to_the_original_replicas(c
     """A move whose new replica cannot catch up (its broker is paused) is cancelled with
     `loglake reassign cancel`: the replicas are the original ones again, the added replica
     is deleted once its broker is back, and nothing is lost."""
+    # The paused broker is the one joining, never the controller: the cancel goes to it.
+    joining = cluster.a_broker_other_than(cluster.controller())
+    original = cluster.a_broker_other_than(joining)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    topic = NewTopic("held-back", 1, replica_assignment=[[1]], config={"min.insync.replicas": "1"})
+    topic = NewTopic("held-back", 1, replica_assignment=[[original]], config={"min.insync.replicas": "1"})
     for future in admin.create_topics([topic]).values():
         future.result(30)
     cluster.wait_for(lambda s: any(p["topic"] == "held-back" for p in s["partitions"]))
+    wait_hosted(cluster, "held-back")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
     for i in range(500):
         producer.produce("held-back", b"%04d" % i, partition=0)
     assert producer.flush(30) == 0
 
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "held-back", "partition": 0, "replicas": [2]}]}))
-    cluster.pause(2)
+    move = {"topic": "held-back", "partition": 0, "replicas": [joining]}
+    plan.write_text(json.dumps({"version": 1, "partitions": [move]}))
+    cluster.pause(joining)
     try:
-        executed = loglake(cluster, "reassign", "execute", "--plan", str(plan))
+        executed = loglake(cluster, "reassign", "execute", "--plan", str(plan), via=original)
         assert executed.returncode == 0, executed.stderr
-        bootstrap = cluster.brokers[1].bootstrap
-        assert ongoing(bootstrap) == {("held-back", 0): ([2, 1], [2], [1])}
-        cancelled = loglake(cluster, "reassign", "cancel", "--plan", str(plan))
+        bootstrap = cluster.brokers[original].bootstrap
+        assert ongoing(bootstrap) == {("held-back", 0): ([joining, original], [joining], [original])}
+        cancelled = loglake(cluster, "reassign", "cancel", "--plan", str(plan), via=original)
         assert cancelled.returncode == 0, cancelled.stderr
         assert ongoing(bootstrap) == {}
-        assert cluster.partition("held-back", 0)["replicas"] == [1]
+        assert cluster.partition("held-back", 0)["replicas"] == [original]
     finally:
-        cluster.resume(2)
-    settled(cluster, "held-back", 0, [1])
+        cluster.resume(joining)
+    settled(cluster, "held-back", 0, [original])
     deadline = time.monotonic() + 30
-    while hosts(cluster, 2, "held-back", 0):
+    while hosts(cluster, joining, "held-back", 0):
         assert time.monotonic() < deadline, "the cancelled replica was not deleted"
         time.sleep(0.1)
-    assert cluster.partition("held-back", 0)["leader"] == 1
+    assert cluster.partition("held-back", 0)["leader"] == original
     records = read_all(cluster.bootstrap, "held-back", 1, 500)[0]
     assert records == [b"%04d" % i for i in range(500)]

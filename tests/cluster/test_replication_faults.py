@@ -259,6 +259,7 @@ def test_a_group_survives_the_loss_of_its_coordinator(cluster: LocalCluster) -> 
                 got.append(int(msg.value()))
                 consumer.commit(msg, asynchronous=False)
         consumer.close()
+        assert len(got) >= n, f"the group consumed {len(got)} of {n} records in 60 s"
         return got
 
     first = consume(150)
