@@ -677,15 +677,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             children = self._client.get_children(f"{topic_path(topic)}/partitions")
         except NoNodeError:
             return {}
-        replies = {int(p): self._client.get_async(state_path(topic, int(p))) for p in children if p.isdigit()}
-        states = {}
-        for p, reply in sorted(replies.items()):
-            try:
-                raw, stat = reply.get()
-            except NoNodeError:
-                continue
-            states[p] = parse_state(raw, stat.version)
-        return states
+        partitions = sorted((topic, int(p)) for p in children if p.isdigit())
+        return {p: state for (_, p), state in self._read_states_of(partitions).items()}
 
     def partition_states_of(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
         return self._retry(self._read_states_of, list(partitions))
